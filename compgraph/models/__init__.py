@@ -1,0 +1,47 @@
+"""The benchmark registry: each model's training-step builder, sizes and model rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from compgraph.models import rnnlm
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark model.
+
+    Attributes:
+        name: the name users select it by (``--model``).
+        description: one line for ``placement models``.
+        sizes: size name (``small``, ``paper``) -> config.
+        build: config -> ``(GraphDef, fetch op names)`` of one training step.
+        model_rule: op name -> co-location key or ``None`` (2017 Sec. 4.1).
+        expert_layer: ``(op name, config) -> layer index`` for the expert placement.
+    """
+
+    name: str
+    description: str
+    sizes: dict[str, BaseModel]
+    build: Callable
+    model_rule: Callable[[str], "str | None"]
+    expert_layer: Callable[[str, BaseModel], int]
+    num_layers: Callable[[BaseModel], int]
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "rnnlm": Benchmark(
+        name="rnnlm",
+        description="LSTM language model, 2 layers, statically unrolled, Adam (2017 Sec. 4.1); "
+        "paper: 2x2048, 40 steps, batch 64",
+        sizes={"small": rnnlm.SMALL, "paper": rnnlm.PAPER},
+        build=rnnlm.build_training_graph,
+        model_rule=rnnlm.model_rule,
+        expert_layer=lambda name, cfg: rnnlm.expert_layer(name, cfg.num_layers),
+        num_layers=lambda cfg: cfg.num_layers,
+    ),
+}
+SIZES = ("small", "paper")

@@ -1,0 +1,84 @@
+"""The ``placement-experiment`` flow: model -> graph -> groups -> placements -> measurement -> record."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+import tasks
+from cluster.evaluation import LEARNED
+from placer.reinforce import ReinforceConfig
+from tracking import artifact_root, default_tracking_uri
+
+METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", LEARNED)
+
+
+@flow(name="placement-experiment")
+def placement_experiment(
+    model: str = "rnnlm",
+    size: str = "small",
+    cluster: str = "k80x2",
+    methods: list[str] = list(METHODS),
+    budget: int = 1000,
+    k: int = 8,
+    seed: int = 0,
+    env: str = "sim",
+    out_dir: str = "placement-runs",
+    tracking_uri: str | None = None,
+) -> dict:
+    """Run every method on one model and cluster, measure all in one environment, log to MLflow.
+
+    Returns the result object of ``placement experiment --json`` (see the README).
+    """
+    out = Path(out_dir)
+    uri = tracking_uri or default_tracking_uri(out)
+    prepared = tasks.preprocess(model, size)
+    spec = tasks.load_cluster_spec(cluster)
+    placements: dict = {}
+    for method in methods:
+        if method != LEARNED:
+            placements[method] = tasks.baseline_placement(method, prepared, spec)
+    curves: dict = {}
+    method_params: dict = {m: {} for m in methods}
+    extra = {}
+    if LEARNED in methods:
+        config = ReinforceConfig(budget=budget, k=k, seed=seed)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = out / "placement-logs" / f"{stamp}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
+        found = tasks.placement_search(prepared, spec, env, config, log_path)
+        placements[LEARNED] = found.best_placement
+        curves[LEARNED] = found.curve
+        method_params[LEARNED] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017"}
+        extra["placement-logs"] = str(log_path)
+    results, summary = tasks.evaluate(prepared, spec, env, placements)
+    flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
+    params = {"model": model, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
+              "k": k, "seed": seed, "env": env, "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
+              "grouper": prepared.grouping.grouper}
+    run_id = tasks.record(
+        tracking_uri=uri,
+        artifact_location=artifact_root(out),
+        params=params,
+        results=results,
+        summary=summary,
+        method_params=method_params,
+        curves=curves,
+        prefect_flow_run_id=flow_run_id,
+        extra_artifacts=extra,
+    )
+    return {
+        "model": model,
+        "size": size,
+        "cluster": spec.name,
+        "env": env,
+        "ops": prepared.graph.num_ops,
+        "groups": prepared.grouping.num_groups,
+        "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"]} for m, r in results.items()},
+        **summary,
+        "mlflow_run_id": run_id,
+        "mlflow_tracking_uri": uri,
+        "prefect_flow_run_id": flow_run_id,
+    }

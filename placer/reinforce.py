@@ -1,0 +1,224 @@
+"""The 2017 placement search: REINFORCE on the seq2seq placer.
+
+Mirhoseini et al. 2017, Sec. 3.1: minimise ``J(theta) = E_P[R(P)]`` with
+``R(P) = sqrt(step time)`` by the REINFORCE estimate with a baseline (Eq. 3)::
+
+    grad J ~= 1/K * sum_i (R(P_i) - B) * grad log p(P_i | G; theta)
+
+over K sampled placements per update, optimised with Adam. ``B`` is a moving average
+of the rewards, initialised to the *failing signal* (the reward given to a placement that
+runs out of memory), which "results in more exploration". After
+``valid_only_after`` updates (5,000 in the paper), an update uses only the placements
+that ran.
+
+Every sampled placement and its measurement is appended to the search's log (JSON
+lines) *before* the policy uses it; with the same seed and settings, a search re-run on
+the same log replays the logged measurements instead of measuring again, so an
+interrupted search resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, Field
+
+from cluster.environment import Environment, Measurement
+from placer.features import group_features
+from placer.seq2seq import Seq2SeqPlacer
+
+
+class ReinforceConfig(BaseModel):
+    """Search settings; defaults follow 2017 Sec. 3.1 where the paper gives them.
+
+    Attributes:
+        budget: placements sampled (and measured) in all.
+        k: placements per policy update (K in Eq. 3; the paper's workers per controller: 4 or 8).
+        seed: seeds the policy's initialisation and sampling.
+        learning_rate: Adam's step size (not given in the paper).
+        baseline_decay: ``B <- decay * B + (1 - decay) * mean(R)`` after each update.
+        failing_signal: R of an OOM placement; ``None``: ``sqrt(10 * T_serial)``, with
+            ``T_serial`` the sum of all op times on the slowest device (seconds).
+        valid_only_after: after this many updates, update only on placements that ran (5,000).
+        hidden_size: the placer's LSTM width.
+    """
+
+    budget: int = Field(400, ge=1)
+    k: int = Field(8, ge=1)
+    seed: int = 0
+    learning_rate: float = Field(0.01, gt=0)
+    baseline_decay: float = Field(0.9, ge=0, lt=1)
+    failing_signal: float | None = Field(None, gt=0)
+    valid_only_after: int = Field(5000, ge=0)
+    hidden_size: int = Field(256, ge=1)
+
+
+@dataclass
+class SearchResult:
+    """Outcome of a search.
+
+    Attributes:
+        best_placement: ``[num_groups]`` device indices of the fastest placement sampled
+            (``None`` if every sample ran out of memory).
+        best_step_time_s: its step time (seconds).
+        step_times: ``[budget]`` step time of each sample, ``None`` for OOM.
+        curve: one point per update: ``placements`` sampled so far, ``best_step_time_s``
+            so far, ``sample_mean_step_time_s`` of the update's samples that ran.
+        failing_signal: the failing signal used.
+    """
+
+    best_placement: np.ndarray | None
+    best_step_time_s: float | None
+    step_times: list[float | None] = field(default_factory=list)
+    curve: list[dict] = field(default_factory=list)
+    failing_signal: float = 0.0
+
+
+class PlacementLog:
+    """Append-only JSON-lines log of a search's sampled placements and their measurements.
+
+    The first line is a header with the search settings; each next line is
+    ``{"index", "placement", "step_time_s", "oom"}``. Each record is flushed and fsynced
+    before the search uses it.
+
+    Raises:
+        ValueError: an existing log was written with other settings.
+    """
+
+    def __init__(self, path: str | Path, header: dict) -> None:
+        self.path = Path(path)
+        self.records: list[dict] = []
+        if self.path.exists() and self.path.stat().st_size > 0:
+            lines = self.path.read_text().splitlines()
+            old = json.loads(lines[0])
+            if old != header:
+                raise ValueError(f"placement log {self.path}: written with other settings {old}, not {header}")
+            for line in lines[1:]:
+                try:
+                    self.records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    break  # a torn last line from an interrupted write
+            self._file = self.path.open("a")
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("w")
+            self._write(header)
+
+    def _write(self, obj: dict) -> None:
+        self._file.write(json.dumps(obj) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def append(self, record: dict) -> None:
+        self._write(record)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+FAILING_FACTOR = 10.0
+
+
+def default_failing_signal(env: Environment) -> float:
+    """``sqrt(10 * T_serial)``: T_serial (seconds) is every op run back to back on the slowest device."""
+    times = env.simulator.op_times if hasattr(env, "simulator") else None
+    if times is None:
+        raise ValueError("failing_signal: no default for this environment; pass one")
+    serial = np.asarray(times).sum(axis=0).max()
+    return float(math.sqrt(FAILING_FACTOR * serial))
+
+
+def reinforce_search(
+    env: Environment,
+    config: ReinforceConfig,
+    log_path: str | Path | None = None,
+    on_update: Callable[[dict], None] | None = None,
+) -> SearchResult:
+    """Search placements of ``env``'s groups with the 2017 method (module docstring).
+
+    Args:
+        env: the measurement environment (its grouping fixes the sequence of groups).
+        config: the settings.
+        log_path: the placement log (JSON lines); an existing log with the same settings is replayed.
+        on_update: called with each learning-curve point (for progress display).
+    Returns:
+        A :class:`SearchResult`; the same seed and settings give the same result.
+    """
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    features = group_features(env.graph, env.grouping)
+    num_devices = len(env.spec.devices)
+    policy = Seq2SeqPlacer(features, num_devices, hidden_size=config.hidden_size)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    failing = config.failing_signal if config.failing_signal is not None else default_failing_signal(env)
+    baseline = failing
+    header = {
+        "graph": env.graph.name,
+        "groups": env.grouping.num_groups,
+        "grouper": env.grouping.grouper,
+        "cluster": env.spec.name,
+        "environment": env.kind,
+        "search": config.model_dump(),
+    }
+    log = PlacementLog(log_path, header) if log_path is not None else None
+    result = SearchResult(None, None, failing_signal=failing)
+    sampled = 0
+    updates = 0
+    try:
+        while sampled < config.budget:
+            k = min(config.k, config.budget - sampled)
+            placements, logp, _ = policy(k, generator=generator)
+            rewards, ran = [], []
+            batch_times = []
+            for row in placements.numpy():
+                m = _measure_or_replay(env, row, sampled, log)
+                result.step_times.append(m.step_time_s)
+                if m.step_time_s is not None:
+                    batch_times.append(m.step_time_s)
+                    if result.best_step_time_s is None or m.step_time_s < result.best_step_time_s:
+                        result.best_step_time_s, result.best_placement = m.step_time_s, row.copy()
+                rewards.append(failing if m.oom else math.sqrt(m.step_time_s))
+                ran.append(not m.oom)
+                sampled += 1
+            r = torch.tensor(rewards, dtype=torch.float32)
+            mask = torch.ones(k) if updates < config.valid_only_after else torch.tensor(ran, dtype=torch.float32)
+            if mask.sum() > 0:
+                loss = ((r - baseline) * logp * mask).sum() / k
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * float(r.mean())
+            updates += 1
+            point = {
+                "placements": sampled,
+                "best_step_time_s": result.best_step_time_s,
+                "sample_mean_step_time_s": float(np.mean(batch_times)) if batch_times else None,
+            }
+            result.curve.append(point)
+            if on_update is not None:
+                on_update(point)
+    finally:
+        if log is not None:
+            log.close()
+    return result
+
+
+def _measure_or_replay(env: Environment, placement: np.ndarray, index: int, log: PlacementLog | None) -> Measurement:
+    """Measure ``placement`` (or take sample ``index`` from the log) and log it before returning."""
+    as_list = [int(x) for x in placement]
+    if log is not None and index < len(log.records):
+        rec = log.records[index]
+        if rec["placement"] != as_list:
+            raise ValueError(f"placement log {log.path}: sample {index} differs from the replayed search")
+        return Measurement(step_time_s=rec["step_time_s"], oom=rec["oom"])
+    m = env.measure(placement)
+    if log is not None:
+        log.append({"index": index, "placement": as_list, "step_time_s": m.step_time_s, "oom": m.oom})
+    return m

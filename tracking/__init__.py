@@ -1,0 +1,97 @@
+"""MLflow tracking: where runs go by default, and how an experiment is recorded.
+
+By default the store is a SQLite file ``<out_dir>/mlflow.db`` and artifacts go to
+``<out_dir>/mlartifacts`` beside it (never a stray ``./mlruns``). One parent run per
+experiment (its parameters, the Prefect flow run id as tag ``prefect.flow_run_id``, the
+results table); one nested run per method (its parameters, ``step_time_s``, the placement
+as ``placement.json`` and, for a search, its learning curve as metrics
+``best_step_time_s`` and ``sample_mean_step_time_s`` against placements sampled).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+
+EXPERIMENT_NAME = "placement-experiment"
+
+
+def default_tracking_uri(out_dir: str | Path) -> str:
+    """``sqlite:///<abs out_dir>/mlflow.db``."""
+    return f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+
+
+def artifact_root(out_dir: str | Path) -> str:
+    """``file://<abs out_dir>/mlartifacts``."""
+    return (Path(out_dir).resolve() / "mlartifacts").as_uri()
+
+
+def ui_command(tracking_uri: str) -> str:
+    """The command that opens the MLflow UI on ``tracking_uri`` (bound to 127.0.0.1)."""
+    return f"mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1 --port 5000"
+
+
+def record_experiment(
+    tracking_uri: str,
+    artifact_location: str,
+    params: dict,
+    results: dict[str, dict],
+    summary: dict,
+    method_params: dict[str, dict],
+    curves: dict[str, list[dict]],
+    prefect_flow_run_id: str | None,
+    extra_artifacts: dict[str, str] | None = None,
+) -> str:
+    """Write one experiment to MLflow; returns the parent run id.
+
+    Args:
+        tracking_uri: MLflow tracking URI (SQLite file or server).
+        artifact_location: where the experiment's artifacts go (used when the experiment is created).
+        params: the experiment's parameters (model, cluster, budget, seed...).
+        results: method -> evaluation row (see :func:`cluster.evaluation.evaluate_placements`).
+        summary: best baseline and speedups.
+        method_params: method -> its own parameters.
+        curves: method -> learning-curve points (``placements``, ``best_step_time_s``, ``sample_mean_step_time_s``).
+        prefect_flow_run_id: tagged on the parent run.
+        extra_artifacts: artifact path -> local file to upload into the parent run.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp = client.get_experiment_by_name(EXPERIMENT_NAME)
+    exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT_NAME, artifact_location=artifact_location)
+    tags = {"prefect.flow_run_id": prefect_flow_run_id or ""}
+    parent = client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}", tags=tags)
+    pid = parent.info.run_id
+    now = int(time.time() * 1000)
+    client.log_batch(pid, params=[Param(k, str(v)) for k, v in params.items()])
+    parent_metrics = [Metric(f"{m}.step_time_s", r["step_time_s"], now, 0) for m, r in results.items() if r["step_time_s"] is not None]
+    parent_metrics += [Metric(k, v, now, 0) for k, v in summary.items() if isinstance(v, float)]
+    if parent_metrics:
+        client.log_batch(pid, metrics=parent_metrics)
+    client.log_dict(pid, {"results": results, "summary": summary}, "results.json")
+    for name, path in (extra_artifacts or {}).items():
+        client.log_artifact(pid, path, artifact_path=name)
+    for method, row in results.items():
+        child = client.create_run(exp_id, run_name=method, tags={"mlflow.parentRunId": pid, "method": method})
+        cid = child.info.run_id
+        mparams = {"method": method, **method_params.get(method, {})}
+        client.log_batch(cid, params=[Param(k, str(v)) for k, v in mparams.items()], tags=[RunTag("oom", str(row["oom"]))])
+        metrics = []
+        if row["step_time_s"] is not None:
+            metrics.append(Metric("step_time_s", row["step_time_s"], now, 0))
+        for point in curves.get(method, []):
+            for key in ("best_step_time_s", "sample_mean_step_time_s"):
+                if point.get(key) is not None:
+                    metrics.append(Metric(key, point[key], now, point["placements"]))
+        for i in range(0, len(metrics), 1000):
+            client.log_batch(cid, metrics=metrics[i : i + 1000])
+        client.log_dict(cid, row["placement"], "placement.json")
+        client.set_terminated(cid)
+    client.set_terminated(pid)
+    return pid
