@@ -1,18 +1,16 @@
 """Tests for baselines.scotch_mapping.scotch_static_map (Scotch static mapping baseline)."""
 
 import os
-import subprocess
 import sys
+import subprocess
 import textwrap
 
 import numpy as np
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:  # also work under plain `pytest` (no conftest.py / package config)
-    sys.path.insert(0, REPO_ROOT)
+from baselines.scotch_mapping import scotch_static_map
 
-from baselines.scotch_mapping import scotch_static_map  # noqa: E402
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _clique(offset, size, weight):

@@ -1,0 +1,30 @@
+"""Shared fixtures: the small RNNLM training step, imported and grouped once per session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+@pytest.fixture(scope="session")
+def rnnlm_small():
+    """``compgraph.prepare.prepare("rnnlm", "small")``: a real TF training step (~1.6k ops, 61 groups)."""
+    from compgraph.prepare import prepare
+
+    return prepare("rnnlm", "small")
+
+
+@pytest.fixture(scope="session")
+def k80x2():
+    from cluster.spec import load_cluster
+
+    return load_cluster("k80x2")

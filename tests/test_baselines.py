@@ -1,0 +1,77 @@
+"""Every baseline of 2017 Sec. 4.2 on the small RNNLM and the k80x2 / k80x4 clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from baselines import BASELINES, BaselineContext, expert, mincut, scotch, single_cpu, single_gpu
+from cluster.environment import SimulatedEnvironment
+from cluster.spec import load_cluster
+
+
+@pytest.fixture(scope="module")
+def ctx(rnnlm_small, k80x2):
+    return BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, k80x2, rnnlm_small.benchmark, rnnlm_small.config)
+
+
+def test_single_devices(ctx):
+    assert set(single_cpu(ctx).tolist()) == {0}
+    assert set(single_gpu(ctx).tolist()) == {1}
+
+
+def test_single_gpu_puts_groups_without_gpu_kernel_on_cpu(ctx):
+    ctx2 = BaselineContext(ctx.graph, ctx.grouping, ctx.spec)
+    ctx2.group_gpu_ok = ctx.group_gpu_ok.copy()
+    ctx2.group_gpu_ok[3] = False
+    p = single_gpu(ctx2)
+    assert p[3] == 0 and (np.delete(p, 3) == 1).all()
+
+
+def test_expert_layers_on_their_gpus(ctx):
+    p = expert(ctx)
+    names = ctx.grouping.names
+    where = dict(zip(names, p.tolist()))
+    assert where["rnnlm/layer_0/step_0"] == 1
+    assert where["rnnlm/layer_1/step_0"] == 2
+    assert where["rnnlm/softmax/step_5"] == 2  # softmax with the last layer
+    assert where["rnnlm/embedding/embedding"] == 1  # embedding with the first layer
+    assert where["rnnlm/layer_1/kernel"] == 2
+    assert 0 not in p
+
+
+def test_expert_needs_a_benchmark(ctx):
+    with pytest.raises(ValueError, match="expert"):
+        expert(BaselineContext(ctx.graph, ctx.grouping, ctx.spec))
+
+
+def test_scotch_uses_all_devices_and_mincut_only_gpus(ctx):
+    s = scotch(ctx)
+    m = mincut(ctx)
+    assert s.shape == m.shape == (ctx.grouping.num_groups,)
+    assert set(s.tolist()) <= {0, 1, 2} and len(set(s.tolist())) >= 2
+    assert set(m.tolist()) <= {1, 2} and len(set(m.tolist())) == 2
+    assert (scotch(ctx) == s).all()  # deterministic
+
+
+def test_every_baseline_measures_on_k80x4(rnnlm_small):
+    spec = load_cluster("k80x4")
+    ctx = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, spec, rnnlm_small.benchmark, rnnlm_small.config)
+    env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, spec)
+    times = {}
+    for name, fn in BASELINES.items():
+        m = env.measure(fn(ctx))
+        assert not m.oom and m.step_time_s > 0
+        times[name] = m.step_time_s
+    assert times["single_gpu"] < times["single_cpu"]
+    assert times["expert"] < times["single_gpu"]  # two layers in parallel on two GPUs
+
+
+def test_gpu_baselines_refuse_a_cpu_only_cluster(rnnlm_small):
+    from cluster.spec import ClusterSpec
+
+    spec = ClusterSpec(name="cpu1", devices=[dict(name="/cpu:0", kind="cpu", peak_flops=1e12, memory_bandwidth=1e10, memory_bytes=1e10)])
+    ctx = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, spec, rnnlm_small.benchmark, rnnlm_small.config)
+    assert set(single_cpu(ctx).tolist()) == {0}
+    with pytest.raises(ValueError, match="no GPU"):
+        single_gpu(ctx)

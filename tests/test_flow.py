@@ -1,0 +1,91 @@
+"""One end-to-end run of the placement-experiment flow under Prefect's test harness,
+checked against the real SQLite MLflow store it wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield
+
+
+def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from flows.experiment import METHODS, placement_experiment
+
+    out = tmp_path / "runs"
+    result = placement_experiment(budget=16, k=8, seed=0, out_dir=str(out))
+    assert set(result["methods"]) == set(METHODS)
+    for name, row in result["methods"].items():
+        assert row["oom"] is False and row["step_time_s"] > 0, name
+        assert len(row["placement"]) == result["groups"]
+    assert result["prefect_flow_run_id"]
+    assert (out / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    parent = client.get_run(result["mlflow_run_id"])
+    assert parent.data.tags["prefect.flow_run_id"] == result["prefect_flow_run_id"]
+    assert parent.data.params["model"] == "rnnlm" and parent.data.params["budget"] == "16"
+    children = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
+    by_method = {r.data.tags["method"]: r for r in children}
+    assert set(by_method) == set(METHODS)
+    for method, run in by_method.items():
+        assert run.data.metrics["step_time_s"] == pytest.approx(result["methods"][method]["step_time_s"])
+    curve = client.get_metric_history(by_method["rl"].info.run_id, "best_step_time_s")
+    assert [m.step for m in curve] == [8, 16]
+    assert curve[-1].value == pytest.approx(result["methods"]["rl"]["step_time_s"])
+    assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 2
+    placement_file = client.download_artifacts(by_method["expert"].info.run_id, "placement.json", str(tmp_path))
+    assert json.loads(open(placement_file).read()) == result["methods"]["expert"]["placement"]
+    logs = list((out / "placement-logs").glob("*.jsonl"))
+    assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 17
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["experiment", "--model", "nope"], "unknown model 'nope'; valid: rnnlm"),
+        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: k80x2, k80x4"),
+        (["experiment", "--methods", "rl,magic"], "unknown method 'magic'; valid: single_cpu"),
+        (["experiment", "--budget", "0"], "--budget must be at least 1, got 0"),
+        (["graph-stats", "--model", "nope"], "unknown model 'nope'"),
+    ],
+)
+def test_cli_bad_values_exit_2_with_one_line(args, needle):
+    from cli.main import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2
+    assert needle in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert "Traceback" not in r.output
+
+
+def test_cli_lists_models_and_clusters():
+    from cli.main import app
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["models"]).output.startswith("rnnlm\t")
+    lines = runner.invoke(app, ["clusters"]).output.strip().splitlines()
+    assert [x.split("\t")[0] for x in lines] == ["k80x2", "k80x4"]
+
+
+def test_cli_graph_stats_json(rnnlm_small):
+    from cli.main import app
+
+    r = CliRunner().invoke(app, ["graph-stats", "--model", "rnnlm", "--json", "-"])
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.stdout)
+    assert stats["ops"] == rnnlm_small.graph.num_ops and stats["groups"] == rnnlm_small.grouping.num_groups
+    assert stats["total_flops"] > 1e9 and stats["param_bytes"] > 1e7

@@ -1,0 +1,102 @@
+"""The 2017 REINFORCE search: determinism by seed, the placement log and its replay."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cluster.environment import SimulatedEnvironment
+from placer.features import group_features
+from placer.reinforce import ReinforceConfig, reinforce_search
+from placer.seq2seq import Seq2SeqPlacer
+
+
+@pytest.fixture(scope="module")
+def env(rnnlm_small, k80x2):
+    return SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
+
+
+def test_features_shapes(rnnlm_small):
+    f = group_features(rnnlm_small.graph, rnnlm_small.grouping)
+    g = rnnlm_small.grouping.num_groups
+    assert f.type_counts.shape == (g, len(f.type_names))
+    assert np.allclose(f.type_counts.sum(axis=1), 1.0)
+    assert f.output_shapes.shape == (g, 24) and f.output_shapes.dtype == np.float32
+    assert f.adjacency.shape == (g, g) and (f.adjacency == f.adjacency.T).all()
+    assert f.adjacency.diagonal().sum() == 0
+
+
+def test_policy_scores_its_own_samples(rnnlm_small):
+    import torch
+
+    f = group_features(rnnlm_small.graph, rnnlm_small.grouping)
+    torch.manual_seed(0)
+    policy = Seq2SeqPlacer(f, 3, hidden_size=32)
+    gen = torch.Generator().manual_seed(1)
+    actions, logp, _ = policy(4, generator=gen)
+    assert actions.shape == (4, f.num_groups) and actions.max() < 3
+    _, logp2, _ = policy(4, actions=actions)
+    assert torch.allclose(logp, logp2)
+    assert (logp < 0).all()
+
+
+def test_same_seed_same_placements(env, tmp_path):
+    cfg = ReinforceConfig(budget=24, k=8, seed=3, hidden_size=32)
+    a = reinforce_search(env, cfg)
+    b = reinforce_search(env, cfg)
+    c = reinforce_search(env, cfg.model_copy(update={"seed": 4}))
+    assert a.step_times == b.step_times
+    assert (a.best_placement == b.best_placement).all()
+    assert a.step_times != c.step_times
+    assert len(a.step_times) == 24 and len(a.curve) == 3
+    assert a.curve[-1]["placements"] == 24
+    assert a.best_step_time_s == min(a.step_times)
+
+
+def test_every_placement_is_logged_and_replayed(env, tmp_path):
+    cfg = ReinforceConfig(budget=16, k=4, seed=0, hidden_size=32)
+    log = tmp_path / "search.jsonl"
+    first = reinforce_search(env, cfg, log_path=log)
+    lines = log.read_text().splitlines()
+    assert json.loads(lines[0])["search"]["seed"] == 0
+    records = [json.loads(x) for x in lines[1:]]
+    assert [r["index"] for r in records] == list(range(16))
+    assert [r["step_time_s"] for r in records] == first.step_times
+
+    # an interrupted search: keep 6 samples (and a torn line); the re-run replays them, then measures on
+    log.write_text("\n".join(lines[:7]) + '\n{"index": 6, "plac')
+    calls = []
+    real_measure = env.measure
+
+    class Counting:
+        kind, spec, graph, grouping, simulator = env.kind, env.spec, env.graph, env.grouping, env.simulator
+
+        def measure(self, p):
+            calls.append(1)
+            return real_measure(p)
+
+    resumed = reinforce_search(Counting(), cfg, log_path=log)
+    assert resumed.step_times == first.step_times
+    assert len(calls) == 10
+
+
+def test_log_with_other_settings_is_refused(env, tmp_path):
+    log = tmp_path / "search.jsonl"
+    reinforce_search(env, ReinforceConfig(budget=4, k=4, seed=0, hidden_size=32), log_path=log)
+    with pytest.raises(ValueError, match="other settings"):
+        reinforce_search(env, ReinforceConfig(budget=4, k=4, seed=1, hidden_size=32), log_path=log)
+
+
+def test_oom_gets_the_failing_signal(rnnlm_small):
+    from cluster.spec import ClusterSpec
+
+    tiny = dict(peak_flops=1e12, memory_bandwidth=1e11, memory_bytes=1e3)
+    spec = ClusterSpec(name="tiny", devices=[dict(name="/cpu:0", kind="cpu", **tiny), dict(name="/gpu:0", kind="gpu", **tiny)],
+                       default_link=dict(bandwidth=1e10))
+    env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, spec)
+    res = reinforce_search(env, ReinforceConfig(budget=8, k=4, seed=0, hidden_size=16, failing_signal=5.0))
+    assert res.step_times == [None] * 8
+    assert res.best_placement is None and res.failing_signal == 5.0
+    assert all(p["sample_mean_step_time_s"] is None for p in res.curve)
