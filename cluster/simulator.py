@@ -85,6 +85,8 @@ class Simulator:
             self.out_edges[e.src].append((e.dst, out, e.bytes))
             self.in_edges[e.dst].append((e.src, out))
             self.indegree[e.dst] += 1
+        for out in self.out_edges:
+            out.sort()  # successors made ready by one event enter the queue in op-index order
         self.alloc = [int(op.alloc_bytes) for op in graph.ops]
         self.param = [int(op.param_bytes) for op in graph.ops]
         self.output_bytes = [list(op.output_bytes) for op in graph.ops]

@@ -1,0 +1,167 @@
+"""Tests for cluster.spec: presets, YAML loading and validation errors."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from pydantic import ValidationError
+
+from cluster.spec import ClusterSpec, load_cluster, preset_names
+
+K80_FLOPS = 4.365e12  # 8.73 TFLOP/s per K80 board / 2 GK210
+K80_BYTES = 12 * 2**30  # 24 GB per board / 2 = 12 GiB = 12884901888
+CPU_FLOPS = 1.3248e12  # 18 cores x 2.3 GHz x 32 FLOP/cycle
+
+
+def test_preset_names():
+    assert preset_names() == ["k80x2", "k80x4"]
+
+
+@pytest.mark.parametrize("name, n_gpus", [("k80x2", 2), ("k80x4", 4)])
+def test_presets_load_with_datasheet_figures(name, n_gpus):
+    """k80xN: one CPU (index 0) + N K80 GPUs, 15.75 GB/s PCIe default link."""
+    spec = load_cluster(name)
+    assert spec.name == name
+    assert len(spec.devices) == 1 + n_gpus
+    assert spec.cpu_indices == [0]
+    assert spec.gpu_indices == list(range(1, 1 + n_gpus))
+    assert spec.device_names == ["/cpu:0"] + [f"/gpu:{i}" for i in range(n_gpus)]
+    cpu = spec.devices[0]
+    assert cpu.kind == "cpu"
+    assert cpu.peak_flops == pytest.approx(CPU_FLOPS)
+    assert cpu.memory_bandwidth == pytest.approx(68e9)
+    for i in spec.gpu_indices:
+        gpu = spec.devices[i]
+        assert gpu.kind == "gpu"
+        assert gpu.peak_flops == pytest.approx(K80_FLOPS)
+        assert gpu.memory_bandwidth == pytest.approx(240e9)
+        assert gpu.memory_bytes == K80_BYTES
+    link = spec.link(1, 2)
+    assert link.bandwidth == pytest.approx(15.75e9)
+    assert link.latency_s == pytest.approx(10e-6)
+
+
+def _write(tmp_path, text: str, name: str = "spec.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+GOOD = """\
+    name: tiny
+    devices:
+      - {name: /cpu:0, kind: cpu, peak_flops: 1.0e12, memory_bandwidth: 5.0e10, memory_bytes: 1.0e10}
+      - {name: /gpu:0, kind: gpu, peak_flops: 1.0e13, memory_bandwidth: 9.0e11, memory_bytes: 8.0e9, op_overhead_s: 4.0e-6}
+      - {name: /gpu:1, kind: gpu, peak_flops: 1.0e13, memory_bandwidth: 9.0e11, memory_bytes: 8.0e9}
+    links:
+      - {between: [/gpu:0, /gpu:1], bandwidth: 5.0e10, latency_s: 2.0e-6}
+    default_link: {bandwidth: 1.6e10, latency_s: 1.0e-5}
+"""
+
+
+def test_yaml_spec_loads_from_path(tmp_path):
+    """A spec file loads via load_cluster(path); an explicit link overrides default_link,
+    in both directions; other pairs use default_link."""
+    spec = load_cluster(str(_write(tmp_path, GOOD)))
+    assert spec.name == "tiny"
+    assert spec.device_names == ["/cpu:0", "/gpu:0", "/gpu:1"]
+    assert spec.gpu_indices == [1, 2]
+    assert spec.devices[1].op_overhead_s == pytest.approx(4e-6)
+    assert spec.devices[2].op_overhead_s == 0.0
+    assert spec.link(1, 2).bandwidth == pytest.approx(5e10)
+    assert spec.link(2, 1).latency_s == pytest.approx(2e-6)
+    assert spec.link(0, 2).bandwidth == pytest.approx(1.6e10)
+    assert spec.link(0, 1).latency_s == pytest.approx(1e-5)
+
+
+def test_yml_suffix_also_loads(tmp_path):
+    spec = load_cluster(str(_write(tmp_path, GOOD, "spec.yml")))
+    assert len(spec.devices) == 3
+
+
+def test_unknown_preset_lists_valid_ones():
+    with pytest.raises(ValueError) as exc:
+        load_cluster("k80x8")
+    msg = str(exc.value)
+    assert "k80x8" in msg
+    assert "k80x2" in msg and "k80x4" in msg
+
+
+def test_missing_yaml_file_is_unknown(tmp_path):
+    with pytest.raises(ValueError, match="k80x2"):
+        load_cluster(str(tmp_path / "nope.yaml"))
+
+
+def test_negative_peak_flops_names_field(tmp_path):
+    """devices[1].peak_flops = -1 -> ValueError naming the file and devices.1.peak_flops."""
+    p = _write(tmp_path, GOOD.replace("peak_flops: 1.0e13, memory_bandwidth: 9.0e11, memory_bytes: 8.0e9, op",
+                                      "peak_flops: -1.0, memory_bandwidth: 9.0e11, memory_bytes: 8.0e9, op"))
+    assert "peak_flops: -1.0" in p.read_text()
+    with pytest.raises(ValueError) as exc:
+        load_cluster(str(p))
+    msg = str(exc.value)
+    assert "devices.1.peak_flops" in msg
+    assert str(p) in msg
+
+
+def test_negative_latency_rejected(tmp_path):
+    p = _write(tmp_path, GOOD.replace("latency_s: 1.0e-5", "latency_s: -1.0e-5"))
+    with pytest.raises(ValueError, match="default_link.latency_s"):
+        load_cluster(str(p))
+
+
+def test_bad_kind_rejected(tmp_path):
+    p = _write(tmp_path, GOOD.replace("kind: cpu", "kind: tpu"))
+    with pytest.raises(ValueError, match="devices.0.kind"):
+        load_cluster(str(p))
+
+
+def test_unparseable_yaml_raises_value_error(tmp_path):
+    p = _write(tmp_path, "name: [unclosed\n")
+    with pytest.raises(ValueError, match="cluster spec"):
+        load_cluster(str(p))
+
+
+def test_link_to_unknown_device(tmp_path):
+    p = _write(tmp_path, GOOD.replace("between: [/gpu:0, /gpu:1]", "between: [/gpu:0, /gpu:7]"))
+    with pytest.raises(ValueError, match="unknown device '/gpu:7'"):
+        load_cluster(str(p))
+
+
+def test_missing_link_without_default(tmp_path):
+    """Only gpu0<->gpu1 is listed and there is no default_link: cpu0<->gpu0 has no link."""
+    text = GOOD.replace("default_link: {bandwidth: 1.6e10, latency_s: 1.0e-5}\n", "")
+    assert "default_link" not in text
+    with pytest.raises(ValueError, match="no link between '/cpu:0' and '/gpu:0'"):
+        load_cluster(str(_write(tmp_path, text)))
+
+
+def test_all_links_listed_without_default_is_valid():
+    spec = ClusterSpec(
+        name="full",
+        devices=[
+            {"name": "a", "kind": "cpu", "peak_flops": 1, "memory_bandwidth": 1, "memory_bytes": 1},
+            {"name": "b", "kind": "gpu", "peak_flops": 1, "memory_bandwidth": 1, "memory_bytes": 1},
+        ],
+        links=[{"between": ["b", "a"], "bandwidth": 7.0}],
+    )
+    assert spec.link(0, 1).bandwidth == 7.0
+    assert spec.link(1, 0).bandwidth == 7.0
+
+
+def test_duplicate_device_names(tmp_path):
+    p = _write(tmp_path, GOOD.replace("name: /gpu:1,", "name: /gpu:0,"))
+    with pytest.raises(ValueError, match=r"duplicate device name\(s\) \['/gpu:0'\]"):
+        load_cluster(str(p))
+
+
+def test_duplicate_device_names_direct_construction():
+    dev = {"name": "x", "kind": "cpu", "peak_flops": 1, "memory_bandwidth": 1, "memory_bytes": 1}
+    with pytest.raises(ValidationError, match="duplicate"):
+        ClusterSpec(name="d", devices=[dev, dev], default_link={"bandwidth": 1.0})
+
+
+def test_no_devices_rejected():
+    with pytest.raises(ValidationError):
+        ClusterSpec(name="empty", devices=[], default_link={"bandwidth": 1.0})
