@@ -38,12 +38,12 @@ def _write_json(obj: dict, path: str) -> None:
 
 
 def _check_model(model: str, size: str) -> None:
-    from compgraph.models import BENCHMARKS, SIZES
+    from compgraph.models import BENCHMARKS
 
     if model not in BENCHMARKS:
         _fail(f"unknown model {model!r}; valid: {', '.join(BENCHMARKS)}")
-    if size not in SIZES:
-        _fail(f"unknown size {size!r}; valid: {', '.join(SIZES)}")
+    if size not in BENCHMARKS[model].sizes:
+        _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
 
 
 @app.command()

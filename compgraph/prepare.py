@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from compgraph.grouping import group_ops
 from compgraph.ir import Grouping, OpGraph
-from compgraph.models import BENCHMARKS, SIZES, Benchmark
+from compgraph.models import BENCHMARKS, Benchmark
 from compgraph.tf_import import import_graph_def
 
 
@@ -21,6 +21,8 @@ class PreparedGraph:
     config: BaseModel
     graph: OpGraph
     grouping: Grouping
+    graph_def: object = None  #: the TensorFlow ``GraphDef`` the graph was imported from (for real execution)
+    fetches: tuple[str, ...] = ()  #: op names one training step runs
 
     def stats(self) -> dict:
         """Op and group counts, total FLOPs (FLOP) and parameter bytes (bytes)."""
@@ -48,11 +50,11 @@ def prepare(model: str, size: str = "small") -> PreparedGraph:
     """
     if model not in BENCHMARKS:
         raise ValueError(f"unknown model {model!r}; valid: {', '.join(BENCHMARKS)}")
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; valid: {', '.join(SIZES)}")
     bench = BENCHMARKS[model]
+    if size not in bench.sizes:
+        raise ValueError(f"unknown size {size!r} for {model}; valid: {', '.join(bench.sizes)}")
     config = bench.sizes[size]
     graph_def, fetches = bench.build(config)
     graph = import_graph_def(graph_def, fetches, name=model)
     grouping = group_ops(graph, bench.model_rule, grouper="2017")
-    return PreparedGraph(bench, size, config, graph, grouping)
+    return PreparedGraph(bench, size, config, graph, grouping, graph_def, tuple(fetches))

@@ -44,4 +44,4 @@ BENCHMARKS: dict[str, Benchmark] = {
         num_layers=lambda cfg: cfg.num_layers,
     ),
 }
-SIZES = ("small", "paper")
+SIZES = ("small", "paper")  #: sizes every benchmark has; some add ``large``
