@@ -8,7 +8,9 @@ the CPU (the paper: "if an operation lacks GPU implementation, it will be placed
 * ``single_gpu``: everything on the first GPU.
 * ``expert``: each LSTM layer on its own GPU, the embedding with the first layer, the
   softmax (and the loss and optimizer bookkeeping) with the last (layers wrap around when
-  there are more layers than GPUs).
+  there are more layers than GPUs); for CNNs and BERT, contiguous chunks of layers with
+  roughly the same number of layers per GPU ("we heuristically partition the model into
+  contiguous parts that have roughly the same number of layers").
 * ``scotch``: Scotch static mapping of the cost-weighted group graph onto the target
   architecture of all devices, annotated with their compute capacities (peak FLOP/s)
   and the links' communication costs (:mod:`baselines.scotch_mapping`).
@@ -93,11 +95,15 @@ def expert(ctx: BaselineContext) -> np.ndarray:
     if ctx.benchmark is None:
         raise ValueError("expert: needs a benchmark with layer rules; this graph has none")
     gpus = ctx.gpus()
+    num_layers = ctx.benchmark.num_layers(ctx.config)
     out = np.empty(ctx.grouping.num_groups, dtype=np.int64)
     for g, members in enumerate(ctx.grouping.members()):
         layers = Counter(ctx.benchmark.expert_layer(ctx.graph.ops[i].name, ctx.config) for i in members)
         layer = min(layers.items(), key=lambda kv: (-kv[1], kv[0]))[0]
-        out[g] = gpus[layer % len(gpus)]
+        if ctx.benchmark.expert_contiguous:
+            out[g] = gpus[min(layer * len(gpus) // num_layers, len(gpus) - 1)]
+        else:
+            out[g] = gpus[layer % len(gpus)]
     return ctx.cpu_fallback(out)
 
 

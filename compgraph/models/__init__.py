@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from compgraph.models import rnnlm
+from compgraph.models import bert, rnnlm
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,10 @@ class Benchmark:
         build: config -> ``(GraphDef, fetch op names)`` of one training step.
         model_rule: op name -> co-location key or ``None`` (2017 Sec. 4.1).
         expert_layer: ``(op name, config) -> layer index`` for the expert placement.
+        num_layers: config -> number of expert layers.
+        expert_contiguous: the expert maps layers to GPUs in contiguous chunks
+            (``layer * num_gpus // num_layers``: CNNs and BERT) instead of one layer per GPU
+            (``layer % num_gpus``: the RNN models, 2017 Sec. 4.2).
     """
 
     name: str
@@ -30,6 +34,7 @@ class Benchmark:
     model_rule: Callable[[str], "str | None"]
     expert_layer: Callable[[str, BaseModel], int]
     num_layers: Callable[[BaseModel], int]
+    expert_contiguous: bool = False
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -42,6 +47,17 @@ BENCHMARKS: dict[str, Benchmark] = {
         model_rule=rnnlm.model_rule,
         expert_layer=lambda name, cfg: rnnlm.expert_layer(name, cfg.num_layers),
         num_layers=lambda cfg: cfg.num_layers,
+    ),
+    "bert_base": Benchmark(
+        name="bert_base",
+        description="BERT-Base SQuAD fine-tuning step, 12 transformer layers, Adam (EAGLE Sec. IV-A); "
+        "paper: 12x768, 12 heads, seq 384, batch 24",
+        sizes={"small": bert.SMALL, "paper": bert.PAPER},
+        build=bert.build_training_graph,
+        model_rule=bert.model_rule,
+        expert_layer=bert.expert_layer,
+        num_layers=bert.num_layers,
+        expert_contiguous=bert.EXPERT_CONTIGUOUS,
     ),
 }
 SIZES = ("small", "paper")  #: sizes every benchmark has; some add ``large``
