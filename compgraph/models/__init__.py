@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from compgraph.models import bert, rnnlm
+from compgraph.models import bert, gnmt, nmt, rnnlm
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,34 @@ BENCHMARKS: dict[str, Benchmark] = {
     "rnnlm": Benchmark(
         name="rnnlm",
         description="LSTM language model, 2 layers, statically unrolled, Adam (2017 Sec. 4.1); "
-        "paper: 2x2048, 40 steps, batch 64",
-        sizes={"small": rnnlm.SMALL, "paper": rnnlm.PAPER},
+        "paper: 2x2048, 40 steps, batch 64; large: 2x4096, batch 256 (2017 Sec. 4.3)",
+        sizes={"small": rnnlm.SMALL, "paper": rnnlm.PAPER, "large": rnnlm.LARGE},
         build=rnnlm.build_training_graph,
         model_rule=rnnlm.model_rule,
         expert_layer=lambda name, cfg: rnnlm.expert_layer(name, cfg.num_layers),
         num_layers=lambda cfg: cfg.num_layers,
+    ),
+    "nmt": Benchmark(
+        name="nmt",
+        description="attentional LSTM encoder-decoder, Bahdanau attention, statically unrolled, Adam "
+        "(2017 Sec. 4.1); paper: 2x1024 enc+dec, length 40, batch 64, 32k vocab; large: 2x2048, batch 256",
+        sizes={"small": nmt.SMALL, "paper": nmt.PAPER, "large": nmt.LARGE},
+        build=nmt.build_training_graph,
+        model_rule=nmt.model_rule,
+        expert_layer=nmt.expert_layer,
+        num_layers=nmt.num_layers,
+        expert_contiguous=nmt.EXPERT_CONTIGUOUS,
+    ),
+    "gnmt": Benchmark(
+        name="gnmt",
+        description="GNMT: 4x256 LSTMs (bidirectional first encoder layer, residual from layer 3), attention "
+        "from the bottom decoder layer, Adam (EAGLE Sec. IV-A); paper: batch 256, length 50",
+        sizes={"small": gnmt.SMALL, "paper": gnmt.PAPER},
+        build=gnmt.build_training_graph,
+        model_rule=gnmt.model_rule,
+        expert_layer=gnmt.expert_layer,
+        num_layers=gnmt.num_layers,
+        expert_contiguous=gnmt.EXPERT_CONTIGUOUS,
     ),
     "bert_base": Benchmark(
         name="bert_base",

@@ -35,6 +35,8 @@ class RNNLMConfig(BaseModel):
 
 #: The 2017 paper's RNNLM (Sec. 4.1). The vocabulary is not given there; 10k is PTB's.
 PAPER = RNNLMConfig()
+#: The larger RNNLM at the end of 2017 Sec. 4.3: batch 256, LSTMs of 4,096.
+LARGE = RNNLMConfig(hidden_size=4096, batch_size=256)
 #: A small RNNLM for the demo and the tests (same structure, about 1.5k ops).
 SMALL = RNNLMConfig(num_layers=2, hidden_size=512, num_steps=8, batch_size=64, vocab_size=4000)
 
