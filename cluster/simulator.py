@@ -1,26 +1,58 @@
-"""An event-driven simulator of one training step under a placement.
+"""An event-driven simulator of one training step under a placement (the plain reference).
 
-Semantics (those of TensorFlow's executor on a machine like the 2017 paper's):
+Semantics (those of TensorFlow's executor on a machine like the 2017 paper's,
+Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
+``tests/test_simulator.py``):
 
 * **Devices.** Each device runs its ready ops one at a time, in the order they became
-  ready (FIFO; ties in time broken by event order, then op index). An op is ready when
-  all its inputs (data and control) are available on its device. Op ``o`` takes
-  ``t(o, d)`` seconds on device ``d`` (:func:`cluster.cost_model.op_time_matrix`).
-* **Transfers.** A tensor consumed on another device is sent once per destination
-  device, when its producer finishes, over the link between the two devices; a transfer
-  of ``b`` bytes takes ``latency_s + b / bandwidth``. Each link direction carries one
-  transfer at a time (FIFO). A control edge across devices is a 0-byte transfer.
-* **Memory.** Per device: the resident bytes of the variables placed there (weights and
-  optimizer slots, for the whole step) plus the live activations: an op's outputs are
-  allocated when it starts and freed when its last consumer on that device has finished
-  and every transfer of them has arrived; a received copy is allocated on arrival and
-  freed when its last consumer on the destination has finished. Outputs of aliasing ops
-  (``Identity``, ``ReadVariableOp``, ...) take no new memory. A device whose peak
-  exceeds its capacity is out of memory (OOM); the step time is still reported.
-* **Kernels.** An op with no GPU kernel placed on a GPU runs on the first CPU, as
-  TensorFlow's soft placement does.
-
-The step time is the time the last op or transfer finishes (seconds).
+  ready (FIFO). An op is ready when all its inputs (data and control) are available on its
+  device: a local input when its producer finishes, a remote one when its transfer
+  arrives. Op ``o`` takes ``t(o, d)`` seconds on device ``d``
+  (:func:`cluster.cost_model.op_time_matrix`, or the ``op_times`` given). Ties: ops that
+  are ready at ``t = 0`` are queued in op-index order; events at the same time are
+  handled in the order they were scheduled (a device or link that starts work earlier,
+  in event order, finishes first on equal times); the successors readied by one event
+  are queued in op-index order. After an op finishes, devices are offered their next op
+  in device-index order.
+* **Transfers.** A tensor (output ``k`` of op ``o``) consumed on another device is sent
+  once per destination device, when its producer finishes, whatever the number of
+  consumers there. A control edge across devices is a 0-byte transfer, sent once per
+  (producer, destination device). A transfer of ``b`` bytes from ``a`` to ``c`` takes
+  ``latency_s + b / bandwidth`` seconds (:func:`cluster.cost_model.transfer_time`) with
+  the link ``ClusterSpec.link(a, c)``. ``b`` is the edge's ``bytes`` (the first
+  consumer's edge, in op-index order).
+* **Links and routing.** Every ordered pair of devices ``(a, c)`` is its own channel:
+  one transfer at a time per direction (FIFO, in the order transfers were queued); the
+  two directions of a pair, and different pairs, run concurrently. The cost of a pair is
+  the link the spec lists for it, else ``default_link``: in the presets that is PCIe
+  between the host CPU and each GPU, and between two GPUs the link the spec gives (the
+  K80 presets list none, so GPU<->GPU copies cost a PCIe transfer, as through the
+  host's PCIe fabric). There is no multi-hop routing and no sharing of a link's
+  bandwidth between pairs.
+* **Memory.** Per device: the resident bytes (``param_bytes``: weights and optimizer
+  slots) of the ops placed there, for the whole step, plus the live activations. An op's
+  ``alloc_bytes`` are allocated when it starts and freed when its last reader has
+  finished: every data consumer on its own device, and every transfer of it (a transfer
+  reads the buffer until it arrives). A received copy (``output_bytes[k]`` of the
+  producer) is allocated on the destination when it arrives and freed when its last
+  consumer there has finished. Aliasing ops (``alloc_bytes = 0``, e.g. ``Identity``)
+  take no new memory. Control edges hold no memory. The peak is resident bytes plus
+  the highest live total reached; a device whose peak exceeds its ``memory_bytes`` is
+  out of memory (OOM); the step time is still reported.
+* **Kernels.** An op with no GPU kernel placed on a GPU runs on the first CPU (the
+  lowest-index ``cpu`` device), as TensorFlow's soft placement does; with no CPU in the
+  spec it stays where placed.
+* **Step time** is the time the last op or transfer finishes (seconds).
+* **Critical path.** The chain of ops and transfers that determines the step time,
+  walked back from the event that finished last: an op's predecessor is the event that
+  made it ready (the last input to arrive: the local producer or the transfer) if it
+  started as soon as it was ready, else, having waited in its device's queue, the op
+  that ran on the device just before it; a transfer's predecessor is its producer if
+  it left as soon as the producer finished, else the transfer ahead of it on the same
+  link direction. Each step starts when its predecessor ends, so the chain is
+  contiguous from 0 to the step time, and the queueing waits are the device or link
+  predecessors in it. Ties (ready at the same instant the device freed up) go to the
+  data dependency.
 """
 
 from __future__ import annotations
@@ -36,6 +68,31 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import OpGraph
 
 
+@dataclass(frozen=True)
+class PathStep:
+    """One step of the critical path: an op run or a transfer.
+
+    Attributes:
+        kind: ``"op"`` (op ``op`` ran on ``src_device``) or ``"transfer"`` (output
+            ``output`` of op ``op``, ``-1`` for a control dependency, sent from
+            ``src_device`` to ``dst_device``).
+        op: op index (the op run, or the producer of the tensor sent).
+        output: output index sent, ``-1`` for a control transfer or an op step.
+        src_device, dst_device: device indices (equal for an op step).
+        start_s, end_s: seconds from the start of the step.
+        name: the op name, or ``"name:output->device name"`` for a transfer.
+    """
+
+    kind: str
+    op: int
+    output: int
+    src_device: int
+    dst_device: int
+    start_s: float
+    end_s: float
+    name: str
+
+
 @dataclass
 class SimResult:
     """What one simulated step measured.
@@ -44,9 +101,12 @@ class SimResult:
         step_time_s: makespan of the step (seconds).
         oom: True if any device's peak memory exceeds its capacity.
         compute_s: ``[num_devices]`` seconds each device spent running ops.
-        transfer_s: ``[num_devices]`` seconds of transfers sent or received by each device.
+        transfer_s: ``[num_devices]`` seconds of transfers sent or received by each device
+            (a transfer counts at both ends).
         peak_memory_bytes: ``[num_devices]`` resident plus peak live bytes.
         oom_devices: names of the devices that ran out of memory.
+        critical_path: the steps that determine the step time, in time order (see the
+            module docstring); ``None`` when not asked for (fast simulator batches).
     """
 
     step_time_s: float
@@ -55,6 +115,27 @@ class SimResult:
     transfer_s: list[float]
     peak_memory_bytes: list[int]
     oom_devices: list[str] = field(default_factory=list)
+    critical_path: list[PathStep] | None = None
+
+
+def check_placement(op_placement: np.ndarray, num_ops: int, num_devices: int) -> np.ndarray:
+    """``op_placement`` as int64 ``[num_ops]`` (or ``[K, num_ops]``), checked.
+
+    Raises:
+        ValueError: wrong length, or a device index out of range ``0..num_devices-1``.
+    """
+    p = np.asarray(op_placement)
+    if p.dtype.kind not in "iu":
+        if p.size and not np.all(np.mod(p, 1) == 0):
+            raise ValueError(f"placement: device indices must be integers, got dtype {p.dtype}")
+        p = p.astype(np.int64)
+    p = p.astype(np.int64, copy=False)
+    if p.ndim == 0 or p.shape[-1] != num_ops:
+        raise ValueError(f"placement: length {p.shape}, expected ({num_ops},)")
+    if p.size and (p.min() < 0 or p.max() >= num_devices):
+        bad = int(p.min()) if p.min() < 0 else int(p.max())
+        raise ValueError(f"placement: device index {bad} out of range 0..{num_devices - 1}")
+    return p
 
 
 class Simulator:
@@ -64,10 +145,10 @@ class Simulator:
         graph: the op graph.
         spec: the cluster.
         op_times: optional ``[num_ops, num_devices]`` seconds, replacing the roofline.
-    """
 
-    _OP_DONE = 0
-    _XFER_DONE = 1
+    Raises:
+        ValueError: ``op_times`` of the wrong shape.
+    """
 
     def __init__(self, graph: OpGraph, spec: ClusterSpec, op_times: np.ndarray | None = None) -> None:
         self.graph = graph
@@ -102,15 +183,16 @@ class Simulator:
     def effective_placement(self, op_placement: np.ndarray) -> np.ndarray:
         """Apply soft placement: ops with no GPU kernel placed on a GPU move to the first CPU.
 
+        Args:
+            op_placement: ``[num_ops]`` device indices.
+        Returns:
+            ``[num_ops]`` int64 device indices the ops run on.
         Raises:
             ValueError: wrong length or a device index out of range.
         """
-        p = np.asarray(op_placement, dtype=np.int64)
-        n, d = self.graph.num_ops, len(self.spec.devices)
-        if p.shape != (n,):
-            raise ValueError(f"placement: length {p.shape}, expected ({n},)")
-        if n and (p.min() < 0 or p.max() >= d):
-            raise ValueError(f"placement: device index out of range 0..{d - 1}")
+        p = check_placement(op_placement, self.graph.num_ops, len(self.spec.devices))
+        if p.ndim != 1:
+            raise ValueError(f"placement: length {p.shape}, expected ({self.graph.num_ops},)")
         bad = self.is_gpu[p] & ~self.gpu_ok
         if bad.any() and self.fallback >= 0:
             p = p.copy()
@@ -118,7 +200,12 @@ class Simulator:
         return p
 
     def run(self, op_placement: np.ndarray) -> SimResult:
-        """Simulate one step with ``op_placement[i]`` = device index of op ``i``."""
+        """Simulate one step with ``op_placement[i]`` = device index of op ``i``.
+
+        Raises:
+            ValueError: wrong length or a device index out of range.
+            RuntimeError: the simulation stalled (a cycle or a dangling input).
+        """
         place = self.effective_placement(op_placement).tolist()
         n, ndev = self.graph.num_ops, len(self.spec.devices)
         times, out_edges, in_edges = self.op_times, self.out_edges, self.in_edges
@@ -128,8 +215,8 @@ class Simulator:
         busy = [False] * ndev
         link_q: dict[tuple[int, int], deque] = {}
         link_busy: dict[tuple[int, int], bool] = {}
-        sent: dict[tuple[int, int, int], list[int]] = {}
-        users = [0] * n  # remaining readers of each op's output buffer on its own device
+        sent: dict[tuple[int, int, int], list[int]] = {}  # transfer key (op, output, dst device) -> consumers
+        users = [0] * n  # remaining readers of each op's output buffer (local consumers + transfers)
         recv_users: dict[tuple[int, int, int], int] = {}
         recv_bytes: dict[tuple[int, int, int], int] = {}
         resident = [0] * ndev
@@ -143,6 +230,15 @@ class Simulator:
         seq = 0
         now = 0.0
         end = 0.0
+        # critical-path bookkeeping: an item is ("op", op index) or ("xfer", transfer key)
+        ready_time = [0.0] * n
+        ready_by: list = [None] * n  # the item whose end made the op ready
+        span: dict = {}  # item -> (start, end)
+        pred: dict = {}  # item -> predecessor item or None
+        last_on_dev: list = [None] * ndev  # the op that ran last on each device
+        last_on_link: dict = {}  # the transfer that went last on each link direction
+        queued_at: dict = {}  # transfer key -> time it was queued (its producer's end)
+        last_item = None
 
         def start_ops(dev: int, t: float) -> None:
             nonlocal seq
@@ -155,6 +251,10 @@ class Simulator:
             live[dev] += alloc[op]
             if live[dev] > peak[dev]:
                 peak[dev] = live[dev]
+            item = ("op", op)
+            span[item] = (t, t + dt)
+            pred[item] = ready_by[op] if t <= ready_time[op] else last_on_dev[dev]
+            last_on_dev[dev] = item
             seq += 1
             heapq.heappush(events, (t + dt, seq, 0, op, None))
 
@@ -168,8 +268,17 @@ class Simulator:
             dt = transfer_time(nbytes, bw, lat)
             xfer[key[0]] += dt
             xfer[key[1]] += dt
+            item = ("xfer", tkey)
+            span[item] = (t, t + dt)
+            pred[item] = ("op", tkey[0]) if t <= queued_at[tkey] else last_on_link[key]
+            last_on_link[key] = item
             seq += 1
             heapq.heappush(events, (t + dt, seq, 1, tkey, key))
+
+        def make_ready(op: int, t: float, item) -> None:
+            ready_time[op] = t
+            ready_by[op] = item
+            queues[place[op]].append(op)
 
         def release_input(op: int, dev: int) -> None:
             for src, out in in_edges[op]:
@@ -195,6 +304,7 @@ class Simulator:
             now, _, kind, a, b = heapq.heappop(events)
             if kind == 0:  # op a finished
                 op, dev = a, place[a]
+                last_item = ("op", op)
                 busy[dev] = False
                 release_input(op, dev)
                 readers = 0
@@ -205,7 +315,7 @@ class Simulator:
                             readers += 1
                         pending[dst] -= 1
                         if pending[dst] == 0:
-                            queues[dev].append(dst)
+                            make_ready(dst, now, last_item)
                     else:
                         tkey = (op, out, ddev)
                         if tkey in sent:
@@ -215,6 +325,7 @@ class Simulator:
                             if out >= 0:
                                 readers += 1
                             lkey = (dev, ddev)
+                            queued_at[tkey] = now
                             link_q.setdefault(lkey, deque()).append((tkey, nbytes))
                             start_link(lkey, now)
                 users[op] += readers
@@ -224,6 +335,7 @@ class Simulator:
                     start_ops(ddev, now)
             else:  # transfer a = (src, out, dst_dev) arrived over link b
                 src, out, ddev = a
+                last_item = ("xfer", a)
                 link_busy[b] = False
                 consumers = sent[a]
                 if out >= 0:
@@ -239,7 +351,7 @@ class Simulator:
                 for dst in consumers:
                     pending[dst] -= 1
                     if pending[dst] == 0:
-                        queues[ddev].append(dst)
+                        make_ready(dst, now, last_item)
                 start_link(b, now)
                 start_ops(ddev, now)
             end = now
@@ -248,6 +360,12 @@ class Simulator:
             raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
         peak_total = [resident[i] + peak[i] for i in range(ndev)]
         oom_devices = [self.spec.devices[i].name for i in range(ndev) if peak_total[i] > self.capacity[i]]
+        path = []
+        item = last_item
+        while item is not None:
+            path.append(self._path_step(item, span[item], place))
+            item = pred[item]
+        path.reverse()
         return SimResult(
             step_time_s=end,
             oom=bool(oom_devices),
@@ -255,4 +373,14 @@ class Simulator:
             transfer_s=xfer,
             peak_memory_bytes=peak_total,
             oom_devices=oom_devices,
+            critical_path=path,
         )
+
+    def _path_step(self, item, span: tuple[float, float], place: list[int]) -> PathStep:
+        kind, key = item
+        if kind == "op":
+            dev = place[key]
+            return PathStep("op", key, -1, dev, dev, span[0], span[1], self.graph.ops[key].name)
+        op, out, ddev = key
+        name = f"{self.graph.ops[op].name}:{out}->{self.spec.devices[ddev].name}"
+        return PathStep("transfer", op, out, place[op], ddev, span[0], span[1], name)

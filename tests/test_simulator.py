@@ -443,3 +443,163 @@ def test_rnnlm_small_all_on_gpu0_is_sum_of_gpu_times(rnnlm_small, k80x2):
     assert m.transfer_s == pytest.approx([0.0] * len(k80x2.devices))
     assert [c for i, c in enumerate(m.compute_s) if i != gpu0] == [0.0, 0.0]
     assert m.peak_memory_bytes[gpu0] >= graph.total_param_bytes()
+
+
+# ---------------------------------------------------------------------------- 10. more rules
+
+
+def test_control_edges_to_one_device_are_one_zero_byte_transfer():
+    """a(d0) -control-> b(d1) and a -control-> c(d1); link latency 2 s, 1000 B/s.
+
+    One control transfer per (producer, destination device): 2 + 0/1000 = 2 s, once:
+      a 0..1; transfer 1..3; b 3..4; c 4..5 -> step = 5; transfer_s = [2, 2]
+    (one transfer per edge would queue a second one 3..5 on the same link: [4, 4]).
+    """
+    g = OpGraph("ctrl2", [_op("a"), _op("b"), _op("c")],
+                [Edge(0, 1, 0, control=True), Edge(0, 2, 0, control=True)])
+    spec = _spec(_dev("d0"), _dev("d1"), bandwidth=1000.0, latency_s=2.0)
+    r = Simulator(g, spec, op_times=np.ones((3, 2))).run(np.array([0, 1, 1]))
+    assert r.step_time_s == pytest.approx(5.0)
+    assert r.transfer_s == pytest.approx([2.0, 2.0])
+
+
+def test_received_copy_freed_after_last_consumer_on_destination():
+    """a(d0, output 1000 B) -> b1(d1, alloc 10), a -> b2(d1, alloc 20); b1, b2 -> c(d1, alloc 5);
+    c -> e(d1, alloc 1010). Link 1000 B/s, latency 0; 1 s per op.
+      a 0..1; transfer 1..2: copy of 1000 B on d1 at 2
+      b1 2..3: live 1010; the copy still has reader b2
+      b2 3..4: live 1030 (peak); b2 was its last consumer -> copy freed -> 30
+      c 4..5: 35; b1, b2 freed -> 5;  e 5..6: 1015
+    peak d1 = 1030. Never freeing the copy: e would reach 1000 + 5 + 1010 = 2015;
+    freeing it after its first consumer: max(1010, 30, 1015) = 1015.
+    d0: a's alloc is 0 here, so its peak is 0.
+    """
+    ops = [_op("a", 1000), _op("b1", alloc=10), _op("b2", alloc=20), _op("c", alloc=5), _op("e", alloc=1010)]
+    edges = [Edge(0, 1, 1000), Edge(0, 2, 1000), Edge(1, 3, 4), Edge(2, 3, 4), Edge(3, 4, 4)]
+    g = OpGraph("recv", ops, edges)
+    spec = _spec(_dev("d0"), _dev("d1"), bandwidth=1000.0)
+    r = Simulator(g, spec, op_times=np.ones((5, 2))).run(np.array([0, 1, 1, 1, 1]))
+    assert r.peak_memory_bytes == [0, 1030]
+    assert r.step_time_s == pytest.approx(6.0)
+
+
+def test_listed_link_overrides_default_in_both_directions():
+    """cpu, gpu0, gpu1; default link (PCIe-like) 1000 B/s; a listed gpu0<->gpu1 link 4000 B/s,
+    latency 0.5 s. 2000-byte tensors, 1 s per op:
+      a(gpu0) -> b(gpu1): 0.5 + 2000/4000 = 1 s  -> step 1 + 1 + 1 = 3
+      a(gpu1) -> b(gpu0): the same link the other way -> 3
+      a(cpu)  -> b(gpu1): default link, 0 + 2000/1000 = 2 s -> step 4
+    """
+    g = OpGraph("route", [_op("a", 2000), _op("b")], [Edge(0, 1, 2000)])
+    spec = ClusterSpec(
+        name="route",
+        devices=[_dev("cpu", kind="cpu"), _dev("gpu0"), _dev("gpu1")],
+        default_link={"bandwidth": 1000.0, "latency_s": 0.0},
+        links=[{"between": ["gpu0", "gpu1"], "bandwidth": 4000.0, "latency_s": 0.5}],
+    )
+    sim = Simulator(g, spec, op_times=np.ones((2, 3)))
+    assert sim.run(np.array([1, 2])).step_time_s == pytest.approx(3.0)
+    assert sim.run(np.array([2, 1])).step_time_s == pytest.approx(3.0)
+    r = sim.run(np.array([0, 2]))
+    assert r.step_time_s == pytest.approx(4.0)
+    assert r.transfer_s == pytest.approx([2.0, 0.0, 2.0])
+
+
+def test_different_device_pairs_transfer_concurrently():
+    """src(d0) sends 1000 B to y1(d1) and 1000 B to y2(d2); a(d1) sends 1000 B to y3(d2).
+    Links 1000 B/s, latency 0; 1 s per op. d0->d2 and d1->d2 are different channels:
+      src 0..1 on d0, a 0..1 on d1; transfers src->d1, src->d2 and a->d2 all 1..2
+      y1 on d1 2..3; y2, y3 on d2 2..3, 3..4 -> step = 4
+    (if transfers into d2 shared one queue, y3 or y2 would wait: step 5).
+    """
+    ops = [_op("src", 1000), _op("a", 1000), _op("y1"), _op("y2"), _op("y3")]
+    edges = [Edge(0, 2, 1000), Edge(0, 3, 1000), Edge(1, 4, 1000)]
+    g = OpGraph("pairs", ops, edges)
+    spec = _spec(_dev("d0"), _dev("d1"), _dev("d2"), bandwidth=1000.0)
+    r = Simulator(g, spec, op_times=np.ones((5, 3))).run(np.array([0, 1, 1, 2, 2]))
+    assert r.step_time_s == pytest.approx(4.0)
+    assert r.transfer_s == pytest.approx([2.0, 2.0, 2.0])
+
+
+# ---------------------------------------------------------------------------- 11. critical path
+
+
+def _steps(r) -> list[tuple]:
+    return [(s.kind, s.name, s.start_s, s.end_s) for s in r.critical_path]
+
+
+def test_critical_path_includes_device_queueing_waits():
+    """_fifo_graph (see above), step 16. tail (d1) is the last to finish; it started as soon as
+    w's 0-s transfer arrived at 6; w waited in d0's queue behind z (ready at 2, ran 5..6);
+    z waited behind a (ready at 1, ran 4..5); a started at 0 with no input:
+        a 0..4 -> z 4..5 -> w 5..6 -> transfer w:0 -> d1 6..6 -> tail 6..16
+    (z is on the path although w does not read it: it delayed w on d0).
+    """
+    g, times = _fifo_graph()
+    r = Simulator(g, _spec(_dev("d0"), _dev("d1")), op_times=times).run(np.array([0, 1, 1, 0, 0, 1]))
+    assert _steps(r) == [
+        ("op", "a", 0.0, 4.0),
+        ("op", "z", 4.0, 5.0),
+        ("op", "w", 5.0, 6.0),
+        ("transfer", "w:0->d1", 6.0, 6.0),
+        ("op", "tail", 6.0, 16.0),
+    ]
+    assert r.critical_path[3].src_device == 0 and r.critical_path[3].dst_device == 1
+    assert r.critical_path[-1].end_s == r.step_time_s
+
+
+def test_critical_path_includes_link_queueing_waits():
+    """The two-output graph of test_one_transfer_at_a_time_per_link_direction (step 7):
+    y2 ran as soon as output 1 arrived; output 1 waited on link d0->d1 behind output 0:
+        src 0..1 -> src:0 -> d1 1..2.5 -> src:1 -> d1 2.5..6 -> y2 6..7
+    """
+    src = Op("src", "Test", [(250,), (750,)], [1000, 3000])
+    g = OpGraph("two_out", [src, _op("y1"), _op("y2")],
+                [Edge(0, 1, 1000, src_output=0), Edge(0, 2, 3000, src_output=1)])
+    spec = _spec(_dev("d0"), _dev("d1"), bandwidth=1000.0, latency_s=0.5)
+    r = Simulator(g, spec, op_times=np.ones((3, 2))).run(np.array([0, 1, 1]))
+    assert _steps(r) == [
+        ("op", "src", 0.0, 1.0),
+        ("transfer", "src:0->d1", 1.0, 2.5),
+        ("transfer", "src:1->d1", 2.5, 6.0),
+        ("op", "y2", 6.0, 7.0),
+    ]
+    assert [s.output for s in r.critical_path] == [-1, 0, 1, -1]
+
+
+def test_critical_path_follows_last_input_to_arrive():
+    """test_two_branches_two_devices_transfers_and_makespan (step 7.5): sink's inputs are x
+    (local, ready at 4) and y's transfer (arrives 6.5), so the path goes through y:
+        src 0..1 -> src:0 -> d1 1..3.5 -> y 3.5..5.5 -> y:0 -> d0 5.5..6.5 -> sink 6.5..7.5
+    """
+    ops = [_op("src", 2000), _op("x", 1000), _op("y", 500), _op("sink", 0)]
+    edges = [Edge(0, 1, 2000), Edge(0, 2, 2000), Edge(1, 3, 1000), Edge(2, 3, 500)]
+    g = OpGraph("branches", ops, edges)
+    spec = _spec(_dev("d0"), _dev("d1"), bandwidth=1000.0, latency_s=0.5)
+    times = _times([1, 99], [3, 99], [99, 2], [1, 99])
+    r = Simulator(g, spec, op_times=times).run(np.array([0, 0, 1, 0]))
+    assert _steps(r) == [
+        ("op", "src", 0.0, 1.0),
+        ("transfer", "src:0->d1", 1.0, 3.5),
+        ("op", "y", 3.5, 5.5),
+        ("transfer", "y:0->d0", 5.5, 6.5),
+        ("op", "sink", 6.5, 7.5),
+    ]
+
+
+def test_critical_path_of_rnnlm_is_contiguous(rnnlm_small, k80x2):
+    """On a real graph under a random group placement, the path starts at 0, each step starts
+    when the previous one ends, and it ends at the step time; its op steps are ops that ran."""
+    env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2, engine="reference")
+    rng = np.random.default_rng(3)
+    placement = rnnlm_small.grouping.expand(rng.integers(0, 3, rnnlm_small.grouping.num_groups))
+    r = env.simulator.run(placement)
+    path = r.critical_path
+    assert path[0].start_s == 0.0
+    assert path[-1].end_s == r.step_time_s
+    assert all(a.end_s == b.start_s for a, b in zip(path, path[1:]))
+    assert any(s.kind == "transfer" for s in path)
+    for s in path:
+        if s.kind == "op":
+            assert s.src_device == placement[s.op]
+            assert s.name == rnnlm_small.graph.ops[s.op].name

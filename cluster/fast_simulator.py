@@ -1,0 +1,730 @@
+"""A compiled simulator with the reference's semantics and results, for many placements.
+
+:class:`FastSimulator` simulates exactly what :class:`cluster.simulator.Simulator` does
+(the rules are in that module's docstring): the same event order, the same
+floating-point operations in the same order, so step times, per-device compute and
+transfer seconds, peak memory bytes, OOM flags and critical paths are identical (``==``).
+The graph is flattened once into numpy arrays (CSR successor and predecessor lists,
+the ``[num_ops, num_devices]`` op-time matrix, edge bytes, allocation and parameter
+bytes, link bandwidths and latencies); the event loop is compiled with numba
+(``numba.njit``, no fastmath, so IEEE arithmetic is kept). Data structures of the loop:
+
+* per-device ready queues and per-link-direction transfer queues as linked lists (FIFO);
+* in-flight events, at most one per device and one per link direction, in a small array
+  scanned for the smallest ``(time, sequence number)``: the reference's heap order;
+* a transfer per ``(producer, output, destination device)``, created when the producer
+  finishes, with its consumers in a linked list in the reference's order.
+
+:meth:`FastSimulator.run_batch` evaluates ``K`` placements in one call; its cost per
+placement is about ``O(ops + edges)`` with no Python work per op.
+
+:func:`contract_groups` builds the *group graph* (a documented approximation for
+speed, not the op-level semantics): see its docstring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from cluster.cost_model import op_time_matrix
+from cluster.simulator import PathStep, SimResult, check_placement
+from cluster.spec import ClusterSpec
+from compgraph.ir import Edge, Grouping, Op, OpGraph
+
+
+@njit(cache=True)
+def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
+                  pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
+                  link_bw, link_lat, want_path,
+                  # work arrays (sizes: n ops, E edges, D devices)
+                  pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
+                  x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
+                  recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
+                  ready_time, ready_by, o_start, o_end, o_pred, x_start, x_end, x_pred, x_queued,
+                  last_dev, last_link,
+                  # outputs (one row)
+                  compute, xfer, peak_total, path):
+    """One placement. Returns (step time, stalled, path length). Items: op i -> i, transfer t -> n + t."""
+    n = place.shape[0]
+    D = times.shape[1]
+    live = np.zeros(D, np.int64)
+    peak = np.zeros(D, np.int64)
+    resident = np.zeros(D, np.int64)
+    for d in range(D):
+        compute[d] = 0.0
+        xfer[d] = 0.0
+        busy[d] = False
+        q_head[d] = -1
+        q_tail[d] = -1
+        last_dev[d] = -1
+    for s in range(D * D):
+        l_head[s] = -1
+        l_tail[s] = -1
+        l_busy[s] = False
+        last_link[s] = -1
+    for i in range(n):
+        pending[i] = indegree[i]
+        users[i] = 0
+        resident[place[i]] += param[i]
+        ready_time[i] = 0.0
+        ready_by[i] = -1
+    nx = 0  # transfers created
+    nact = 0  # in-flight events
+    seq = 0
+    end = 0.0
+    last_item = -1
+
+    # initially ready ops, in op-index order
+    for i in range(n):
+        if pending[i] == 0:
+            d = place[i]
+            q_next[i] = -1
+            if q_tail[d] < 0:
+                q_head[d] = i
+            else:
+                q_next[q_tail[d]] = i
+            q_tail[d] = i
+
+    # the loop below inlines start_ops(dev, t) / start_link(key, t) of the reference at
+    # each call site, in the same order, so that sequence numbers match.
+    now = 0.0
+    for d in range(D):
+        if (not busy[d]) and q_head[d] >= 0:
+            op = q_head[d]
+            q_head[d] = q_next[op]
+            if q_head[d] < 0:
+                q_tail[d] = -1
+            busy[d] = True
+            dt = times[op, d]
+            compute[d] += dt
+            live[d] += alloc[op]
+            if live[d] > peak[d]:
+                peak[d] = live[d]
+            if want_path:
+                o_start[op] = now
+                o_end[op] = now + dt
+                o_pred[op] = ready_by[op] if now <= ready_time[op] else last_dev[d]
+                last_dev[d] = op
+            seq += 1
+            ev_time[d] = now + dt
+            ev_seq[d] = seq
+            ev_item[d] = op
+            act[nact] = d
+            nact += 1
+
+    while nact > 0:
+        # pop the smallest (time, seq)
+        best = 0
+        for j in range(1, nact):
+            s = act[j]
+            b = act[best]
+            if ev_time[s] < ev_time[b] or (ev_time[s] == ev_time[b] and ev_seq[s] < ev_seq[b]):
+                best = j
+        s = act[best]
+        nact -= 1
+        act[best] = act[nact]
+        now = ev_time[s]
+        if s < D:  # an op finished on device s
+            op = ev_item[s]
+            dev = s
+            last_item = op
+            busy[dev] = False
+            # release_input
+            for k in range(pred_ptr[op], pred_ptr[op + 1]):
+                out = pred_out[k]
+                if out < 0:
+                    continue
+                src = pred_src[k]
+                if place[src] == dev:
+                    users[src] -= 1
+                    if users[src] == 0:
+                        live[dev] -= alloc[src]
+                else:
+                    t = edge_xfer[k]
+                    recv_users[t] -= 1
+                    if recv_users[t] == 0:
+                        live[dev] -= recv_bytes[t]
+            readers = 0
+            for k in range(succ_ptr[op], succ_ptr[op + 1]):
+                dst = succ_dst[k]
+                out = succ_out[k]
+                ddev = place[dst]
+                if ddev == dev:
+                    if out >= 0:
+                        readers += 1
+                    pending[dst] -= 1
+                    if pending[dst] == 0:
+                        if want_path:
+                            ready_time[dst] = now
+                            ready_by[dst] = op
+                        q_next[dst] = -1
+                        if q_tail[dev] < 0:
+                            q_head[dev] = dst
+                        else:
+                            q_next[q_tail[dev]] = dst
+                        q_tail[dev] = dst
+                else:
+                    sk = (out + 1) * D + ddev
+                    t = slot[sk]
+                    e_cnext[k] = -1
+                    if t >= 0 and t < nx and x_src[t] == op and x_out[t] == out and x_ddev[t] == ddev:
+                        # already sent to ddev (a stale slot fails this check): one more consumer
+                        x_ccount[t] += 1
+                        e_cnext[x_ctail[t]] = k
+                        x_ctail[t] = k
+                    else:
+                        t = nx
+                        nx += 1
+                        slot[sk] = t
+                        x_src[t] = op
+                        x_out[t] = out
+                        x_ddev[t] = ddev
+                        x_bytes[t] = succ_bytes[k]
+                        x_chead[t] = k
+                        x_ctail[t] = k
+                        x_ccount[t] = 1
+                        x_queued[t] = now
+                        if out >= 0:
+                            readers += 1
+                        lk = dev * D + ddev
+                        x_next[t] = -1
+                        if l_tail[lk] < 0:
+                            l_head[lk] = t
+                        else:
+                            x_next[l_tail[lk]] = t
+                        l_tail[lk] = t
+                        # start_link(lk, now)
+                        if not l_busy[lk]:
+                            u = l_head[lk]
+                            l_head[lk] = x_next[u]
+                            if l_head[lk] < 0:
+                                l_tail[lk] = -1
+                            l_busy[lk] = True
+                            dt = link_lat[dev, ddev] + x_bytes[u] / link_bw[dev, ddev]
+                            xfer[dev] += dt
+                            xfer[ddev] += dt
+                            if want_path:
+                                x_start[u] = now
+                                x_end[u] = now + dt
+                                x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
+                                last_link[lk] = n + u
+                            seq += 1
+                            es = D + lk
+                            ev_time[es] = now + dt
+                            ev_seq[es] = seq
+                            ev_item[es] = u
+                            act[nact] = es
+                            nact += 1
+            users[op] += readers
+            if users[op] == 0:
+                live[dev] -= alloc[op]
+            for d in range(D):
+                if (not busy[d]) and q_head[d] >= 0:
+                    o = q_head[d]
+                    q_head[d] = q_next[o]
+                    if q_head[d] < 0:
+                        q_tail[d] = -1
+                    busy[d] = True
+                    dt = times[o, d]
+                    compute[d] += dt
+                    live[d] += alloc[o]
+                    if live[d] > peak[d]:
+                        peak[d] = live[d]
+                    if want_path:
+                        o_start[o] = now
+                        o_end[o] = now + dt
+                        o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[d]
+                        last_dev[d] = o
+                    seq += 1
+                    ev_time[d] = now + dt
+                    ev_seq[d] = seq
+                    ev_item[d] = o
+                    act[nact] = d
+                    nact += 1
+        else:  # transfer arrived over link direction lk
+            lk = s - D
+            t = ev_item[s]
+            src = x_src[t]
+            out = x_out[t]
+            ddev = x_ddev[t]
+            last_item = n + t
+            l_busy[lk] = False
+            if out >= 0:
+                nb = ob_val[ob_ptr[src] + out]
+                recv_bytes[t] = nb
+                recv_users[t] = x_ccount[t]
+                live[ddev] += nb
+                if live[ddev] > peak[ddev]:
+                    peak[ddev] = live[ddev]
+                users[src] -= 1
+                if users[src] == 0:
+                    live[place[src]] -= alloc[src]
+            k = x_chead[t]
+            while k >= 0:
+                dst = succ_dst[k]
+                edge_xfer[succ_inpos[k]] = t
+                pending[dst] -= 1
+                if pending[dst] == 0:
+                    if want_path:
+                        ready_time[dst] = now
+                        ready_by[dst] = n + t
+                    q_next[dst] = -1
+                    if q_tail[ddev] < 0:
+                        q_head[ddev] = dst
+                    else:
+                        q_next[q_tail[ddev]] = dst
+                    q_tail[ddev] = dst
+                k = e_cnext[k]
+            # start_link(lk, now)
+            if (not l_busy[lk]) and l_head[lk] >= 0:
+                a = lk // D
+                c = lk % D
+                u = l_head[lk]
+                l_head[lk] = x_next[u]
+                if l_head[lk] < 0:
+                    l_tail[lk] = -1
+                l_busy[lk] = True
+                dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
+                xfer[a] += dt
+                xfer[c] += dt
+                if want_path:
+                    x_start[u] = now
+                    x_end[u] = now + dt
+                    x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
+                    last_link[lk] = n + u
+                seq += 1
+                ev_time[s] = now + dt
+                ev_seq[s] = seq
+                ev_item[s] = u
+                act[nact] = s
+                nact += 1
+            # start_ops(ddev, now)
+            d = ddev
+            if (not busy[d]) and q_head[d] >= 0:
+                o = q_head[d]
+                q_head[d] = q_next[o]
+                if q_head[d] < 0:
+                    q_tail[d] = -1
+                busy[d] = True
+                dt = times[o, d]
+                compute[d] += dt
+                live[d] += alloc[o]
+                if live[d] > peak[d]:
+                    peak[d] = live[d]
+                if want_path:
+                    o_start[o] = now
+                    o_end[o] = now + dt
+                    o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[d]
+                    last_dev[d] = o
+                seq += 1
+                ev_time[d] = now + dt
+                ev_seq[d] = seq
+                ev_item[d] = o
+                act[nact] = d
+                nact += 1
+        end = now
+
+    stalled = False
+    for i in range(n):
+        if pending[i] > 0:
+            stalled = True
+    for d in range(D):
+        peak_total[d] = resident[d] + peak[d]
+    plen = 0
+    if want_path and not stalled:
+        item = last_item
+        while item >= 0:
+            path[plen] = item
+            plen += 1
+            if item < n:
+                item = o_pred[item]
+            else:
+                item = x_pred[item - n]
+    return end, stalled, plen
+
+
+@njit(cache=True)
+def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
+                    pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
+                    link_bw, link_lat, max_out, want_path,
+                    step, stalled, compute, xfer, peak_total, path, path_len,
+                    o_start, o_end, x_start, x_end, x_src, x_out, x_ddev):
+    K, n = places.shape
+    D = times.shape[1]
+    E = succ_dst.shape[0]
+    pending = np.empty(n, np.int64)
+    users = np.empty(n, np.int64)
+    q_next = np.empty(n, np.int64)
+    q_head = np.empty(D, np.int64)
+    q_tail = np.empty(D, np.int64)
+    busy = np.empty(D, np.bool_)
+    l_head = np.empty(D * D, np.int64)
+    l_tail = np.empty(D * D, np.int64)
+    l_busy = np.empty(D * D, np.bool_)
+    x_bytes = np.empty(E, np.int64)
+    x_next = np.empty(E, np.int64)
+    x_chead = np.empty(E, np.int64)
+    x_ctail = np.empty(E, np.int64)
+    x_ccount = np.empty(E, np.int64)
+    e_cnext = np.empty(E, np.int64)
+    recv_users = np.empty(E, np.int64)
+    recv_bytes = np.empty(E, np.int64)
+    edge_xfer = np.empty(E, np.int64)
+    slot = np.full((max_out + 2) * D, -1, np.int64)
+    ev_time = np.empty(D + D * D, np.float64)
+    ev_seq = np.empty(D + D * D, np.int64)
+    ev_item = np.empty(D + D * D, np.int64)
+    act = np.empty(D + D * D, np.int64)
+    ready_time = np.empty(n, np.float64)
+    ready_by = np.empty(n, np.int64)
+    o_pred = np.empty(n, np.int64)
+    x_pred = np.empty(E, np.int64)
+    x_queued = np.empty(E, np.float64)
+    last_dev = np.empty(D, np.int64)
+    last_link = np.empty(D * D, np.int64)
+    for k in range(K):
+        end, st, plen = _simulate_one(
+            places[k], times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
+            pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
+            link_bw, link_lat, want_path,
+            pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
+            x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
+            recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
+            ready_time, ready_by, o_start, o_end, o_pred, x_start, x_end, x_pred, x_queued,
+            last_dev, last_link, compute[k], xfer[k], peak_total[k], path)
+        step[k] = end
+        stalled[k] = st
+        path_len[k] = plen
+
+
+@dataclass
+class BatchResult:
+    """Results of ``K`` placements as arrays (:meth:`FastSimulator.run_arrays`).
+
+    Attributes:
+        step_time_s: ``[K]`` float64 seconds.
+        oom: ``[K]`` bool.
+        compute_s, transfer_s: ``[K, num_devices]`` float64 seconds.
+        peak_memory_bytes: ``[K, num_devices]`` int64 bytes (resident plus peak live).
+        oom_devices: ``[K, num_devices]`` bool, peak above capacity.
+    """
+
+    step_time_s: np.ndarray
+    oom: np.ndarray
+    compute_s: np.ndarray
+    transfer_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+    oom_devices: np.ndarray
+
+
+class FastSimulator:
+    """Same interface and results as :class:`cluster.simulator.Simulator`, compiled.
+
+    Args:
+        graph: the op graph.
+        spec: the cluster.
+        op_times: optional ``[num_ops, num_devices]`` seconds, replacing the roofline.
+
+    Raises:
+        ValueError: ``op_times`` of the wrong shape.
+
+    The first call in a fresh environment compiles the loop (a few seconds; numba caches it in
+    ``cluster/__pycache__``, so later processes load it).
+    """
+
+    def __init__(self, graph: OpGraph, spec: ClusterSpec, op_times: np.ndarray | None = None) -> None:
+        self.graph = graph
+        self.spec = spec
+        n, d = graph.num_ops, len(spec.devices)
+        times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)
+        if times.shape != (n, d):
+            raise ValueError(f"op_times: shape {times.shape}, expected {(n, d)}")
+        self.times = np.ascontiguousarray(times, dtype=np.float64)
+        E = len(graph.edges)
+        src = np.fromiter((e.src for e in graph.edges), np.int64, E)
+        dst = np.fromiter((e.dst for e in graph.edges), np.int64, E)
+        out = np.fromiter((-1 if e.control else e.src_output for e in graph.edges), np.int64, E)
+        nbytes = np.fromiter((e.bytes for e in graph.edges), np.int64, E)
+        # successors sorted by (src, dst, output, bytes): the reference's out_edges order
+        so = np.lexsort((nbytes, out, dst, src))
+        # predecessors in edge-list order (stable sort by dst)
+        po = np.argsort(dst, kind="stable")
+        inpos_of_edge = np.empty(E, np.int64)
+        inpos_of_edge[po] = np.arange(E)
+        self.succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64)
+        self.succ_dst = dst[so]
+        self.succ_out = out[so]
+        self.succ_bytes = nbytes[so]
+        self.succ_inpos = inpos_of_edge[so]
+        self.pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))]).astype(np.int64)
+        self.pred_src = src[po]
+        self.pred_out = out[po]
+        self.indegree = np.bincount(dst, minlength=n).astype(np.int64)
+        self.alloc = np.array([int(op.alloc_bytes) for op in graph.ops], dtype=np.int64)
+        self.param = np.array([int(op.param_bytes) for op in graph.ops], dtype=np.int64)
+        counts = np.array([len(op.output_bytes) for op in graph.ops], dtype=np.int64)
+        self.ob_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.ob_val = np.array([int(b) for op in graph.ops for b in op.output_bytes], dtype=np.int64)
+        self.max_out = int(max([counts.max() if n else 0, out.max() + 1 if E else 0]))
+        self.gpu_ok = np.array([op.gpu_kernel for op in graph.ops], dtype=bool)
+        self.is_gpu = np.array([dev.kind == "gpu" for dev in spec.devices], dtype=bool)
+        self.fallback = spec.cpu_indices[0] if spec.cpu_indices else -1
+        self.link_bw = np.ones((d, d), np.float64)
+        self.link_lat = np.zeros((d, d), np.float64)
+        for a in range(d):
+            for b in range(d):
+                if a != b:
+                    link = spec.link(a, b)
+                    self.link_bw[a, b], self.link_lat[a, b] = link.bandwidth, link.latency_s
+        self.capacity = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
+
+    @property
+    def op_times(self) -> np.ndarray:
+        """``[num_ops, num_devices]`` seconds each op takes on each device."""
+        return self.times
+
+    def effective_placement(self, op_placement: np.ndarray) -> np.ndarray:
+        """Soft placement (see :meth:`cluster.simulator.Simulator.effective_placement`).
+
+        Args:
+            op_placement: ``[num_ops]`` or ``[K, num_ops]`` device indices.
+        Returns:
+            int64 array of the same shape: the devices the ops run on.
+        Raises:
+            ValueError: wrong length or a device index out of range.
+        """
+        p = check_placement(op_placement, self.graph.num_ops, len(self.spec.devices))
+        if p.ndim > 2:
+            raise ValueError(f"placement: shape {p.shape}, expected ({self.graph.num_ops},) or (K, {self.graph.num_ops})")
+        bad = self.is_gpu[p] & ~self.gpu_ok
+        if bad.any() and self.fallback >= 0:
+            p = p.copy()
+            p[bad] = self.fallback
+        return p
+
+    def _kernel(self, places: np.ndarray, want_path: bool):
+        K = places.shape[0]
+        n, D, E = self.graph.num_ops, len(self.spec.devices), len(self.succ_dst)
+        step = np.empty(K, np.float64)
+        stalled = np.empty(K, np.bool_)
+        compute = np.empty((K, D), np.float64)
+        xfer = np.empty((K, D), np.float64)
+        peak = np.empty((K, D), np.int64)
+        path = np.empty(n + E if want_path else 1, np.int64)
+        path_len = np.empty(K, np.int64)
+        m = n if want_path else 1
+        me = E if want_path else 1
+        o_start, o_end = np.empty(m, np.float64), np.empty(m, np.float64)
+        x_start, x_end = np.empty(me, np.float64), np.empty(me, np.float64)
+        x_src, x_out, x_ddev = np.empty(E, np.int64), np.empty(E, np.int64), np.empty(E, np.int64)
+        _simulate_batch(
+            np.ascontiguousarray(places, dtype=np.int64), self.times, self.succ_ptr, self.succ_dst,
+            self.succ_out, self.succ_bytes, self.succ_inpos, self.pred_ptr, self.pred_src, self.pred_out,
+            self.indegree, self.alloc, self.param, self.ob_ptr, self.ob_val, self.link_bw, self.link_lat,
+            self.max_out, want_path, step, stalled, compute, xfer, peak, path, path_len,
+            o_start, o_end, x_start, x_end, x_src, x_out, x_ddev)
+        if stalled.any():
+            raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
+        extra = (path[: path_len[0]], o_start, o_end, x_start, x_end, x_src, x_out, x_ddev) if want_path else None
+        return step, compute, xfer, peak, extra
+
+    def run_arrays(self, op_placements: np.ndarray) -> BatchResult:
+        """Simulate ``K`` placements, results as arrays (the fastest form).
+
+        Args:
+            op_placements: ``[K, num_ops]`` device indices.
+        Raises:
+            ValueError: wrong shape or a device index out of range.
+            RuntimeError: the simulation stalled.
+        """
+        p = self.effective_placement(op_placements)
+        if p.ndim != 2:
+            raise ValueError(f"placements: shape {p.shape}, expected (K, {self.graph.num_ops})")
+        step, compute, xfer, peak, _ = self._kernel(p, False)
+        over = peak > self.capacity[None, :]
+        return BatchResult(step, over.any(axis=1), compute, xfer, peak, over)
+
+    def run_batch(self, op_placements: np.ndarray, critical_path: bool = False) -> list[SimResult]:
+        """Simulate ``K`` placements (``[K, num_ops]`` device indices) -> ``K`` :class:`SimResult`.
+
+        ``critical_path=True`` also returns each placement's critical path (slower: one
+        compiled call per placement and Python objects per step).
+
+        Raises:
+            ValueError: wrong shape or a device index out of range.
+            RuntimeError: the simulation stalled.
+        """
+        if critical_path:
+            p = check_placement(op_placements, self.graph.num_ops, len(self.spec.devices))
+            if p.ndim != 2:
+                raise ValueError(f"placements: shape {p.shape}, expected (K, {self.graph.num_ops})")
+            return [self.run(row) for row in p]
+        b = self.run_arrays(op_placements)
+        names = self.spec.device_names
+        out = []
+        for k in range(len(b.step_time_s)):
+            devs = [names[i] for i in np.flatnonzero(b.oom_devices[k])]
+            out.append(SimResult(
+                step_time_s=float(b.step_time_s[k]),
+                oom=bool(devs),
+                compute_s=b.compute_s[k].tolist(),
+                transfer_s=b.transfer_s[k].tolist(),
+                peak_memory_bytes=b.peak_memory_bytes[k].tolist(),
+                oom_devices=devs,
+            ))
+        return out
+
+    def run(self, op_placement: np.ndarray) -> SimResult:
+        """Simulate one step with ``op_placement[i]`` = device index of op ``i``, with its critical path.
+
+        Raises:
+            ValueError: wrong length or a device index out of range.
+            RuntimeError: the simulation stalled.
+        """
+        p = self.effective_placement(op_placement)
+        if p.ndim != 1:
+            raise ValueError(f"placement: length {p.shape}, expected ({self.graph.num_ops},)")
+        step, compute, xfer, peak, extra = self._kernel(p[None, :], True)
+        items, o_start, o_end, x_start, x_end, x_src, x_out, x_ddev = extra
+        n = self.graph.num_ops
+        names = self.spec.device_names
+        path = []
+        for item in items[::-1].tolist():
+            if item < n:
+                d = int(p[item])
+                path.append(PathStep("op", item, -1, d, d, float(o_start[item]), float(o_end[item]),
+                                     self.graph.ops[item].name))
+            else:
+                t = item - n
+                op, out, dd = int(x_src[t]), int(x_out[t]), int(x_ddev[t])
+                path.append(PathStep("transfer", op, out, int(p[op]), dd, float(x_start[t]), float(x_end[t]),
+                                     f"{self.graph.ops[op].name}:{out}->{names[dd]}"))
+        over = peak[0] > self.capacity
+        devs = [names[i] for i in np.flatnonzero(over)]
+        return SimResult(
+            step_time_s=float(step[0]),
+            oom=bool(devs),
+            compute_s=compute[0].tolist(),
+            transfer_s=xfer[0].tolist(),
+            peak_memory_bytes=peak[0].tolist(),
+            oom_devices=devs,
+            critical_path=path,
+        )
+
+
+@dataclass
+class ContractedGraph:
+    """The group graph of :func:`contract_groups`.
+
+    Attributes:
+        graph: one op per cluster (``[num_clusters]`` ops), edges between clusters.
+        op_times: ``[num_clusters, num_devices]`` seconds: the sum of the member ops' times.
+        cluster_group: ``[num_clusters]`` int64: the group each cluster belongs to, so a
+            group placement ``gp`` gives the cluster placement ``gp[cluster_group]``.
+        op_cluster: ``[num_ops]`` int64: the cluster of each op.
+    """
+
+    graph: OpGraph
+    op_times: np.ndarray
+    cluster_group: np.ndarray
+    op_cluster: np.ndarray
+
+
+def contract_groups(graph: OpGraph, grouping: Grouping, op_times: np.ndarray) -> ContractedGraph:
+    """Contract the op graph into an acyclic graph of clusters of co-located ops (approximation).
+
+    The 2017 groups themselves cannot be contracted as they are: a group holds forward
+    ops and their colocated gradients, so the graph of groups has cycles (forward
+    ``A -> B``, backward ``B -> A``). Each group is therefore split by its *level*: with
+    ``key(o) = (group(o), gpu_kernel(o))``, ``level(o) = max over inputs p of level(p) +
+    [key(p) != key(o)]``, and a cluster is the ops of one ``(key, level)``. Every edge
+    between clusters goes to a strictly higher level, so the cluster graph is a DAG, and
+    every cluster lies in one group (it is placed with its group).
+
+    Semantics of simulating the cluster graph (what differs from the op graph):
+
+    * a cluster runs as one op whose time is the sum of its ops' times on the device: its
+      ops run back to back, none of them starts before all of the cluster's inputs from
+      other clusters have arrived, and none of its outputs leaves before the whole cluster
+      has finished (the op graph lets them overlap with other ops and transfers);
+    * each tensor crossing clusters is an output of its cluster, sent once per
+      destination device as in the op graph; control edges between clusters become one
+      control edge per cluster pair (dropped when a data edge already joins them);
+    * memory: the cluster's ``alloc_bytes`` is the sum of its ops' (all its activations
+      live from its start until the last reader of any of its outputs has finished, an
+      upper bound of the op-level figure); parameters are the same sum as in the op graph;
+    * soft placement moves a whole cluster of ops without a GPU kernel to the CPU (they
+      are never mixed with GPU-kernel ops in a cluster), as at op level.
+
+    Args:
+        graph: the op graph.
+        grouping: its groups.
+        op_times: ``[num_ops, num_devices]`` seconds.
+    Returns:
+        the :class:`ContractedGraph`.
+    Raises:
+        ValueError: ``op_times`` or ``grouping.op_group`` of the wrong shape.
+    """
+    n = graph.num_ops
+    times = np.asarray(op_times, dtype=np.float64)
+    if times.ndim != 2 or times.shape[0] != n:
+        raise ValueError(f"op_times: shape {times.shape}, expected ({n}, num_devices)")
+    og = np.asarray(grouping.op_group, dtype=np.int64)
+    if og.shape != (n,):
+        raise ValueError(f"grouping.op_group: shape {og.shape}, expected ({n},)")
+    gpu = [bool(op.gpu_kernel) for op in graph.ops]
+    key = [(int(og[i]), gpu[i]) for i in range(n)]
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for e in graph.edges:
+        preds[e.dst].append(e.src)
+    level = [0] * n
+    for o in graph.topological_order.tolist():
+        for p in preds[o]:
+            level[o] = max(level[o], level[p] + (key[p] != key[o]))
+    ids: dict[tuple, int] = {}
+    op_cluster = np.empty(n, np.int64)
+    for o in graph.topological_order.tolist():
+        op_cluster[o] = ids.setdefault((key[o], level[o]), len(ids))
+    c = len(ids)
+    members: list[list[int]] = [[] for _ in range(c)]
+    for o in range(n):
+        members[op_cluster[o]].append(o)
+    ctimes = np.zeros((c, times.shape[1]), np.float64)
+    for ci, ms in enumerate(members):
+        for o in ms:
+            ctimes[ci] += times[o]
+    outputs: list[dict[tuple[int, int], int]] = [{} for _ in range(c)]  # (src op, output) -> cluster output index
+    data_pairs, edges, seen = set(), [], set()
+    for e in graph.edges:
+        cs, cd = int(op_cluster[e.src]), int(op_cluster[e.dst])
+        if cs == cd or e.control:
+            continue
+        k = outputs[cs].setdefault((e.src, e.src_output), len(outputs[cs]))
+        if (cs, cd, k) not in seen:
+            seen.add((cs, cd, k))
+            edges.append(Edge(cs, cd, e.bytes, src_output=k))
+        data_pairs.add((cs, cd))
+    for e in graph.edges:
+        cs, cd = int(op_cluster[e.src]), int(op_cluster[e.dst])
+        if cs != cd and e.control and (cs, cd) not in data_pairs:
+            data_pairs.add((cs, cd))
+            edges.append(Edge(cs, cd, 0, control=True))
+    ops = []
+    for ci, ms in enumerate(members):
+        outs = sorted(outputs[ci].items(), key=lambda kv: kv[1])
+        ops.append(Op(
+            name=f"{grouping.names[og[ms[0]]]}#{ci}",
+            type="Cluster",
+            output_shapes=[graph.ops[s].output_shapes[o] for (s, o), _ in outs],
+            output_bytes=[int(graph.ops[s].output_bytes[o]) for (s, o), _ in outs],
+            flops=float(sum(graph.ops[o].flops for o in ms)),
+            bytes_accessed=float(sum(graph.ops[o].bytes_accessed for o in ms)),
+            alloc_bytes=int(sum(graph.ops[o].alloc_bytes for o in ms)),
+            param_bytes=int(sum(graph.ops[o].param_bytes for o in ms)),
+            gpu_kernel=gpu[ms[0]],
+        ))
+    cluster_group = np.array([og[ms[0]] for ms in members], dtype=np.int64)
+    return ContractedGraph(OpGraph(f"{graph.name}/clusters", ops, edges), ctimes, cluster_group, op_cluster)
