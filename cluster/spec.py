@@ -26,6 +26,10 @@ class Device(BaseModel):
         memory_bandwidth: peak device-memory bandwidth (bytes/s).
         memory_bytes: memory capacity available to the graph (bytes).
         op_overhead_s: fixed cost added to every op run on it (seconds): launch/dispatch.
+        model: free-text hardware model (documentation only).
+        tf_device: optional TensorFlow device string this device runs on in real execution
+            (:mod:`cluster.real`), e.g. ``/device:CPU:1``; ``None`` lets the real environment
+            map it (CPUs to ``/device:CPU:k``, GPUs to the GPUs that exist). The simulator ignores it.
     """
 
     name: str
@@ -35,6 +39,7 @@ class Device(BaseModel):
     memory_bytes: PositiveFloat
     op_overhead_s: float = Field(0.0, ge=0)
     model: str = ""
+    tf_device: str | None = Field(None, pattern=r"^/(device:)?(CPU|GPU|cpu|gpu):\d+$")
 
 
 class LinkSpec(BaseModel):

@@ -41,14 +41,14 @@ def placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path
 ) -> SearchResult:
     """The 2017 REINFORCE search (:func:`placer.reinforce.reinforce_search`)."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec)
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
     return reinforce_search(env, config, log_path=log_path)
 
 
 @task(name="evaluate-placements", cache_policy=NONE)
 def evaluate(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict) -> tuple[dict, dict]:
     """Measure every placement in one environment; returns ``(results, summary)``."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec)
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
     results = evaluate_placements(env, placements)
     return results, summarize(results)
 

@@ -1,0 +1,107 @@
+"""End-to-end training evaluation: train for real with a placement, or project on a simulated cluster.
+
+:func:`train` runs ``steps`` real training steps of the benchmark's graph under a group
+placement (:class:`cluster.real.PlacedSession`, synthetic inputs from the seed; step ``k``'s
+batch depends only on ``(seed, k)``) and returns each step's wall-clock seconds and loss.
+:func:`projected_training` is the simulated counterpart: step time x steps, labelled as
+simulated. MLflow logging is the caller's (``tracking/``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster.spec import ClusterSpec
+
+
+@dataclass
+class TrainingResult:
+    """A real training run.
+
+    Attributes:
+        step_times_s: wall-clock seconds of each step, ``[steps]`` (the first includes warm-up).
+        losses: the loss after each step's forward pass, ``[steps]``.
+        total_s: sum of ``step_times_s`` (seconds; session set-up and initialisation excluded).
+        setup_s: seconds to import the graph, create the session and initialise variables.
+        devices: TensorFlow device string of each spec device.
+        simulated: always False (see :class:`ProjectedTraining`).
+    """
+
+    step_times_s: list[float]
+    losses: list[float]
+    total_s: float
+    setup_s: float
+    devices: list[str] = field(default_factory=list)
+    simulated: bool = False
+
+
+@dataclass
+class ProjectedTraining:
+    """Training time projected from a (simulated) step time: ``seconds = step_time_s * steps``."""
+
+    seconds: float
+    steps: int
+    step_time_s: float
+    simulated: bool = True
+    label: str = "simulated"
+
+
+def train(prepared, spec: ClusterSpec, group_placement: np.ndarray, steps: int = 20, seed: int = 0,
+          on_step: Callable[[int, float, float], None] | None = None, soft_placement: bool = False,
+          devices: list[str] | None = None) -> TrainingResult:
+    """Train the prepared model for ``steps`` real steps with ``group_placement``.
+
+    Args:
+        prepared: a :class:`compgraph.prepare.PreparedGraph` (with ``graph_def``; its fetches
+            must include a scalar float loss).
+        spec: the cluster (devices mapped by :func:`cluster.real.tf_devices` unless ``devices``).
+        group_placement: ``[num_groups]`` device indices.
+        steps: training steps (>= 1).
+        seed: seed of the synthetic inputs and of TensorFlow's graph-level seed.
+        on_step: called after each step with ``(step, step_time_s, loss)``, step from 0.
+        soft_placement: see :class:`cluster.real.RealEnvironment`.
+    Returns:
+        :class:`TrainingResult`.
+    Raises:
+        ValueError: ``steps < 1``, a bad placement, or fetches without a scalar float loss;
+        cluster.real.PlacementError: a placement TensorFlow cannot run;
+        tensorflow.errors.ResourceExhaustedError: a device ran out of memory.
+    """
+    import time
+
+    from cluster.real import RealEnvironment
+
+    if steps < 1:
+        raise ValueError(f"steps: must be >= 1, got {steps}")
+    env = RealEnvironment.from_prepared(prepared, spec, steps=2, warmup=1, seed=seed,
+                                        soft_placement=soft_placement, devices=devices)
+    t0 = time.perf_counter()
+    times, losses = [], []
+    with env.session(group_placement) as sess:
+        if sess.loss is None:
+            raise ValueError(f"fetches {list(prepared.fetches)}: none has a scalar float output to use as the loss")
+        setup = time.perf_counter() - t0
+        for k in range(steps):
+            r = sess.run_step()
+            times.append(r.seconds)
+            losses.append(r.loss)
+            if on_step is not None:
+                on_step(k, r.seconds, r.loss)
+    return TrainingResult(times, losses, float(sum(times)), setup, list(env.devices))
+
+
+def projected_training(step_time_s: float, steps: int) -> ProjectedTraining:
+    """Projected seconds of ``steps`` training steps at ``step_time_s`` each (a simulated figure).
+
+    Raises:
+        ValueError: a negative or non-finite step time, or ``steps < 0``.
+    """
+    if not (isinstance(step_time_s, (int, float)) and math.isfinite(step_time_s) and step_time_s >= 0):
+        raise ValueError(f"step_time_s: must be a finite number >= 0, got {step_time_s!r}")
+    if steps < 0:
+        raise ValueError(f"steps: must be >= 0, got {steps}")
+    return ProjectedTraining(seconds=float(step_time_s) * int(steps), steps=int(steps), step_time_s=float(step_time_s))
