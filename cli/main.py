@@ -87,11 +87,11 @@ def experiment(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
     size: str = typer.Option("small", help="small (demo) | paper (2017 sizes)"),
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
-    methods: str = typer.Option(",".join(("single_cpu", "single_gpu", "expert", "scotch", "mincut", "rl")), help="comma-separated methods"),
-    budget: int = typer.Option(1000, help="placements the RL search samples"),
-    k: int = typer.Option(8, help="placements per policy update (K)"),
+    methods: str = typer.Option(",".join(("single_cpu", "single_gpu", "expert", "scotch", "mincut", "rl", "post")), help="comma-separated methods"),
+    budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
+    k: int = typer.Option(8, help="placements per policy update (K) of rl; post uses its paper's 12"),
     seed: int = typer.Option(0, help="seed of the search"),
-    env: str = typer.Option("sim", help="measurement environment: sim"),
+    env: str = typer.Option("sim", help="measurement environment: sim (simulator) | real (TensorFlow on this machine's devices)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
@@ -99,7 +99,7 @@ def experiment(
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
     from baselines import BASELINES
     from cluster.environment import ENVIRONMENTS
-    from cluster.evaluation import LEARNED
+    from cluster.evaluation import LEARNERS
     from cluster.spec import load_cluster
 
     _check_model(model, size)
@@ -107,7 +107,7 @@ def experiment(
         spec = load_cluster(cluster)
     except ValueError as exc:
         _fail(str(exc))
-    valid = [*BASELINES, LEARNED]
+    valid = [*BASELINES, *LEARNERS]
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
     for m in chosen:
         if m not in valid:
@@ -153,10 +153,11 @@ def _print_table(result: dict, to_stderr: bool) -> None:
     def pct(x):
         return "n/a" if x is None else f"{100 * x:+.1f}%"
 
-    console.print(
-        f"speedup of rl over the best baseline ({result['best_baseline']}): {pct(result['speedup_over_best_baseline'])}; "
-        f"over expert: {pct(result['speedup_over_expert'])}"
-    )
+    for learner, sp in result.get("speedups", {}).items():
+        console.print(
+            f"speedup of {learner} over the best baseline ({result['best_baseline']}): {pct(sp['over_best_baseline'])}; "
+            f"over expert: {pct(sp['over_expert'])}"
+        )
     console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
     console.print(f"MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}")
     from tracking import ui_command

@@ -6,7 +6,8 @@ import numpy as np
 
 from cluster.environment import Environment
 
-LEARNED = "rl"
+LEARNED = "rl"  #: the 2017 placer (seq2seq + REINFORCE)
+LEARNERS = ("rl", "post")  #: methods whose placement is searched for, not constructed
 
 
 def speedup(baseline_s: float | None, learned_s: float | None) -> float | None:
@@ -45,12 +46,27 @@ def evaluate_placements(env: Environment, placements: dict[str, np.ndarray | Non
 
 
 def summarize(results: dict[str, dict]) -> dict:
-    """The best baseline and the learned placement's speedups over it and over ``expert``."""
-    baselines = {k: v["step_time_s"] for k, v in results.items() if k != LEARNED and v["step_time_s"] is not None}
+    """The best baseline, each learner's speedups over it and over ``expert`` (2017 Table 2's last column).
+
+    Returns:
+        ``best_baseline``; ``speedups``: learner -> ``{"over_best_baseline", "over_expert"}``;
+        ``best_learned``: the fastest learner; ``speedup_over_best_baseline`` and
+        ``speedup_over_expert``: those of ``best_learned``. A speedup is ``None`` when a
+        step time is missing (OOM or no placement).
+    """
+    baselines = {k: v["step_time_s"] for k, v in results.items() if k not in LEARNERS and v["step_time_s"] is not None}
     best = min(baselines, key=lambda k: (baselines[k], k)) if baselines else None
-    learned = results.get(LEARNED, {}).get("step_time_s")
+    learned = {k: v["step_time_s"] for k, v in results.items() if k in LEARNERS}
+    speedups = {
+        k: {"over_best_baseline": speedup(baselines.get(best) if best else None, t), "over_expert": speedup(baselines.get("expert"), t)}
+        for k, t in learned.items()
+    }
+    ran = {k: t for k, t in learned.items() if t is not None}
+    best_learned = min(ran, key=lambda k: (ran[k], k)) if ran else None
     return {
         "best_baseline": best,
-        "speedup_over_best_baseline": speedup(baselines.get(best) if best else None, learned),
-        "speedup_over_expert": speedup(baselines.get("expert"), learned),
+        "best_learned": best_learned,
+        "speedups": speedups,
+        "speedup_over_best_baseline": speedups[best_learned]["over_best_baseline"] if best_learned else None,
+        "speedup_over_expert": speedups[best_learned]["over_expert"] if best_learned else None,
     }

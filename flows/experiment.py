@@ -9,11 +9,12 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 import tasks
-from cluster.evaluation import LEARNED
+from cluster.evaluation import LEARNERS
+from placer.post import PostConfig
 from placer.reinforce import ReinforceConfig
 from tracking import artifact_root, default_tracking_uri
 
-METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", LEARNED)
+METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", *LEARNERS)
 
 
 @flow(name="placement-experiment")
@@ -39,20 +40,27 @@ def placement_experiment(
     spec = tasks.load_cluster_spec(cluster)
     placements: dict = {}
     for method in methods:
-        if method != LEARNED:
+        if method not in LEARNERS:
             placements[method] = tasks.baseline_placement(method, prepared, spec)
     curves: dict = {}
     method_params: dict = {m: {} for m in methods}
     extra = {}
-    if LEARNED in methods:
-        config = ReinforceConfig(budget=budget, k=k, seed=seed)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        log_path = out / "placement-logs" / f"{stamp}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
-        found = tasks.placement_search(prepared, spec, env, config, log_path)
-        placements[LEARNED] = found.best_placement
-        curves[LEARNED] = found.curve
-        method_params[LEARNED] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017"}
-        extra["placement-logs"] = str(log_path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for method in methods:
+        if method not in LEARNERS:
+            continue
+        log_path = out / "placement-logs" / f"{stamp}-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
+        if method == "rl":
+            config = ReinforceConfig(budget=budget, k=k, seed=seed)
+            found = tasks.placement_search(prepared, spec, env, config, log_path)
+            method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017"}
+        else:
+            config = PostConfig(budget=budget, seed=seed)
+            found = tasks.post_placement_search(prepared, spec, env, config, log_path)
+            method_params[method] = {**config.model_dump(), "failing_time_s": found.failing_signal, "placer": "post-softmax"}
+        placements[method] = found.best_placement
+        curves[method] = found.curve
+        extra[f"placement-logs/{method}"] = str(log_path)
     results, summary = tasks.evaluate(prepared, spec, env, placements)
     flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
     params = {"model": model, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,

@@ -13,6 +13,7 @@ from cluster.environment import make_environment
 from cluster.evaluation import evaluate_placements, summarize
 from cluster.spec import ClusterSpec, load_cluster
 from compgraph.prepare import PreparedGraph, prepare
+from placer.post import PostConfig, post_search
 from placer.reinforce import ReinforceConfig, SearchResult, reinforce_search
 from tracking import record_experiment
 
@@ -43,6 +44,15 @@ def placement_search(
     """The 2017 REINFORCE search (:func:`placer.reinforce.reinforce_search`)."""
     env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
     return reinforce_search(env, config, log_path=log_path)
+
+
+@task(name="post-search", cache_policy=NONE)
+def post_placement_search(
+    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path
+) -> SearchResult:
+    """The Post search, cross-entropy + PPO (:func:`placer.post.post_search`)."""
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
+    return post_search(env, config, log_path=log_path)
 
 
 @task(name="evaluate-placements", cache_policy=NONE)

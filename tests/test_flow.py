@@ -48,15 +48,18 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 2
     placement_file = client.download_artifacts(by_method["expert"].info.run_id, "placement.json", str(tmp_path))
     assert json.loads(open(placement_file).read()) == result["methods"]["expert"]["placement"]
-    logs = list((out / "placement-logs").glob("*.jsonl"))
-    assert len(logs) == 1 and len(logs[0].read_text().splitlines()) == 17
+    logs = sorted((out / "placement-logs").glob("*.jsonl"))
+    assert [p.name.split("-")[2] for p in logs] == ["post", "rl"]
+    assert all(len(p.read_text().splitlines()) == 17 for p in logs)  # header + 16 placements each
+    assert result["best_learned"] in ("rl", "post")
+    assert set(result["speedups"]) == {"rl", "post"}
 
 
 @pytest.mark.parametrize(
     "args, needle",
     [
         (["experiment", "--model", "nope"], "unknown model 'nope'; valid: rnnlm"),
-        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: k80x2, k80x4"),
+        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: cpu4, k80x2, k80x4"),
         (["experiment", "--methods", "rl,magic"], "unknown method 'magic'; valid: single_cpu"),
         (["experiment", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["graph-stats", "--model", "nope"], "unknown model 'nope'"),
@@ -76,9 +79,10 @@ def test_cli_lists_models_and_clusters():
     from cli.main import app
 
     runner = CliRunner()
-    assert runner.invoke(app, ["models"]).output.startswith("rnnlm\t")
+    models = [x.split("\t")[0] for x in runner.invoke(app, ["models"]).output.strip().splitlines()]
+    assert models[0] == "rnnlm" and {"nmt", "gnmt", "bert_base"} <= set(models)
     lines = runner.invoke(app, ["clusters"]).output.strip().splitlines()
-    assert [x.split("\t")[0] for x in lines] == ["k80x2", "k80x4"]
+    assert [x.split("\t")[0] for x in lines] == ["cpu4", "k80x2", "k80x4"]
 
 
 def test_cli_graph_stats_json(rnnlm_small):
