@@ -1,7 +1,20 @@
-"""Co-location grouping, as Mirhoseini et al. 2017 Sec. 3.3.
+"""Co-location grouping: the 2017 heuristics and two automatic graph partitioners.
 
-Three rules, applied in order, each only ever merging (so no rule splits what an earlier
-one joined, and a TensorFlow colocation group is never split):
+Groupers (:data:`GROUPERS`, one entry point :func:`group`), each recorded in
+:attr:`Grouping.grouper`:
+
+* ``heuristic``: Mirhoseini et al. 2017, Sec. 3.3, rules 1 and 2 below.
+* ``2017``: rules 1, 2 and 3 (the per-model rule of 2017 Sec. 4.1, "each LSTM cell,
+  each embedding lookup ... each softmax prediction step as a group"); what
+  :func:`group_ops` does.
+* ``metis``: METIS (Karypis and Kumar 1998; the METIS grouper of EAGLE, Lan et al.
+  2021, Sec. III-B and Table I) on the cost-weighted graph of TensorFlow colocation units,
+  to a target number of groups.
+* ``fluid``: networkx asynchronous fluid communities (Parés et al. 2017; the "Networkx"
+  grouper of EAGLE Table I) on the same graph, unweighted, to a target number of groups.
+
+The 2017 rules, applied in order, each only ever merging (so no rule splits what an
+earlier one joined, and a TensorFlow colocation group is never split):
 
 1. **TensorFlow colocation** (:func:`colocation_units`): ops that TensorFlow requires on
    one device (``_class`` colocation attributes, e.g. an op and its gradient ops under
@@ -15,17 +28,60 @@ one joined, and a TensorFlow colocation group is never split):
    key (each LSTM cell, each embedding lookup, each softmax step for RNNLM); groups whose
    keyed ops all carry the same key are merged by key. A group whose ops carry several
    keys (a shared variable read from every step) stays a group of its own.
+
+The automatic groupers partition the **unit graph** (:func:`unit_graph`): each colocation
+unit of rule 1 contracted to one vertex (so a colocation group is never split), edges
+undirected, parallel and opposite edges summed. For METIS a vertex weighs the unit's
+estimated compute time on a reference device (:data:`REFERENCE_DEVICE`, one K80 GK210,
+the 2017 paper's GPU: a roofline plus a launch overhead, as ``cluster.cost_model``), in
+integer microseconds (at least 1); an edge weighs the bytes it carries in integer KiB,
+rounded up, at least 1 (control edges carry 0 bytes and weigh 1). METIS minimises the
+weighted edge cut under a balance constraint on the vertex weights (its default 3 %
+imbalance), by recursive bisection (``METIS_PartGraphRecursive``): on the RNNLM graphs it
+cut fewer bytes than k-way and left fewer parts empty (small, 256 parts: 705 vs 726 MB
+cut, 186 vs 147 groups; paper, 256 parts: 41.8 vs 43.5 GB cut, 179 vs 135 groups). A few
+units are far heavier than a part's share (the softmax and embedding units), so METIS
+leaves parts empty and a grouping has fewer groups than asked. Fluid communities ignores
+all weights (EAGLE Sec. III-B); unconstrained by balance, it cut fewer bytes than METIS
+on the paper RNNLM (256 groups: 35.2 vs 41.8 GB) but not on the small one (722 vs 705 MB).
+
+Target number of groups: :data:`DEFAULT_NUM_GROUPS` = 256, the number the Hierarchical
+Planner and EAGLE use for every model (EAGLE Sec. IV-C "The number of groups is set to
+256 in our experiments"). A graph with fewer colocation units than the target gets one
+group per unit.
+
+Every grouper numbers its groups in the topological order of their first op and names
+them by their model key, else by their first variable's name, else by their first op's
+name (all unique), so outputs are stable.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import os
+import sys
+import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
 
+import networkx as nx
 import numpy as np
 
 from compgraph.ir import Grouping, OpGraph
 
 ModelRule = Callable[[str], "str | None"]
+_log = logging.getLogger(__name__)
+
+#: Target number of groups of the automatic groupers when none is given (EAGLE Sec. IV-C;
+#: the Hierarchical Planner, Mirhoseini et al. 2018, uses the same).
+DEFAULT_NUM_GROUPS = 256
+
+#: The reference device for METIS vertex weights: one GK210 of a Tesla K80 (the 2017
+#: paper's GPU; ``cluster/presets/k80x2.yaml``): peak FLOP/s, memory bandwidth (bytes/s),
+#: per-op launch overhead (seconds).
+REFERENCE_DEVICE = {"peak_flops": 4.365e12, "memory_bandwidth": 240.0e9, "op_overhead_s": 5.0e-6}
 
 
 class _UnionFind:
@@ -100,6 +156,29 @@ def apply_model_rule(graph: OpGraph, uf: _UnionFind, rule: ModelRule) -> dict[in
     return {uf.find(r): k for k, r in first_of_key.items()}
 
 
+def _make_grouping(graph: OpGraph, labels: list, grouper: str, label_key: dict | None = None) -> Grouping:
+    """Groups from per-op labels (any hashable): numbered by the topological position of
+    their first op; named by ``label_key[label]``, else the first variable, else the first op."""
+    label_key = label_key or {}
+    order = graph.topological_order.tolist()
+    group_of_label: dict = {}
+    names: list[str] = []
+    for op in order:
+        lab = labels[op]
+        if lab not in group_of_label:
+            group_of_label[lab] = len(names)
+            names.append(label_key.get(lab, graph.ops[op].name))
+    # a group with no model key and a variable in it is named after its first variable
+    named_by_variable: set = set()
+    for op in order:
+        lab = labels[op]
+        if lab not in label_key and lab not in named_by_variable and graph.ops[op].param_bytes > 0:
+            names[group_of_label[lab]] = graph.ops[op].name
+            named_by_variable.add(lab)
+    op_group = np.array([group_of_label[labels[i]] for i in range(graph.num_ops)], dtype=np.int64)
+    return Grouping(op_group=op_group, names=names, grouper=grouper)
+
+
 def group_ops(graph: OpGraph, rule: ModelRule | None = None, grouper: str = "2017") -> Grouping:
     """Group ``graph`` with the 2017 rules (see the module docstring).
 
@@ -115,21 +194,334 @@ def group_ops(graph: OpGraph, rule: ModelRule | None = None, grouper: str = "201
     uf = colocation_units(graph)
     merge_single_consumer(graph, uf)
     root_key = apply_model_rule(graph, uf, rule) if rule is not None else {}
-    labels = uf.labels()
-    order = graph.topological_order.tolist()
-    group_of_root: dict[int, int] = {}
-    names: list[str] = []
-    for op in order:
-        root = labels[op]
-        if root not in group_of_root:
-            group_of_root[root] = len(names)
-            names.append(root_key.get(root, graph.ops[op].name))
-    # a group with no model key and a variable in it is named after its first variable
-    named_by_variable: set[int] = set()
-    for op in order:
-        root = labels[op]
-        if root not in root_key and root not in named_by_variable and graph.ops[op].param_bytes > 0:
-            names[group_of_root[root]] = graph.ops[op].name
-            named_by_variable.add(root)
-    op_group = np.array([group_of_root[labels[i]] for i in range(graph.num_ops)], dtype=np.int64)
-    return Grouping(op_group=op_group, names=names, grouper=grouper)
+    return _make_grouping(graph, uf.labels(), grouper, root_key)
+
+
+# --------------------------------------------------------------------------------------
+# the unit graph and the automatic groupers
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class UnitGraph:
+    """TensorFlow colocation units contracted to vertices (undirected, weighted).
+
+    Attributes:
+        unit_of_op: int64 ``[num_ops]``: the unit of each op; units are numbered in the
+            topological order of their first op.
+        vertex_weight: int64 ``[num_units]``: estimated compute time of the unit's ops on
+            :data:`REFERENCE_DEVICE` (integer microseconds, at least 1).
+        edges: ``(a, b) -> bytes`` with ``a < b``: bytes moved between units a and b in
+            either direction (summed over the ops' edges).
+    """
+
+    unit_of_op: np.ndarray
+    vertex_weight: np.ndarray
+    edges: dict[tuple[int, int], int]
+
+    @property
+    def num_units(self) -> int:
+        return int(self.vertex_weight.shape[0])
+
+    def edge_weight_kib(self, a: int, b: int) -> int:
+        """METIS weight of edge ``{a, b}``: its bytes in KiB, rounded up, at least 1."""
+        return max(1, math.ceil(self.edges[(min(a, b), max(a, b))] / 1024))
+
+    def csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(xadj [num_units + 1], adjncy [2 * num_edges], eweights [2 * num_edges])``, int64:
+        both directions of every edge, neighbours in ascending order, weights in KiB."""
+        nbrs: list[list[int]] = [[] for _ in range(self.num_units)]
+        for a, b in self.edges:
+            nbrs[a].append(b)
+            nbrs[b].append(a)
+        xadj = np.zeros(self.num_units + 1, dtype=np.int64)
+        adjncy: list[int] = []
+        ew: list[int] = []
+        for u, ns in enumerate(nbrs):
+            ns.sort()
+            adjncy.extend(ns)
+            ew.extend(self.edge_weight_kib(u, v) for v in ns)
+            xadj[u + 1] = len(adjncy)
+        return xadj, np.array(adjncy, dtype=np.int64), np.array(ew, dtype=np.int64)
+
+    def to_networkx(self) -> nx.Graph:
+        """An undirected ``networkx.Graph`` on units ``0..num_units-1`` (attribute ``bytes``)."""
+        g = nx.Graph()
+        g.add_nodes_from(range(self.num_units))
+        for (a, b), nbytes in sorted(self.edges.items()):
+            g.add_edge(a, b, bytes=nbytes)
+        return g
+
+
+def reference_time_s(graph: OpGraph) -> np.ndarray:
+    """Seconds each op takes on :data:`REFERENCE_DEVICE` (roofline + overhead): float64 ``[num_ops]``."""
+    d = REFERENCE_DEVICE
+    flops = np.array([op.flops for op in graph.ops], dtype=np.float64)
+    nbytes = np.array([op.bytes_accessed for op in graph.ops], dtype=np.float64)
+    return np.maximum(flops / d["peak_flops"], nbytes / d["memory_bandwidth"]) + d["op_overhead_s"]
+
+
+def unit_graph(graph: OpGraph) -> UnitGraph:
+    """Contract the TensorFlow colocation units (rule 1) of ``graph``: see :class:`UnitGraph`."""
+    labels = colocation_units(graph).labels()
+    unit_of_label: dict[int, int] = {}
+    for op in graph.topological_order.tolist():
+        unit_of_label.setdefault(labels[op], len(unit_of_label))
+    unit_of_op = np.array([unit_of_label[labels[i]] for i in range(graph.num_ops)], dtype=np.int64)
+    n = len(unit_of_label)
+    t_us = np.zeros(n, dtype=np.float64)
+    np.add.at(t_us, unit_of_op, reference_time_s(graph) * 1e6)
+    vertex_weight = np.maximum(1, np.rint(t_us)).astype(np.int64)
+    edges: dict[tuple[int, int], int] = {}
+    for e in graph.edges:
+        a, b = int(unit_of_op[e.src]), int(unit_of_op[e.dst])
+        if a != b:
+            key = (min(a, b), max(a, b))
+            edges[key] = edges.get(key, 0) + int(e.bytes)
+    return UnitGraph(unit_of_op, vertex_weight, edges)
+
+
+def _check_num_groups(grouper: str, num_groups) -> int:
+    if num_groups is None:
+        raise ValueError(
+            f"grouper {grouper!r} partitions to a target number of groups: give num_groups "
+            f"(e.g. {DEFAULT_NUM_GROUPS}, EAGLE Sec. IV-C)"
+        )
+    if isinstance(num_groups, bool) or not isinstance(num_groups, (int, np.integer)) or num_groups < 1:
+        raise ValueError(f"num_groups={num_groups!r}: must be an integer >= 1")
+    return int(num_groups)
+
+
+def metis_unit_parts(units: UnitGraph, num_groups: int, seed: int = 0) -> np.ndarray:
+    """METIS k-way partition of the unit graph: int64 ``[num_units]`` part ids in ``0..num_groups-1``.
+
+    Vertex weights: :attr:`UnitGraph.vertex_weight` (microseconds); edge weights: KiB.
+    ``num_groups >= num_units`` gives every unit its own part; 1 gives one part.
+    Deterministic for a given ``seed`` (METIS' ``seed`` option).
+    """
+    import pymetis
+
+    n = units.num_units
+    if num_groups >= n:
+        return np.arange(n, dtype=np.int64)
+    if num_groups == 1:
+        return np.zeros(n, dtype=np.int64)
+    xadj, adjncy, ew = units.csr()
+    opts = pymetis.Options(seed=int(seed))
+    with _c_stdout_to_log():
+        _, parts = pymetis.part_graph(
+            num_groups,
+            adjacency=pymetis.CSRAdjacency(adj_starts=xadj.tolist(), adjacent=adjncy.tolist()),
+            vweights=units.vertex_weight.tolist(),
+            eweights=ew.tolist(),
+            recursive=True,
+            options=opts,
+        )
+    return np.asarray(parts, dtype=np.int64)
+
+
+@contextmanager
+def _c_stdout_to_log():
+    """Send what C code prints to file descriptor 1 (METIS' ``***Cannot bisect...`` notes when
+    it leaves parts empty) to this module's logger at DEBUG, so it never mixes with a
+    command's own output (e.g. JSON on stdout)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace").strip()
+            if text:
+                _log.debug("METIS: %s", " ".join(text.split()))
+
+
+def _apportion(sizes: list[int], k: int) -> list[int]:
+    """Communities per component: about ``k * size / total`` each (largest remainder),
+    at least 1 and at most ``size``; ``k >= len(sizes)`` and ``k <= sum(sizes)``."""
+    total = sum(sizes)
+    ideal = [k * s / total for s in sizes]
+    q = [min(s, max(1, math.floor(x))) for s, x in zip(sizes, ideal)]
+    while sum(q) < k:
+        i = max((i for i in range(len(q)) if q[i] < sizes[i]), key=lambda i: (ideal[i] - q[i], -i))
+        q[i] += 1
+    while sum(q) > k:
+        i = max((i for i in range(len(q)) if q[i] > 1), key=lambda i: (q[i] - ideal[i], -i))
+        q[i] -= 1
+    return q
+
+
+def fluid_unit_parts(units: UnitGraph, num_groups: int, seed: int = 0) -> np.ndarray:
+    """Asynchronous fluid communities (``networkx.algorithms.community.asyn_fluidc``) on the
+    unit graph: int64 ``[num_units]`` community ids. Weights are ignored.
+
+    ``asyn_fluidc`` needs a connected graph, so each connected component (ordered by its
+    first unit) is partitioned on its own, the ``num_groups`` communities apportioned to
+    the components by their number of units (largest remainder, at least one each). With
+    fewer communities than components, whole components are packed into ``num_groups``
+    bins (largest first, into the bin with the fewest units) and each bin is one group.
+    ``num_groups >= num_units`` gives every unit its own group. Seeded with ``seed``.
+    """
+    from networkx.algorithms.community import asyn_fluidc
+
+    n = units.num_units
+    if num_groups >= n:
+        return np.arange(n, dtype=np.int64)
+    g = units.to_networkx()
+    comps = sorted((sorted(c) for c in nx.connected_components(g)), key=lambda c: c[0])
+    parts = np.zeros(n, dtype=np.int64)
+    if num_groups < len(comps):
+        bins = [0] * num_groups
+        for c in sorted(comps, key=lambda c: (-len(c), c[0])):
+            b = min(range(num_groups), key=lambda i: (bins[i], i))
+            bins[b] += len(c)
+            parts[c] = b
+        return parts
+    quotas = _apportion([len(c) for c in comps], num_groups)
+    next_id = 0
+    for c, q in zip(comps, quotas):
+        if q == 1:
+            parts[c] = next_id
+        elif q == len(c):
+            parts[c] = np.arange(next_id, next_id + q)
+        else:
+            sub = nx.Graph()
+            sub.add_nodes_from(c)
+            sub.add_edges_from(sorted((a, b) for a, b in g.edges(c)))
+            communities = asyn_fluidc(sub, q, seed=int(seed))
+            for j, members in enumerate(sorted((sorted(m) for m in communities), key=lambda m: m[0])):
+                parts[members] = next_id + j
+        next_id += q
+    return parts
+
+
+def _automatic(graph: OpGraph, grouper: str, num_groups: int, seed: int) -> Grouping:
+    units = unit_graph(graph)
+    fn = metis_unit_parts if grouper == "metis" else fluid_unit_parts
+    parts = fn(units, num_groups, seed)
+    labels = parts[units.unit_of_op].tolist()
+    return _make_grouping(graph, labels, grouper)
+
+
+@dataclass(frozen=True)
+class Grouper:
+    """A grouper of the registry :data:`GROUPERS`.
+
+    Attributes:
+        name: the name users select it by (``--grouper``), recorded in ``Grouping.grouper``.
+        description: one line, with the paper and section.
+        needs_model_rule: it applies the benchmark's model rule (2017 Sec. 4.1).
+        automatic: it partitions to a target ``num_groups`` (METIS, fluid communities).
+    """
+
+    name: str
+    description: str
+    needs_model_rule: bool
+    automatic: bool
+
+
+GROUPERS: dict[str, Grouper] = {
+    "heuristic": Grouper(
+        "heuristic", "2017 Sec. 3.3 rules 1-2: TensorFlow colocation, recursive single-consumer merge", False, False
+    ),
+    "2017": Grouper(
+        "2017", "2017 Sec. 3.3 rules 1-3: colocation, single-consumer merge, the per-model rule (Sec. 4.1)", True, False
+    ),
+    "metis": Grouper(
+        "metis", "METIS on the cost-weighted graph of colocation units to num_groups groups (EAGLE Table I)", False, True
+    ),
+    "fluid": Grouper(
+        "fluid", "networkx asynchronous fluid communities on colocation units to num_groups groups (EAGLE Table I)",
+        False, True,
+    ),
+}
+
+
+def default_num_groups(grouper: str) -> int | None:
+    """The target number of groups used when none is given: :data:`DEFAULT_NUM_GROUPS` for an
+    automatic grouper, ``None`` for the heuristic ones (they set their own)."""
+    if grouper not in GROUPERS:
+        raise ValueError(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
+    return DEFAULT_NUM_GROUPS if GROUPERS[grouper].automatic else None
+
+
+def check_grouper(grouper: str, model_rule: ModelRule | None, num_groups: int | None, graph_name: str = "graph") -> int | None:
+    """Check :func:`group`'s arguments before any work; returns ``num_groups`` (``None`` for a
+    heuristic grouper).
+
+    Raises:
+        ValueError: as :func:`group`.
+    """
+    if grouper not in GROUPERS:
+        raise ValueError(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
+    info = GROUPERS[grouper]
+    if info.needs_model_rule and model_rule is None:
+        raise ValueError(
+            f"grouper {grouper!r} needs the model's rule (2017 Sec. 4.1) and graph {graph_name!r} has none; "
+            f"use 'heuristic', 'metis' or 'fluid'"
+        )
+    if not info.automatic:
+        if num_groups is not None:
+            raise ValueError(
+                f"num_groups={num_groups!r}: grouper {grouper!r} sets its own number of groups; "
+                f"num_groups is for {', '.join(n for n, g in GROUPERS.items() if g.automatic)}"
+            )
+        return None
+    return _check_num_groups(grouper, num_groups)
+
+
+def group(
+    graph: OpGraph,
+    grouper: str,
+    model_rule: ModelRule | None = None,
+    num_groups: int | None = None,
+    seed: int = 0,
+) -> Grouping:
+    """Group ``graph`` with the grouper named ``grouper`` (see the module docstring).
+
+    Args:
+        graph: the op graph.
+        grouper: a key of :data:`GROUPERS`: ``heuristic``, ``2017``, ``metis`` or ``fluid``.
+        model_rule: op name -> co-location key or ``None`` (needed by ``2017``, ignored by
+            the others).
+        num_groups: target number of groups, for ``metis`` and ``fluid`` only (they may
+            return fewer: empty METIS parts; a graph with fewer colocation units).
+        seed: random seed of ``metis`` and ``fluid`` (same seed, same grouping).
+    Returns:
+        A :class:`Grouping` with ``grouper`` recorded; no TensorFlow colocation group is split.
+    Raises:
+        ValueError: an unknown grouper (the message lists the valid ones); ``2017`` with no
+            model rule; ``metis``/``fluid`` without ``num_groups`` or with ``num_groups < 1``;
+            ``num_groups`` given to a heuristic grouper (which sets its own).
+    """
+    k = check_grouper(grouper, model_rule, num_groups, graph.name)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed={seed!r}: must be an integer")
+    if not GROUPERS[grouper].automatic:
+        return group_ops(graph, model_rule if GROUPERS[grouper].needs_model_rule else None, grouper=grouper)
+    return _automatic(graph, grouper, int(k), int(seed))
+
+
+def grouping_stats(graph: OpGraph, model_rule: ModelRule | None = None, num_groups: int = DEFAULT_NUM_GROUPS) -> dict:
+    """Number of groups each grouper makes of ``graph`` (for ``placement graph-stats``).
+
+    Returns:
+        ``{"ops": int, "colocation_units": int, "num_groups_target": num_groups,
+        "heuristic": int, "2017": int | None, "metis": int, "fluid": int}``: ``2017`` is
+        ``None`` when ``model_rule`` is ``None``; ``metis`` and ``fluid`` use ``num_groups``
+        and seed 0.
+    Raises:
+        ValueError: ``num_groups`` not an integer >= 1.
+    """
+    k = _check_num_groups("metis", num_groups)
+    out: dict = {"ops": graph.num_ops, "colocation_units": unit_graph(graph).num_units, "num_groups_target": k}
+    for name, info in GROUPERS.items():
+        if info.needs_model_rule and model_rule is None:
+            out[name] = None
+        else:
+            out[name] = group(graph, name, model_rule, k if info.automatic else None).num_groups
+    return out

@@ -1,35 +1,79 @@
-"""Model -> op graph -> co-location groups: the preprocessing stage in one call."""
+"""Model -> op graph -> co-location groups: the preprocessing stage in one call.
+
+:func:`prepare` does it for a registered benchmark (with an optional on-disk cache,
+:mod:`compgraph.cache`), :func:`prepare_user_graph` for a user's ``GraphDef`` file or
+Keras model (:mod:`compgraph.user_graph`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel
 
-from compgraph.grouping import group_ops
+from compgraph import cache
+from compgraph.grouping import check_grouper, default_num_groups, group
 from compgraph.ir import Grouping, OpGraph
 from compgraph.models import BENCHMARKS, Benchmark
 from compgraph.tf_import import import_graph_def
 
 
+class _LazyGraphDef:
+    """Descriptor of :attr:`PreparedGraph.graph_def`: a value given as protobuf ``bytes`` (a
+    cache hit) is parsed into a ``GraphDef`` on first access, so reading a cached graph
+    does not import TensorFlow until the GraphDef is needed (real execution)."""
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return None  # the dataclass field's default
+        value = obj.__dict__.get("_graph_def")
+        if isinstance(value, bytes):
+            from compgraph.tf_env import import_tensorflow
+
+            graph_def = import_tensorflow().compat.v1.GraphDef()
+            graph_def.ParseFromString(value)
+            obj.__dict__["_graph_def"] = value = graph_def
+        return value
+
+    def __set__(self, obj, value) -> None:
+        obj.__dict__["_graph_def"] = value
+
+
 @dataclass
 class PreparedGraph:
-    """A benchmark's training step, imported and grouped."""
+    """A training step, imported and grouped.
 
-    benchmark: Benchmark
+    Attributes:
+        benchmark: the registered benchmark, or ``None`` for a user's graph.
+        size: the benchmark size (``small``, ``paper``...), ``"user"`` for a user's graph.
+        config: the benchmark's size config, ``None`` for a user's graph.
+        graph: the imported op graph.
+        grouping: its co-location groups (``grouping.grouper`` names the grouper).
+        graph_def: the TensorFlow ``GraphDef`` the graph was imported from (for real
+            execution); may be given as its protobuf bytes, parsed on first access.
+        fetches: op names one training step runs.
+    """
+
+    benchmark: Benchmark | None
     size: str
-    config: BaseModel
+    config: BaseModel | None
     graph: OpGraph
     grouping: Grouping
-    graph_def: object = None  #: the TensorFlow ``GraphDef`` the graph was imported from (for real execution)
-    fetches: tuple[str, ...] = ()  #: op names one training step runs
+    graph_def: object = _LazyGraphDef()
+    fetches: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The benchmark's name, else the graph's name (a user's file stem or Keras spec)."""
+        return self.benchmark.name if self.benchmark is not None else self.graph.name
 
     def stats(self) -> dict:
         """Op and group counts, total FLOPs (FLOP) and parameter bytes (bytes)."""
         from compgraph.costs import unknown_flop_types
 
         return {
-            "model": self.benchmark.name,
+            "model": self.name,
             "size": self.size,
             "ops": self.graph.num_ops,
             "edges": len(self.graph.edges),
@@ -42,19 +86,104 @@ class PreparedGraph:
         }
 
 
-def prepare(model: str, size: str = "small") -> PreparedGraph:
-    """Build, import and group a benchmark's training step.
+def build_benchmark_graph(bench: Benchmark, config: BaseModel):
+    """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``."""
+    graph_def, fetches = bench.build(config)
+    graph = import_graph_def(graph_def, fetches, name=bench.name)
+    return graph_def, list(fetches), graph
 
+
+def prepare(
+    model: str,
+    size: str = "small",
+    grouper: str = "2017",
+    num_groups: int | None = None,
+    cache_dir: str | Path | None = None,
+    seed: int = 0,
+) -> PreparedGraph:
+    """Build, import and group a benchmark's training step, through the cache if given.
+
+    Args:
+        model: a benchmark name (:data:`compgraph.models.BENCHMARKS`).
+        size: one of the benchmark's sizes.
+        grouper: a grouper of :data:`compgraph.grouping.GROUPERS`.
+        num_groups: target number of groups for ``metis``/``fluid``; ``None`` means
+            :data:`compgraph.grouping.DEFAULT_NUM_GROUPS` (256) for them; must be ``None``
+            for ``heuristic`` and ``2017``.
+        cache_dir: a folder for :mod:`compgraph.cache`: a matching entry is read instead of
+            building; otherwise the result is built and written there. ``None``: no cache.
+        seed: seed of the automatic groupers.
     Raises:
-        ValueError: for an unknown model or size (the message lists the valid ones).
+        ValueError: an unknown model, size or grouper (the message lists the valid ones),
+            or a bad ``num_groups`` (see :func:`compgraph.grouping.group`).
     """
     if model not in BENCHMARKS:
         raise ValueError(f"unknown model {model!r}; valid: {', '.join(BENCHMARKS)}")
     bench = BENCHMARKS[model]
     if size not in bench.sizes:
         raise ValueError(f"unknown size {size!r} for {model}; valid: {', '.join(bench.sizes)}")
+    if num_groups is None:
+        num_groups = default_num_groups(grouper)  # raises for an unknown grouper
+    check_grouper(grouper, bench.model_rule, num_groups, model)
     config = bench.sizes[size]
-    graph_def, fetches = bench.build(config)
-    graph = import_graph_def(graph_def, fetches, name=model)
-    grouping = group_ops(graph, bench.model_rule, grouper="2017")
+    key = None
+    if cache_dir is not None:
+        key = cache.cache_key(model, size, grouper, num_groups, seed)
+        hit = cache.load_entry(cache_dir, key)
+        if hit is not None:
+            return PreparedGraph(bench, size, config, hit.graph, hit.grouping, hit.graph_def_bytes, hit.fetches)
+    graph_def, fetches, graph = build_benchmark_graph(bench, config)
+    grouping = group(graph, grouper, bench.model_rule, num_groups, seed)
+    if key is not None:
+        cache.save_entry(cache_dir, key, graph, grouping, graph_def, fetches)
     return PreparedGraph(bench, size, config, graph, grouping, graph_def, tuple(fetches))
+
+
+def prepare_user_graph(
+    graph_def_path: str | Path | None = None,
+    keras: str | None = None,
+    grouper: str = "heuristic",
+    num_groups: int | None = None,
+    fetches: list[str] | None = None,
+    seed: int = 0,
+) -> PreparedGraph:
+    """Import and group a user's training step: a ``GraphDef`` file or a Keras model.
+
+    Args:
+        graph_def_path: a ``.pb``/``.pbtxt`` ``GraphDef`` (:func:`compgraph.user_graph.load_graph_def`).
+        keras: ``"module:function"`` (:func:`compgraph.user_graph.load_keras`).
+        grouper: ``heuristic``, ``metis`` or ``fluid`` (a user's graph has no model rule).
+        num_groups: as :func:`prepare` (``None``: 256 for ``metis``/``fluid``).
+        fetches: op names one step runs (``GraphDef`` files only); default: the graph's
+            sinks without initializers (:func:`compgraph.user_graph.default_fetches`).
+        seed: seed of the automatic groupers.
+    Returns:
+        A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None``;
+        the graph is named after the file's stem or the Keras spec.
+    Raises:
+        ValueError: not exactly one of ``graph_def_path`` and ``keras``; ``fetches`` with
+            ``keras``; a bad grouper or ``num_groups`` (``2017`` needs a model rule).
+        compgraph.user_graph.UserGraphError: the file or model is unusable, or the importer
+            rejects the graph (the message names the file).
+    """
+    from compgraph.user_graph import UserGraphError, load_graph_def, load_keras
+
+    if (graph_def_path is None) == (keras is None):
+        raise ValueError("give exactly one of graph_def_path (a .pb/.pbtxt GraphDef) and keras ('module:function')")
+    if keras is not None and fetches is not None:
+        raise ValueError("fetches is for GraphDef files; a Keras model's step fetches its train op and loss")
+    if num_groups is None:
+        num_groups = default_num_groups(grouper)
+    source = str(graph_def_path) if graph_def_path is not None else f"keras {keras!r}"
+    name = Path(graph_def_path).stem if graph_def_path is not None else keras
+    check_grouper(grouper, None, num_groups, name)
+    if graph_def_path is not None:
+        graph_def, fetch_names = load_graph_def(graph_def_path, fetches)
+    else:
+        graph_def, fetch_names = load_keras(keras)
+    try:
+        graph = import_graph_def(graph_def, fetch_names, name=name)
+    except Exception as e:  # TensorFlow's import errors (unknown op types, bad attrs) and ours
+        raise UserGraphError(f"{source}: import failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
+    grouping = group(graph, grouper, None, num_groups, seed)
+    return PreparedGraph(None, "user", None, graph, grouping, graph_def, tuple(fetch_names))

@@ -1,9 +1,10 @@
-"""Group embeddings for the 2017 placer (Mirhoseini et al. 2017, Sec. 3.2).
+"""Learner inputs: per-op embeddings (2017), group embeddings (2017 placer, EAGLE).
 
-The paper embeds each operation as the concatenation of (1) a tunable embedding of its
-type, (2) its output shapes concatenated into a fixed-size zero-padded list and (3) a
-one-hot encoding of the operations that are its direct inputs and outputs. We place
-co-location groups, so a group's inputs are:
+**Group features of the current 2017 placer** (:func:`group_features`, :class:`GroupFeatures`).
+Mirhoseini et al. 2017, Sec. 3.2 embed each operation as the concatenation of (1) a
+tunable embedding of its type, (2) its output shapes concatenated into a fixed-size
+zero-padded list and (3) a one-hot encoding of the operations that are its direct inputs
+and outputs. We place co-location groups, so a group's inputs are:
 
 * ``type_counts``: float32 ``[num_groups, num_types]``, the fraction of the group's ops
   of each type. The placer multiplies it by a tunable ``[num_types, d]`` table: the mean
@@ -14,6 +15,49 @@ co-location groups, so a group's inputs are:
   and 4 are on one scale.
 * ``adjacency``: float32 ``[num_groups, num_groups]``, 1 where a group is a direct input
   or output of the other.
+
+**Per-op features** (:func:`op_features`, :class:`OpFeatures`), 2017 Sec. 3.2 as laid out
+in the worked example of the reading notes (``shared/papers/004``) and in the Hierarchical
+Planner's code (TensorFlow ``grappler/hierarchical_controller.py``,
+``create_op_embeddings``). ``N`` = number of ops, ``T`` = number of op types,
+``K = max_outputs * max_rank``:
+
+* ``type_ids``: int64 ``[N]``: index of the op's type in ``type_names`` (the graph's op
+  types, sorted); the learner looks it up in a tunable ``[T, d]`` embedding table.
+* ``output_shapes``: float32 ``[N, K]``: output ``j``'s dims in columns
+  ``j * max_rank ... j * max_rank + rank - 1`` (raw sizes, e.g. 2048.0; an unknown dim is
+  -1), zero-padded to ``max_rank`` per output and to ``max_outputs`` outputs; outputs past
+  ``max_outputs`` and dims past ``max_rank`` are dropped. Example (notes 004): outputs
+  ``[20, 40, 20, 30]`` and ``[20, 30]``, ``max_rank=4``, ``max_outputs=2`` ->
+  ``[20, 40, 20, 30, 20, 30, 0, 0]`` (the notes print ``[20, 40, 20, 30, 0, 20, 30, 0]``,
+  which pads neither consistently; we pad each output at its end, as the grappler code).
+* ``adjacency``: int64 ``[N, max_neighbours]``: the op's direct inputs (ascending op
+  index) then its direct outputs (ascending), data or control edges, each once, stored
+  as **op index + 1**, zero-padded (0 = no neighbour). ``max_neighbours`` defaults to
+  the graph's largest number of neighbours (nothing dropped).
+* ``adjacency_direction``: int64 ``[N, max_neighbours]``: -1 for an input, +1 for an
+  output, 0 for padding (the grappler code's ``[index, +-1]`` pairs).
+* ``adj_indptr`` int64 ``[N + 1]`` and ``adj_indices`` int64 ``[nnz]``: the same
+  neighbours, 0-based, never truncated, as CSR rows; :meth:`OpFeatures.dense_adjacency`
+  gives the paper's one-hot form, float32 ``[N, N]`` (only for small graphs).
+
+**EAGLE group embedding** (:func:`eagle_group_features`, :class:`EagleGroupFeatures`;
+Lan et al. 2021, Sec. III-C: "the number of operations of each operation type in the
+group, the output shapes, and the adjacency information of the group ... aggregating the
+embedding of operations in the same group in the same way as Hierarchical Planner",
+i.e. ``create_group_embeddings`` of the grappler code). ``G`` = number of groups:
+
+* ``type_counts``: float32 ``[G, T]``: number of the group's ops of each type.
+* ``output_shapes``: float32 ``[G, K]``: the sum over the group's ops of their
+  ``output_shapes`` rows, unknown dims counted as 0 (the grappler code adds these onto the
+  first ``K`` columns of the type counts, which looks like a bug; we keep them apart).
+* ``adjacency``: float32 ``[G, 2G]``: ``[D, D^T]`` with ``D[a, b]`` the number of
+  op-to-op edges (data or control, each op pair once) from group ``a`` to group ``b``;
+  the diagonal counts edges inside a group.
+* :meth:`EagleGroupFeatures.embedding`: float32 ``[G, 2G + T + K]``, the concatenation
+  ``[adjacency, type_counts, output_shapes]``, each row divided by (its max + 1) as the
+  grappler code; ``include_adjacency=False`` gives ``[G, T + K]`` for a GCN placer, which
+  takes the adjacency separately (EAGLE Sec. III-C).
 """
 
 from __future__ import annotations
@@ -67,3 +111,146 @@ def group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 6, max
             for k, dim in enumerate(dims):
                 shapes[gi, j * max_rank + k] = np.log1p(max(dim, 0))
     return GroupFeatures(counts, shapes, adjacency, types)
+
+
+# --------------------------------------------------------------------------------------
+# per-op features (2017 Sec. 3.2)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class OpFeatures:
+    """Per-op learner inputs; shapes and dtypes in the module docstring."""
+
+    type_ids: np.ndarray
+    type_names: list[str]
+    output_shapes: np.ndarray
+    adjacency: np.ndarray
+    adjacency_direction: np.ndarray
+    adj_indptr: np.ndarray
+    adj_indices: np.ndarray
+
+    @property
+    def num_ops(self) -> int:
+        return int(self.type_ids.shape[0])
+
+    def neighbours(self, op: int) -> np.ndarray:
+        """0-based indices of ``op``'s direct inputs then outputs: int64 ``[degree]``."""
+        return self.adj_indices[self.adj_indptr[op] : self.adj_indptr[op + 1]]
+
+    def dense_adjacency(self) -> np.ndarray:
+        """The paper's one-hot adjacency: float32 ``[N, N]``, 1 where an op is a direct input or output."""
+        n = self.num_ops
+        out = np.zeros((n, n), dtype=np.float32)
+        rows = np.repeat(np.arange(n), np.diff(self.adj_indptr))
+        out[rows, self.adj_indices] = 1.0
+        return out
+
+
+def _check_positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}={value!r}: must be an integer >= 1")
+    return int(value)
+
+
+def _op_shape_rows(graph: OpGraph, max_outputs: int, max_rank: int, unknown: float) -> np.ndarray:
+    out = np.zeros((graph.num_ops, max_outputs * max_rank), dtype=np.float32)
+    for i, op in enumerate(graph.ops):
+        for j, shape in enumerate(op.output_shapes[:max_outputs]):
+            for k, dim in enumerate(shape[:max_rank]):
+                out[i, j * max_rank + k] = float(dim) if dim >= 0 else unknown
+    return out
+
+
+def op_features(graph: OpGraph, max_outputs: int = 6, max_rank: int = 4, max_neighbours: int | None = None) -> OpFeatures:
+    """Per-op features of 2017 Sec. 3.2 (see the module docstring for the layout).
+
+    Args:
+        graph: the op graph (``N`` ops).
+        max_outputs: outputs kept per op (the grappler code's ``max_num_outputs``).
+        max_rank: dims kept per output (``max_output_size``).
+        max_neighbours: width of ``adjacency``; ``None``: the largest number of neighbours
+            of any op (at least 1). Wider rows are truncated (inputs kept first).
+    Returns:
+        An :class:`OpFeatures`.
+    Raises:
+        ValueError: ``max_outputs``, ``max_rank`` or ``max_neighbours`` not an integer >= 1.
+    """
+    max_outputs = _check_positive("max_outputs", max_outputs)
+    max_rank = _check_positive("max_rank", max_rank)
+    types = sorted({op.type for op in graph.ops})
+    tindex = {t: i for i, t in enumerate(types)}
+    type_ids = np.array([tindex[op.type] for op in graph.ops], dtype=np.int64)
+    shapes = _op_shape_rows(graph, max_outputs, max_rank, unknown=-1.0)
+
+    ins: list[set[int]] = [set() for _ in graph.ops]
+    outs: list[set[int]] = [set() for _ in graph.ops]
+    for e in graph.edges:
+        ins[e.dst].add(e.src)
+        outs[e.src].add(e.dst)
+    rows = [(sorted(a), sorted(b)) for a, b in zip(ins, outs)]
+    degree = [len(a) + len(b) for a, b in rows]
+    indptr = np.zeros(graph.num_ops + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum(degree)
+    indices = np.array([j for a, b in rows for j in (*a, *b)], dtype=np.int64)
+    width = max(1, max(degree, default=0)) if max_neighbours is None else _check_positive("max_neighbours", max_neighbours)
+    adj = np.zeros((graph.num_ops, width), dtype=np.int64)
+    direction = np.zeros((graph.num_ops, width), dtype=np.int64)
+    for i, (a, b) in enumerate(rows):
+        nb = ([(j, -1) for j in a] + [(j, 1) for j in b])[:width]
+        for k, (j, d) in enumerate(nb):
+            adj[i, k] = j + 1
+            direction[i, k] = d
+    return OpFeatures(type_ids, types, shapes, adj, direction, indptr, indices)
+
+
+# --------------------------------------------------------------------------------------
+# EAGLE group embedding (EAGLE Sec. III-C, Hierarchical Planner's aggregation)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class EagleGroupFeatures:
+    """EAGLE's per-group inputs; shapes and dtypes in the module docstring."""
+
+    type_counts: np.ndarray
+    output_shapes: np.ndarray
+    adjacency: np.ndarray
+    type_names: list[str]
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.type_counts.shape[0])
+
+    def embedding(self, include_adjacency: bool = True) -> np.ndarray:
+        """Row-normalised group embedding: float32 ``[G, 2G + T + K]`` (``[G, T + K]`` without
+        the adjacency): ``[adjacency, type_counts, output_shapes]`` / (row max + 1)."""
+        parts = ([self.adjacency] if include_adjacency else []) + [self.type_counts, self.output_shapes]
+        x = np.concatenate(parts, axis=1).astype(np.float32)
+        return x / (x.max(axis=1, keepdims=True) + 1.0)
+
+
+def eagle_group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 6, max_rank: int = 4) -> EagleGroupFeatures:
+    """EAGLE's group embedding parts for ``grouping`` of ``graph`` (module docstring).
+
+    Raises:
+        ValueError: ``grouping`` does not cover ``graph``'s ops, or ``max_outputs``/``max_rank``
+            not an integer >= 1.
+    """
+    max_outputs = _check_positive("max_outputs", max_outputs)
+    max_rank = _check_positive("max_rank", max_rank)
+    og = np.asarray(grouping.op_group)
+    if og.shape != (graph.num_ops,):
+        raise ValueError(f"grouping.op_group has shape {og.shape}; graph {graph.name!r} has {graph.num_ops} ops")
+    g = grouping.num_groups
+    types = sorted({op.type for op in graph.ops})
+    tindex = {t: i for i, t in enumerate(types)}
+    counts = np.zeros((g, len(types)), dtype=np.float32)
+    for i, op in enumerate(graph.ops):
+        counts[og[i], tindex[op.type]] += 1
+    shapes = np.zeros((g, max_outputs * max_rank), dtype=np.float32)
+    np.add.at(shapes, og, _op_shape_rows(graph, max_outputs, max_rank, unknown=0.0))
+    dag = np.zeros((g, g), dtype=np.float32)
+    for a, b in sorted({(e.src, e.dst) for e in graph.edges}):
+        dag[og[a], og[b]] += 1
+    return EagleGroupFeatures(counts, shapes, np.concatenate([dag, dag.T], axis=1), types)
