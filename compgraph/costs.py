@@ -11,9 +11,12 @@ Formulas (``n(x)`` is the number of elements of tensor ``x``; ``out`` the first 
 * reductions and ``BiasAddGrad``: ``n(input)``.
 * ``SparseSoftmaxCrossEntropyWithLogits`` and ``Softmax``: ``5 * n(logits)`` (max, sub,
   exp, sum, div).
-* optimizer applies: ``ResourceApplyAdam``: ``10 * n(var)``; ``ResourceApplyRMSProp``:
-  ``8 * n(var)``; ``ResourceApplyGradientDescent``: ``2 * n(var)``; scatter-adds:
-  ``n(updates)``.
+* pooling: ``MaxPool``/``AvgPool``: ``n(out) * kh * kw`` (one compare or add per window
+  element); ``MaxPoolGrad``/``AvgPoolGrad``: ``n(grad) * kh * kw`` (``ksize`` attribute;
+  ``n(input)`` if it is missing, as ptflops counts pooling).
+* optimizer applies, per element of the largest input (the variable or its gradient):
+  ``ResourceApplyAdam`` 10; ``ResourceApplyRMSProp`` 8; ``ResourceApplyMomentum`` 4
+  (5 with Nesterov); ``ResourceApplyGradientDescent`` 2; scatter-adds: ``n(updates)``.
 * data movement and bookkeeping (:data:`ZERO_FLOP`): 0 FLOPs.
 
 Bytes accessed (the roofline's memory term) are the bytes of all data inputs plus all
@@ -50,9 +53,14 @@ OPTIMIZER_FLOPS_PER_ELEMENT = {
     "ApplyAdam": 10,
     "ResourceApplyRMSProp": 8,
     "ApplyRMSProp": 8,
+    "ResourceApplyMomentum": 4,
+    "ApplyMomentum": 4,
+    "ResourceApplyKerasMomentum": 4,
+    "ResourceApplyCenteredRMSProp": 10,
     "ResourceApplyGradientDescent": 2,
     "ApplyGradientDescent": 2,
 }
+POOLING = frozenset("MaxPool AvgPool MaxPoolV2 MaxPoolGrad AvgPoolGrad".split())
 SCATTER = frozenset("ResourceScatterAdd ScatterAdd UnsortedSegmentSum SegmentSum ResourceScatterUpdate".split())
 
 
@@ -72,6 +80,7 @@ def has_flop_rule(op_type: str) -> bool:
         or op_type in ZERO_FLOP
         or op_type in OPTIMIZER_FLOPS_PER_ELEMENT
         or op_type in SCATTER
+        or op_type in POOLING
         or op_type in ("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "AddN")
         or op_type.startswith("Conv2D")
     )
@@ -89,7 +98,7 @@ def estimate_flops(
         op_type: TensorFlow op type.
         input_shapes: shapes of the data inputs, in order (``None`` for an unknown rank).
         output_shapes: shapes of the outputs, in order.
-        attrs: the op's attributes that matter (``transpose_a``, ``adj_x``).
+        attrs: the op's attributes that matter (``transpose_a``, ``adj_x``, ``ksize``, ``use_nesterov``).
     Returns:
         FLOPs (float, >= 0); 0 for types without a rule (see :func:`has_flop_rule`).
     """
@@ -125,10 +134,17 @@ def estimate_flops(
         return float(numel(input_shapes[0]) if input_shapes else 0)
     if op_type in SOFTMAX:
         return 5.0 * float(numel(input_shapes[0]) if input_shapes else n_out)
+    if op_type in POOLING:
+        ksize = attrs.get("ksize") or []
+        window = ksize[1] * ksize[2] if len(ksize) == 4 else None  # NHWC
+        if op_type in ("MaxPool", "AvgPool", "MaxPoolV2"):
+            return float(n_out * window) if window else float(numel(input_shapes[0]) if input_shapes else 0)
+        grad = input_shapes[-1] if input_shapes else None  # MaxPoolGrad: (in, out, grad); AvgPoolGrad: (shape, grad)
+        return float(numel(grad) * window) if window else float(numel(input_shapes[0]) if input_shapes else 0)
     if op_type in OPTIMIZER_FLOPS_PER_ELEMENT:
-        # apply ops' last data input is the gradient, shaped like the variable.
-        grad = input_shapes[-1] if input_shapes else None
-        return float(OPTIMIZER_FLOPS_PER_ELEMENT[op_type] * numel(grad))
+        # per element of the variable: the largest input (the variable's handle has no shape).
+        per = OPTIMIZER_FLOPS_PER_ELEMENT[op_type] + (1 if attrs.get("use_nesterov") else 0)
+        return float(per * max((numel(x) for x in input_shapes), default=0))
     if op_type in SCATTER:
         return float(numel(input_shapes[-1]) if input_shapes else 0)
     return 0.0

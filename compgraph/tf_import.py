@@ -8,6 +8,10 @@ type, output shapes and bytes, estimated FLOPs and bytes accessed
 kernel registry has a GPU kernel for its type, and its colocation constraints
 (``op.colocation_groups()`` plus resource-typed inputs, which TensorFlow requires to
 share the variable's device).
+
+A TF1 ``tf.while_loop`` in a user's graph is kept as one iteration: the back edge from
+``NextIteration`` into its ``Merge`` is dropped, so the op graph is a DAG (the benchmarks
+unroll their loops statically and have none).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ def _dtype_size(dtype) -> int:
         return int(dtype.size) if dtype.name not in ("resource", "variant", "string") else 0
     except (TypeError, ValueError):
         return 0
+
+
+#: ops whose output feeds a TF1 while loop's ``Merge`` from the previous iteration.
+LOOP_BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 
 
 def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGraph:
@@ -94,6 +102,8 @@ def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGr
         in_bytes = 0
         coloc = set()
         for t in op.inputs:
+            if t.op.type in LOOP_BACK_EDGE_TYPES:
+                continue  # a TF1 loop's back edge: one iteration is modelled (module docstring)
             src = index[t.op.name]
             b = ops[src].output_bytes[t.value_index]
             in_bytes += b
@@ -107,9 +117,11 @@ def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGr
             if other != op.name and other in index:
                 coloc.add(other)
         attrs = {}
-        for key in ("transpose_a", "adj_x"):
+        for key in ("transpose_a", "adj_x", "use_nesterov"):
             if key in op.node_def.attr:
                 attrs[key] = op.node_def.attr[key].b
+        if "ksize" in op.node_def.attr:
+            attrs["ksize"] = list(op.node_def.attr["ksize"].list.i)
         param_bytes = 0
         if op.type in VARIABLE_TYPES:
             shape = tuple(tf.TensorShape(op.get_attr("shape")).as_list())

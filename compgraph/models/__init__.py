@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from compgraph.models import bert, gnmt, nmt, rnnlm
+from compgraph.models import bert, gnmt, inception, nmt, resnet, rnnlm
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,46 @@ BENCHMARKS: dict[str, Benchmark] = {
         expert_layer=gnmt.expert_layer,
         num_layers=gnmt.num_layers,
         expert_contiguous=gnmt.EXPERT_CONTIGUOUS,
+    ),
+    "inception_v3": Benchmark(
+        name="inception_v3",
+        description="Inception-V3 (TF-slim layout, aux head), RMSProp (2017 Sec. 4.1); paper: batch 32, 299x299x3",
+        sizes={"small": inception.SMALL, "paper": inception.PAPER},
+        build=inception.build_training_graph,
+        model_rule=inception.model_rule,
+        expert_layer=inception.expert_layer,
+        num_layers=inception.num_layers,
+        expert_contiguous=inception.EXPERT_CONTIGUOUS,
+    ),
+    "resnet50": Benchmark(
+        name="resnet50",
+        description="ResNet-50 v1, SGD momentum (Post Table 1); paper: batch 32, 224x224x3",
+        sizes={"small": resnet.SMALL[50], "paper": resnet.PAPER[50]},
+        build=resnet.build_training_graph,
+        model_rule=resnet.model_rule,
+        expert_layer=resnet.expert_layer,
+        num_layers=resnet.num_layers,
+        expert_contiguous=resnet.EXPERT_CONTIGUOUS,
+    ),
+    "resnet101": Benchmark(
+        name="resnet101",
+        description="ResNet-101 v1, SGD momentum (Post Table 1); paper: batch 32, 224x224x3",
+        sizes={"small": resnet.SMALL[101], "paper": resnet.PAPER[101]},
+        build=resnet.build_training_graph,
+        model_rule=resnet.model_rule,
+        expert_layer=resnet.expert_layer,
+        num_layers=resnet.num_layers,
+        expert_contiguous=resnet.EXPERT_CONTIGUOUS,
+    ),
+    "resnet200": Benchmark(
+        name="resnet200",
+        description="ResNet-200 v2 (pre-activation), SGD momentum (Post Table 1); paper: batch 32, 224x224x3",
+        sizes={"small": resnet.SMALL[200], "paper": resnet.PAPER[200]},
+        build=resnet.build_training_graph,
+        model_rule=resnet.model_rule,
+        expert_layer=resnet.expert_layer,
+        num_layers=resnet.num_layers,
+        expert_contiguous=resnet.EXPERT_CONTIGUOUS,
     ),
     "bert_base": Benchmark(
         name="bert_base",
