@@ -64,17 +64,58 @@ def clusters() -> None:
         typer.echo(f"{name}\t{load_cluster(name).description}")
 
 
+def _prepare_graph(
+    model: str | None,
+    size: str,
+    graph_def: str | None,
+    keras: str | None,
+    grouper: str | None,
+    num_groups: int | None,
+    cache_dir: str | None,
+    seed: int,
+):
+    """The prepared graph of a benchmark or of a user's GraphDef / Keras model; bad input -> one line, exit 2."""
+    from compgraph.prepare import prepare, prepare_user_graph
+    from compgraph.user_graph import UserGraphError
+
+    if graph_def is not None and keras is not None:
+        _fail("give one of --graph-def and --keras, not both")
+    try:
+        if graph_def is not None or keras is not None:
+            return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
+                                      num_groups=num_groups, seed=seed)
+        _check_model(model, size)
+        return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
+    except UserGraphError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 @app.command("graph-stats")
 def graph_stats(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small | paper"),
+    size: str = typer.Option("small", help="small | paper (| large for rnnlm, nmt)"),
+    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of a benchmark"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION returning (keras model, input specs) instead of a benchmark"),
+    grouper: str = typer.Option(None, help="grouper of the reported grouping: heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
+    num_groups: int = typer.Option(256, help="target number of groups of the automatic groupers (metis, fluid)"),
+    cache_dir: str = typer.Option(None, help="folder of the preprocessed-graph cache (read if it matches, else written)"),
     json_path: str = typer.Option(None, "--json", help="write the stats as JSON to PATH ('-': stdout)"),
 ) -> None:
-    """Op and group counts, total FLOPs and parameter bytes of a model's training step."""
-    _check_model(model, size)
-    from compgraph.prepare import prepare
+    """Op count, groups per grouper, total FLOPs, parameter bytes and op types without a FLOPs rule."""
+    from compgraph.grouping import GROUPERS, grouping_stats
 
-    stats = prepare(model, size).stats()
+    if num_groups < 1:
+        _fail(f"--num-groups must be at least 1, got {num_groups}")
+    automatic = grouper in GROUPERS and GROUPERS[grouper].automatic
+    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups if automatic else None, cache_dir, 0)
+    stats = prepared.stats()
+    rule = prepared.benchmark.model_rule if prepared.benchmark is not None else None
+    per = grouping_stats(prepared.graph, rule, num_groups)
+    stats["colocation_units"] = per.pop("colocation_units")
+    stats["groups_per_grouper"] = {k: v for k, v in per.items() if k in GROUPERS}
+    stats["num_groups_target"] = per["num_groups_target"]
     if json_path:
         _write_json(stats, json_path)
     else:
@@ -87,7 +128,13 @@ def experiment(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
     size: str = typer.Option("small", help="small (demo) | paper (2017 sizes)"),
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
-    methods: str = typer.Option(",".join(("single_cpu", "single_gpu", "expert", "scotch", "mincut", "rl", "post")), help="comma-separated methods"),
+    methods: str = typer.Option(None, help="comma-separated methods (default: every baseline that applies, rl and post)"),
+    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION returning (keras model, input specs) instead of --model"),
+    grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
+    num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
+    cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
+    train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
     k: int = typer.Option(8, help="placements per policy update (K) of rl; post uses its paper's 12"),
     seed: int = typer.Option(0, help="seed of the search"),
@@ -102,33 +149,56 @@ def experiment(
     from cluster.evaluation import LEARNERS
     from cluster.spec import load_cluster
 
-    _check_model(model, size)
+    user_graph = graph_def is not None or keras is not None
+    if graph_def is not None and keras is not None:
+        _fail("give one of --graph-def and --keras, not both")
+    if not user_graph:
+        _check_model(model, size)
     try:
         spec = load_cluster(cluster)
     except ValueError as exc:
         _fail(str(exc))
     valid = [*BASELINES, *LEARNERS]
-    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    if methods is None:
+        chosen = [m for m in valid if not (user_graph and m == "expert")]
+        if not spec.gpu_indices:
+            chosen = [m for m in chosen if m not in ("single_gpu", "expert", "mincut")]
+    else:
+        chosen = [m.strip() for m in methods.split(",") if m.strip()]
     for m in chosen:
         if m not in valid:
             _fail(f"unknown method {m!r}; valid: {', '.join(valid)}")
     if not chosen:
         _fail(f"--methods is empty; valid: {', '.join(valid)}")
+    if user_graph and "expert" in chosen:
+        _fail("method 'expert' needs a benchmark's layer rules; drop it from --methods for --graph-def/--keras")
     if budget < 1:
         _fail(f"--budget must be at least 1, got {budget}")
     if k < 1:
         _fail(f"--k must be at least 1, got {k}")
+    if train_steps < 0:
+        _fail(f"--train-steps must be at least 0, got {train_steps}")
     if env not in ENVIRONMENTS:
         _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
     if not spec.gpu_indices and any(m in ("single_gpu", "expert", "mincut") for m in chosen):
         _fail(f"cluster {spec.name!r} has no GPU; drop single_gpu, expert and mincut from --methods")
+    from compgraph.grouping import GROUPERS
+
+    if grouper is not None and grouper not in GROUPERS:
+        _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
+    if num_groups is not None and num_groups < 1:
+        _fail(f"--num-groups must be at least 1, got {num_groups}")
+    # Validate the graph before the flow starts (a user's file error is one line, exit 2).
+    if user_graph:
+        _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed)
 
     from flows.experiment import placement_experiment
 
     start = time.perf_counter()
     result = placement_experiment(
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
-        out_dir=out_dir, tracking_uri=tracking_uri,
+        out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
+        num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps,
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")

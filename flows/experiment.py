@@ -29,6 +29,12 @@ def placement_experiment(
     env: str = "sim",
     out_dir: str = "placement-runs",
     tracking_uri: str | None = None,
+    graph_def: str | None = None,
+    keras: str | None = None,
+    grouper: str | None = None,
+    num_groups: int | None = None,
+    cache_dir: str | None = None,
+    train_steps: int = 100,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
@@ -36,7 +42,8 @@ def placement_experiment(
     """
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
-    prepared = tasks.preprocess(model, size)
+    prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras)
+    model = prepared.name
     spec = tasks.load_cluster_spec(cluster)
     placements: dict = {}
     for method in methods:

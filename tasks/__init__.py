@@ -12,16 +12,30 @@ from baselines import BASELINES, BaselineContext
 from cluster.environment import make_environment
 from cluster.evaluation import evaluate_placements, summarize
 from cluster.spec import ClusterSpec, load_cluster
-from compgraph.prepare import PreparedGraph, prepare
+from compgraph.prepare import PreparedGraph, prepare, prepare_user_graph
 from placer.post import PostConfig, post_search
 from placer.reinforce import ReinforceConfig, SearchResult, reinforce_search
 from tracking import record_experiment
 
 
 @task(name="preprocess-graph", cache_policy=NONE)
-def preprocess(model: str, size: str) -> PreparedGraph:
-    """Build, import and group the model's training step (:func:`compgraph.prepare.prepare`)."""
-    return prepare(model, size)
+def preprocess(
+    model: str,
+    size: str,
+    grouper: str | None = None,
+    num_groups: int | None = None,
+    cache_dir: str | None = None,
+    seed: int = 0,
+    graph_def: str | None = None,
+    keras: str | None = None,
+) -> PreparedGraph:
+    """Build (or read from the cache), import and group the training step: a benchmark
+    (:func:`compgraph.prepare.prepare`) or a user's GraphDef / Keras model
+    (:func:`compgraph.prepare.prepare_user_graph`)."""
+    if graph_def is not None or keras is not None:
+        return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
+                                  num_groups=num_groups, seed=seed)
+    return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
 
 
 @task(name="load-cluster", cache_policy=NONE)
