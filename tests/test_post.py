@@ -1,0 +1,69 @@
+"""Post (Gao et al. 2018): determinism, the cross-entropy update, OOM handling, log replay."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cluster.environment import Measurement, SimulatedEnvironment
+from placer.post import PostConfig, post_search
+
+
+class CountingEnv:
+    """A hand-made environment: step time = 1 ms per group not on device 2; OOM if group 0 is on device 0."""
+
+    kind = "toy"
+
+    def __init__(self, groups: int = 10, devices: int = 3) -> None:
+        self.graph = SimpleNamespace(name="toy")
+        self.grouping = SimpleNamespace(num_groups=groups, grouper="none")
+        self.spec = SimpleNamespace(name="toy", devices=[object()] * devices)
+        self.calls = 0
+
+    def measure(self, placement):
+        self.calls += 1
+        p = np.asarray(placement)
+        if p[0] == 0:
+            return Measurement(step_time_s=None, oom=True)
+        return Measurement(step_time_s=1e-3 * float((p != 2).sum()) + 1e-3, oom=False)
+
+
+def test_post_finds_the_optimum_of_a_separable_problem():
+    env = CountingEnv()
+    r = post_search(env, PostConfig(budget=600, seed=0, failing_time_s=1.0))
+    assert r.best_step_time_s == pytest.approx(1e-3)  # every group on device 2
+    assert list(r.best_placement) == [2] * 10
+    # the cross-entropy updates concentrate the samples: the last batch is mostly optimal
+    assert r.curve[-1]["sample_mean_step_time_s"] < 2.5e-3
+    assert len(r.step_times) == 600 and env.calls == 600
+
+
+def test_post_oom_samples_never_become_the_best_and_are_logged_as_none():
+    env = CountingEnv()
+    r = post_search(env, PostConfig(budget=60, seed=1, failing_time_s=1.0))
+    assert any(t is None for t in r.step_times)  # group 0 on device 0 happens early
+    assert r.best_placement[0] != 0
+    assert r.failing_signal == 1.0
+
+
+def test_post_is_deterministic_by_seed_on_the_simulator(rnnlm_small, k80x2):
+    env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
+    a = post_search(env, PostConfig(budget=120, seed=3))
+    b = post_search(env, PostConfig(budget=120, seed=3))
+    c = post_search(env, PostConfig(budget=120, seed=4))
+    assert a.step_times == b.step_times and list(a.best_placement) == list(b.best_placement)
+    assert a.step_times != c.step_times
+    # the default failing time is 10 x T_serial of the slowest device
+    assert a.failing_signal == pytest.approx(10 * np.asarray(env.simulator.op_times).sum(axis=0).max())
+
+
+def test_post_replays_its_placement_log(tmp_path):
+    log = tmp_path / "post.jsonl"
+    env = CountingEnv()
+    first = post_search(env, PostConfig(budget=72, seed=0, failing_time_s=1.0), log_path=log)
+    assert len(log.read_text().splitlines()) == 73  # header + 72 placements
+    again = CountingEnv()
+    second = post_search(again, PostConfig(budget=72, seed=0, failing_time_s=1.0), log_path=log)
+    assert again.calls == 0 and second.step_times == first.step_times
+    with pytest.raises(ValueError, match="other settings"):
+        post_search(CountingEnv(), PostConfig(budget=72, seed=1, failing_time_s=1.0), log_path=log)
