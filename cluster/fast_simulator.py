@@ -15,8 +15,17 @@ bytes, link bandwidths and latencies); the event loop is compiled with numba
 * a transfer per ``(producer, output, destination device)``, created when the producer
   finishes, with its consumers in a linked list in the reference's order.
 
-:meth:`FastSimulator.run_batch` evaluates ``K`` placements in one call; its cost per
-placement is about ``O(ops + edges)`` with no Python work per op.
+:meth:`FastSimulator.run_arrays` (op placements) and :meth:`FastSimulator.run_group_arrays`
+(group placements, expanded inside the compiled loop: an exact simulation of the op graph)
+evaluate ``K`` placements in one compiled call of a kernel without critical-path
+bookkeeping: int32 indices, work arrays allocated once per call and reused by the ``K``
+placements, soft placement applied in the loop, data-only predecessor lists, the
+in-flight events packed in three small arrays, and after an op finishes only its own
+device offered a new op (every idle device has an empty queue after each event, and the
+event readied ops on that device alone, so the reference's loop over devices starts no
+other). Cost per placement about ``O(ops + edges)``, no Python work per op.
+:meth:`FastSimulator.run` (one placement, with its critical path) uses the kernel with
+the path bookkeeping.
 
 :func:`contract_groups` builds the *group graph* (a documented approximation for
 speed, not the op-level semantics): see its docstring.
@@ -400,6 +409,316 @@ def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, suc
         path_len[k] = plen
 
 
+@njit(cache=True, nogil=True)
+def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
+                         succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
+                         dp_ptr, dp_src, indegree, alloc, param, ob_ptr, ob_val,
+                         link_bw, link_lat, max_out,
+                         step, stalled, compute_out, xfer_out, peak_out):
+    """K placements without critical paths. ``gplaces[k, op_unit[i]]`` is op i's device (before
+    soft placement). int32 indices; same arithmetic, in the same order, as _simulate_one."""
+    K = gplaces.shape[0]
+    n = op_unit.shape[0]
+    D = times.shape[1]
+    E = succ_dst.shape[0]
+    ND = dp_src.shape[0]
+    place = np.empty(n, np.int32)
+    pending = np.empty(n, np.int32)
+    users = np.empty(n, np.int32)
+    q_next = np.empty(n, np.int32)
+    q_head = np.empty(D, np.int32)
+    q_tail = np.empty(D, np.int32)
+    busy = np.empty(D, np.bool_)
+    l_head = np.empty(D * D, np.int32)
+    l_tail = np.empty(D * D, np.int32)
+    l_busy = np.empty(D * D, np.bool_)
+    x_src = np.empty(E, np.int32)
+    x_out = np.empty(E, np.int32)
+    x_ddev = np.empty(E, np.int32)
+    x_next = np.empty(E, np.int32)
+    x_chead = np.empty(E, np.int32)
+    x_ctail = np.empty(E, np.int32)
+    x_ccount = np.empty(E, np.int32)
+    x_bytes = np.empty(E, np.int64)
+    e_cnext = np.empty(E, np.int32)
+    recv_users = np.empty(E, np.int32)
+    recv_bytes = np.empty(E, np.int64)
+    edge_xfer = np.empty(max(ND, 1), np.int32)
+    slot = np.full((max_out + 2) * D, -1, np.int32)
+    NS = D + D * D
+    a_time = np.empty(NS, np.float64)  # in-flight events, packed: end time, sequence number, slot
+    a_seq = np.empty(NS, np.int64)
+    ev_item = np.empty(NS, np.int32)
+    act = np.empty(NS, np.int32)
+    live = np.empty(D, np.int64)
+    peak = np.empty(D, np.int64)
+    resident = np.empty(D, np.int64)
+    compute = np.empty(D, np.float64)
+    xfer = np.empty(D, np.float64)
+    use_fb = fallback >= 0
+    for kk in range(K):
+        for d in range(D):
+            compute[d] = 0.0
+            xfer[d] = 0.0
+            busy[d] = False
+            q_head[d] = -1
+            q_tail[d] = -1
+            live[d] = 0
+            peak[d] = 0
+            resident[d] = 0
+        for s in range(D * D):
+            l_head[s] = -1
+            l_tail[s] = -1
+            l_busy[s] = False
+        for i in range(n):
+            d = gplaces[kk, op_unit[i]]
+            if use_fb and is_gpu[d] and not gpu_ok[i]:
+                d = fallback
+            place[i] = d
+            pending[i] = indegree[i]
+            users[i] = 0
+            resident[d] += param[i]
+        for i in range(slot.shape[0]):
+            slot[i] = -1
+        nx = 0
+        nact = 0
+        seq = 0
+        end = 0.0
+        for i in range(n):
+            if pending[i] == 0:
+                d = place[i]
+                q_next[i] = -1
+                if q_tail[d] < 0:
+                    q_head[d] = i
+                else:
+                    q_next[q_tail[d]] = i
+                q_tail[d] = i
+        now = 0.0
+        for d in range(D):
+            if (not busy[d]) and q_head[d] >= 0:
+                op = q_head[d]
+                q_head[d] = q_next[op]
+                if q_head[d] < 0:
+                    q_tail[d] = -1
+                busy[d] = True
+                dt = times[op, d]
+                compute[d] += dt
+                live[d] += alloc[op]
+                if live[d] > peak[d]:
+                    peak[d] = live[d]
+                seq += 1
+                a_time[nact] = now + dt
+                a_seq[nact] = seq
+                ev_item[d] = op
+                act[nact] = d
+                nact += 1
+        while nact > 0:
+            best = 0
+            bt = a_time[0]
+            bs = a_seq[0]
+            for j in range(1, nact):
+                tj = a_time[j]
+                sj = a_seq[j]
+                better = (tj < bt) | ((tj == bt) & (sj < bs))
+                best = j if better else best
+                bt = tj if better else bt
+                bs = sj if better else bs
+            s = act[best]
+            nact -= 1
+            act[best] = act[nact]
+            a_time[best] = a_time[nact]
+            a_seq[best] = a_seq[nact]
+            now = bt
+            if s < D:
+                op = ev_item[s]
+                dev = s
+                busy[dev] = False
+                for k in range(dp_ptr[op], dp_ptr[op + 1]):
+                    src = dp_src[k]
+                    if place[src] == dev:
+                        users[src] -= 1
+                        if users[src] == 0:
+                            live[dev] -= alloc[src]
+                    else:
+                        t = edge_xfer[k]
+                        recv_users[t] -= 1
+                        if recv_users[t] == 0:
+                            live[dev] -= recv_bytes[t]
+                readers = 0
+                for k in range(succ_ptr[op], succ_ptr[op + 1]):
+                    dst = succ_dst[k]
+                    out = succ_out[k]
+                    ddev = place[dst]
+                    if ddev == dev:
+                        if out >= 0:
+                            readers += 1
+                        pending[dst] -= 1
+                        if pending[dst] == 0:
+                            q_next[dst] = -1
+                            if q_tail[dev] < 0:
+                                q_head[dev] = dst
+                            else:
+                                q_next[q_tail[dev]] = dst
+                            q_tail[dev] = dst
+                    else:
+                        sk = (out + 1) * D + ddev
+                        t = slot[sk]
+                        e_cnext[k] = -1
+                        if t >= 0 and x_src[t] == op:
+                            x_ccount[t] += 1
+                            e_cnext[x_ctail[t]] = k
+                            x_ctail[t] = k
+                        else:
+                            t = nx
+                            nx += 1
+                            slot[sk] = t
+                            x_src[t] = op
+                            x_out[t] = out
+                            x_ddev[t] = ddev
+                            x_bytes[t] = succ_bytes[k]
+                            x_chead[t] = k
+                            x_ctail[t] = k
+                            x_ccount[t] = 1
+                            if out >= 0:
+                                readers += 1
+                            lk = dev * D + ddev
+                            x_next[t] = -1
+                            if l_tail[lk] < 0:
+                                l_head[lk] = t
+                            else:
+                                x_next[l_tail[lk]] = t
+                            l_tail[lk] = t
+                            if not l_busy[lk]:
+                                u = l_head[lk]
+                                l_head[lk] = x_next[u]
+                                if l_head[lk] < 0:
+                                    l_tail[lk] = -1
+                                l_busy[lk] = True
+                                dt = link_lat[dev, ddev] + x_bytes[u] / link_bw[dev, ddev]
+                                xfer[dev] += dt
+                                xfer[ddev] += dt
+                                seq += 1
+                                es = D + lk
+                                a_time[nact] = now + dt
+                                a_seq[nact] = seq
+                                ev_item[es] = u
+                                act[nact] = es
+                                nact += 1
+                users[op] += readers
+                if users[op] == 0:
+                    live[dev] -= alloc[op]
+                # only dev can start an op: an idle device has an empty queue after every
+                # event, and this event queued ops on dev alone (remote consumers wait for
+                # transfers), so the reference's loop over devices starts at most dev
+                d = dev
+                if q_head[d] >= 0:
+                    if True:
+                        o = q_head[d]
+                        q_head[d] = q_next[o]
+                        if q_head[d] < 0:
+                            q_tail[d] = -1
+                        busy[d] = True
+                        dt = times[o, d]
+                        compute[d] += dt
+                        live[d] += alloc[o]
+                        if live[d] > peak[d]:
+                            peak[d] = live[d]
+                        seq += 1
+                        a_time[nact] = now + dt
+                        a_seq[nact] = seq
+                        ev_item[d] = o
+                        act[nact] = d
+                        nact += 1
+            else:
+                lk = s - D
+                t = ev_item[s]
+                src = x_src[t]
+                out = x_out[t]
+                ddev = x_ddev[t]
+                l_busy[lk] = False
+                k = x_chead[t]
+                if out >= 0:
+                    nb = ob_val[ob_ptr[src] + out]
+                    recv_bytes[t] = nb
+                    recv_users[t] = x_ccount[t]
+                    live[ddev] += nb
+                    if live[ddev] > peak[ddev]:
+                        peak[ddev] = live[ddev]
+                    users[src] -= 1
+                    if users[src] == 0:
+                        live[place[src]] -= alloc[src]
+                    while k >= 0:
+                        dst = succ_dst[k]
+                        edge_xfer[succ_dpos[k]] = t
+                        pending[dst] -= 1
+                        if pending[dst] == 0:
+                            q_next[dst] = -1
+                            if q_tail[ddev] < 0:
+                                q_head[ddev] = dst
+                            else:
+                                q_next[q_tail[ddev]] = dst
+                            q_tail[ddev] = dst
+                        k = e_cnext[k]
+                else:
+                    while k >= 0:
+                        dst = succ_dst[k]
+                        pending[dst] -= 1
+                        if pending[dst] == 0:
+                            q_next[dst] = -1
+                            if q_tail[ddev] < 0:
+                                q_head[ddev] = dst
+                            else:
+                                q_next[q_tail[ddev]] = dst
+                            q_tail[ddev] = dst
+                        k = e_cnext[k]
+                if l_head[lk] >= 0:
+                    a = lk // D
+                    c = lk - a * D
+                    u = l_head[lk]
+                    l_head[lk] = x_next[u]
+                    if l_head[lk] < 0:
+                        l_tail[lk] = -1
+                    l_busy[lk] = True
+                    dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
+                    xfer[a] += dt
+                    xfer[c] += dt
+                    seq += 1
+                    a_time[nact] = now + dt
+                    a_seq[nact] = seq
+                    ev_item[s] = u
+                    act[nact] = s
+                    nact += 1
+                d = ddev
+                if (not busy[d]) and q_head[d] >= 0:
+                    o = q_head[d]
+                    q_head[d] = q_next[o]
+                    if q_head[d] < 0:
+                        q_tail[d] = -1
+                    busy[d] = True
+                    dt = times[o, d]
+                    compute[d] += dt
+                    live[d] += alloc[o]
+                    if live[d] > peak[d]:
+                        peak[d] = live[d]
+                    seq += 1
+                    a_time[nact] = now + dt
+                    a_seq[nact] = seq
+                    ev_item[d] = o
+                    act[nact] = d
+                    nact += 1
+            end = now
+        st = False
+        for i in range(n):
+            if pending[i] > 0:
+                st = True
+        step[kk] = end
+        stalled[kk] = st
+        for d in range(D):
+            compute_out[kk, d] = compute[d]
+            xfer_out[kk, d] = xfer[d]
+            peak_out[kk, d] = resident[d] + peak[d]
+
+
 @dataclass
 class BatchResult:
     """Results of ``K`` placements as arrays (:meth:`FastSimulator.run_arrays`).
@@ -480,6 +799,23 @@ class FastSimulator:
                     link = spec.link(a, b)
                     self.link_bw[a, b], self.link_lat[a, b] = link.bandwidth, link.latency_s
         self.capacity = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
+        # int32 copies for the batch kernel; data-only predecessor lists (control inputs
+        # hold no memory, so release_input skips them) and each successor edge's position there
+        if n >= 2**31 - 1 or E >= 2**31 - 1:
+            raise ValueError(f"graph: {n} ops and {E} edges, at most 2**31 - 2 each")
+        data = out >= 0
+        dpo = po[data[po]]  # data edges in predecessor order
+        dpos_of_edge = np.full(E, -1, np.int64)
+        dpos_of_edge[dpo] = np.arange(len(dpo))
+        self._k_succ_ptr = self.succ_ptr.astype(np.int32)
+        self._k_succ_dst = self.succ_dst.astype(np.int32)
+        self._k_succ_out = self.succ_out.astype(np.int32)
+        self._k_succ_dpos = dpos_of_edge[so].astype(np.int32)
+        self._k_dp_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst[data], minlength=n))]).astype(np.int32)
+        self._k_dp_src = src[dpo].astype(np.int32)
+        self._k_indegree = self.indegree.astype(np.int32)
+        self._k_ob_ptr = self.ob_ptr.astype(np.int32)
+        self._k_identity = np.arange(n, dtype=np.int32)
 
     @property
     def op_times(self) -> np.ndarray:
@@ -531,8 +867,32 @@ class FastSimulator:
         extra = (path[: path_len[0]], o_start, o_end, x_start, x_end, x_src, x_out, x_ddev) if want_path else None
         return step, compute, xfer, peak, extra
 
+    def _fast(self, unit_places: np.ndarray, op_unit: np.ndarray) -> BatchResult:
+        """The batch kernel: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]`` (checked)."""
+        K = unit_places.shape[0]
+        D = len(self.spec.devices)
+        step = np.empty(K, np.float64)
+        stalled = np.empty(K, np.bool_)
+        compute = np.empty((K, D), np.float64)
+        xfer = np.empty((K, D), np.float64)
+        peak = np.empty((K, D), np.int64)
+        if K:
+            _simulate_fast_batch(
+                np.ascontiguousarray(unit_places, dtype=np.int32), op_unit, self.gpu_ok, self.is_gpu,
+                self.fallback, self.times, self._k_succ_ptr, self._k_succ_dst, self._k_succ_out,
+                self.succ_bytes, self._k_succ_dpos, self._k_dp_ptr, self._k_dp_src, self._k_indegree,
+                self.alloc, self.param, self._k_ob_ptr, self.ob_val, self.link_bw, self.link_lat,
+                self.max_out, step, stalled, compute, xfer, peak)
+        if stalled.any():
+            raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
+        over = peak > self.capacity[None, :]
+        return BatchResult(step, over.any(axis=1), compute, xfer, peak, over)
+
     def run_arrays(self, op_placements: np.ndarray) -> BatchResult:
         """Simulate ``K`` placements, results as arrays (the fastest form).
+
+        One compiled call for the batch, no critical paths; work arrays (int32 indices) are
+        allocated once per call and reused by its ``K`` placements.
 
         Args:
             op_placements: ``[K, num_ops]`` device indices.
@@ -540,12 +900,39 @@ class FastSimulator:
             ValueError: wrong shape or a device index out of range.
             RuntimeError: the simulation stalled.
         """
-        p = self.effective_placement(op_placements)
+        p = check_placement(op_placements, self.graph.num_ops, len(self.spec.devices))
         if p.ndim != 2:
             raise ValueError(f"placements: shape {p.shape}, expected (K, {self.graph.num_ops})")
-        step, compute, xfer, peak, _ = self._kernel(p, False)
-        over = peak > self.capacity[None, :]
-        return BatchResult(step, over.any(axis=1), compute, xfer, peak, over)
+        return self._fast(p, self._k_identity)
+
+    def run_group_arrays(self, group_placements: np.ndarray, op_group: np.ndarray) -> BatchResult:
+        """Simulate ``K`` group placements on the op graph, exactly, results as arrays.
+
+        The same results as ``run_arrays(group_placements[:, op_group])`` (op ``i`` on the
+        device of its group ``op_group[i]``, then soft placement), without building the
+        ``[K, num_ops]`` array: the kernel expands each placement itself.
+
+        Args:
+            group_placements: ``[K, num_groups]`` device indices.
+            op_group: ``[num_ops]`` group index of each op (``Grouping.op_group``).
+        Raises:
+            ValueError: ``op_group`` not ``[num_ops]`` or with an index outside
+                ``0..num_groups-1``; wrong shape or a device index out of range.
+            RuntimeError: the simulation stalled.
+        """
+        og = np.asarray(op_group)
+        n = self.graph.num_ops
+        if og.shape != (n,) or og.dtype.kind not in "iu":
+            raise ValueError(f"op_group: shape {og.shape} dtype {og.dtype}, expected integer ({n},)")
+        gp = np.asarray(group_placements)
+        if gp.ndim != 2:
+            raise ValueError(f"group_placements: shape {gp.shape}, expected (K, num_groups)")
+        g = gp.shape[1]
+        if n and (og.min() < 0 or og.max() >= g):
+            bad = int(og.min()) if og.min() < 0 else int(og.max())
+            raise ValueError(f"op_group: group index {bad} out of range 0..{g - 1}")
+        p = check_placement(gp, g, len(self.spec.devices))
+        return self._fast(p, og.astype(np.int32))
 
     def run_batch(self, op_placements: np.ndarray, critical_path: bool = False) -> list[SimResult]:
         """Simulate ``K`` placements (``[K, num_ops]`` device indices) -> ``K`` :class:`SimResult`.

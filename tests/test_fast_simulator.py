@@ -157,6 +157,70 @@ def test_rnnlm_small_matches_reference(rnnlm_small, k80x2):
     _check_random_placements(graph, k80x2, None, placements)
 
 
+def _same_batch(a, b) -> None:
+    """Two BatchResults equal element for element (== on floats)."""
+    for field in ("step_time_s", "oom", "compute_s", "transfer_s", "peak_memory_bytes", "oom_devices"):
+        assert np.array_equal(getattr(a, field), getattr(b, field)), field
+
+
+def test_run_group_arrays_matches_reference_with_soft_placement_and_oom():
+    """run_group_arrays([K, G], op_group) equals the reference on the expanded placements
+    (op_group[i] -> group device, then soft placement: the random DAG has ops without a GPU
+    kernel) and equals run_arrays of the expansion; capacity at the median peak so that some
+    placements run out of memory; a placement with every group on one GPU is included."""
+    graph, times = _random_dag(6, n=90)
+    og = np.random.default_rng(3).integers(0, 7, graph.num_ops)
+    rng = np.random.default_rng(4)
+    gp = rng.integers(0, 4, size=(10, 7))
+    gp[0] = 2
+    ref = Simulator(graph, _spec4(), op_times=times)
+    cap = float(np.median([max(ref.run(p).peak_memory_bytes) for p in gp[:, og]]))
+    spec = _spec4(cap)
+    ref = Simulator(graph, spec, op_times=times)
+    fast = FastSimulator(graph, spec, op_times=times)
+    b = fast.run_group_arrays(gp, og)
+    expected = [ref.run(p) for p in gp[:, og]]
+    assert any(e.oom for e in expected) and not all(e.oom for e in expected)
+    for k, e in enumerate(expected):
+        assert e.step_time_s == b.step_time_s[k] and e.oom == b.oom[k]
+        assert e.compute_s == b.compute_s[k].tolist() and e.transfer_s == b.transfer_s[k].tolist()
+        assert e.peak_memory_bytes == b.peak_memory_bytes[k].tolist()
+        assert e.oom_devices == [spec.device_names[i] for i in np.flatnonzero(b.oom_devices[k])]
+    _same_batch(b, fast.run_arrays(gp[:, og]))
+    assert fast.run_group_arrays(gp[:0], og).step_time_s.shape == (0,)
+
+
+def test_run_group_arrays_rnnlm_small(rnnlm_small, k80x2):
+    """rnnlm small (real TF graph, 2017 groups) on k80x2: 3 random group placements equal the
+    reference on the expanded op placements."""
+    graph, grouping = rnnlm_small.graph, rnnlm_small.grouping
+    gp = np.random.default_rng(12).integers(0, 3, size=(3, grouping.num_groups))
+    b = FastSimulator(graph, k80x2).run_group_arrays(gp, grouping.op_group)
+    ref = Simulator(graph, k80x2)
+    for k, p in enumerate(gp[:, grouping.op_group]):
+        e = ref.run(p)
+        assert e.step_time_s == b.step_time_s[k] and e.peak_memory_bytes == b.peak_memory_bytes[k].tolist()
+        assert e.compute_s == b.compute_s[k].tolist() and e.transfer_s == b.transfer_s[k].tolist()
+
+
+def test_run_group_arrays_errors():
+    """op_group of the wrong length, dtype or range, group placements of the wrong rank or
+    with a device index out of range are refused with the field named."""
+    graph, times = _random_dag(3, n=30)
+    fast = FastSimulator(graph, _spec4(), op_times=times)
+    og = np.arange(30) % 5
+    with pytest.raises(ValueError, match="op_group"):
+        fast.run_group_arrays(np.zeros((2, 5), int), og[:29])
+    with pytest.raises(ValueError, match="op_group"):
+        fast.run_group_arrays(np.zeros((2, 5), int), og.astype(float))
+    with pytest.raises(ValueError, match="op_group: group index 4"):
+        fast.run_group_arrays(np.zeros((2, 4), int), og)
+    with pytest.raises(ValueError, match="group_placements"):
+        fast.run_group_arrays(np.zeros(5, int), og)
+    with pytest.raises(ValueError, match="out of range"):
+        fast.run_group_arrays(np.full((2, 5), 4), og)
+
+
 def test_run_arrays_shapes_and_errors():
     """run_arrays gives [K] and [K, num_devices] arrays; bad shapes and indices are refused."""
     graph, times = _random_dag(3, n=30)
