@@ -9,9 +9,11 @@ the ``[num_ops, num_devices]`` op-time matrix, edge bytes, allocation and parame
 bytes, link bandwidths and latencies); the event loop is compiled with numba
 (``numba.njit``, no fastmath, so IEEE arithmetic is kept). Data structures of the loop:
 
-* per-device ready queues and per-link-direction transfer queues as linked lists (FIFO);
-* in-flight events, at most one per device and one per link direction, in a small array
-  scanned for the smallest ``(time, sequence number)``: the reference's heap order;
+* per-compute-pool ready queues (``ClusterSpec.pool_indices``: a device with no
+  ``compute_pool`` is its own pool) and per-link-direction transfer queues as linked
+  lists (FIFO);
+* in-flight events, at most one per compute pool and one per link direction, in a small
+  array scanned for the smallest ``(time, sequence number)``: the reference's heap order;
 * a transfer per ``(producer, output, destination device)``, created when the producer
   finishes, with its consumers in a linked list in the reference's order.
 
@@ -21,8 +23,8 @@ evaluate ``K`` placements in one compiled call of a kernel without critical-path
 bookkeeping: int32 indices, work arrays allocated once per call and reused by the ``K``
 placements, soft placement applied in the loop, data-only predecessor lists, the
 in-flight events packed in three small arrays, and after an op finishes only its own
-device offered a new op (every idle device has an empty queue after each event, and the
-event readied ops on that device alone, so the reference's loop over devices starts no
+pool offered a new op (every idle pool has an empty queue after each event, and the
+event readied ops on that pool alone, so the reference's loop over pools starts no
 other). Cost per placement about ``O(ops + edges)``, no Python work per op.
 :meth:`FastSimulator.run` (one placement, with its critical path) uses the kernel with
 the path bookkeeping.
@@ -47,7 +49,7 @@ from compgraph.ir import Edge, Grouping, Op, OpGraph
 @njit(cache=True)
 def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
                   pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
-                  link_bw, link_lat, want_path,
+                  link_bw, link_lat, pool, want_path,
                   # work arrays (sizes: n ops, E edges, D devices)
                   pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
                   x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
@@ -56,9 +58,16 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
                   last_dev, last_link,
                   # outputs (one row)
                   compute, xfer, peak_total, path):
-    """One placement. Returns (step time, stalled, path length). Items: op i -> i, transfer t -> n + t."""
+    """One placement. Returns (step time, stalled, path length). Items: op i -> i, transfer t -> n + t.
+
+    ``pool[d]`` is device d's compute pool (``ClusterSpec.pool_indices``): the ready queues
+    (q_head, q_tail), busy flags, last_dev and the op event slots are indexed by pool."""
     n = place.shape[0]
     D = times.shape[1]
+    P = 0
+    for d in range(D):
+        if pool[d] + 1 > P:
+            P = pool[d] + 1
     live = np.zeros(D, np.int64)
     peak = np.zeros(D, np.int64)
     resident = np.zeros(D, np.int64)
@@ -89,7 +98,7 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
     # initially ready ops, in op-index order
     for i in range(n):
         if pending[i] == 0:
-            d = place[i]
+            d = pool[place[i]]
             q_next[i] = -1
             if q_tail[d] < 0:
                 q_head[d] = i
@@ -100,18 +109,19 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
     # the loop below inlines start_ops(dev, t) / start_link(key, t) of the reference at
     # each call site, in the same order, so that sequence numbers match.
     now = 0.0
-    for d in range(D):
+    for d in range(P):
         if (not busy[d]) and q_head[d] >= 0:
             op = q_head[d]
             q_head[d] = q_next[op]
             if q_head[d] < 0:
                 q_tail[d] = -1
             busy[d] = True
-            dt = times[op, d]
-            compute[d] += dt
-            live[d] += alloc[op]
-            if live[d] > peak[d]:
-                peak[d] = live[d]
+            v = place[op]
+            dt = times[op, v]
+            compute[v] += dt
+            live[v] += alloc[op]
+            if live[v] > peak[v]:
+                peak[v] = live[v]
             if want_path:
                 o_start[op] = now
                 o_end[op] = now + dt
@@ -136,11 +146,11 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
         nact -= 1
         act[best] = act[nact]
         now = ev_time[s]
-        if s < D:  # an op finished on device s
+        if s < D:  # an op finished on pool s
             op = ev_item[s]
-            dev = s
+            dev = place[op]
             last_item = op
-            busy[dev] = False
+            busy[s] = False
             # release_input
             for k in range(pred_ptr[op], pred_ptr[op + 1]):
                 out = pred_out[k]
@@ -170,11 +180,11 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
                             ready_time[dst] = now
                             ready_by[dst] = op
                         q_next[dst] = -1
-                        if q_tail[dev] < 0:
-                            q_head[dev] = dst
+                        if q_tail[s] < 0:
+                            q_head[s] = dst
                         else:
-                            q_next[q_tail[dev]] = dst
-                        q_tail[dev] = dst
+                            q_next[q_tail[s]] = dst
+                        q_tail[s] = dst
                 else:
                     sk = (out + 1) * D + ddev
                     t = slot[sk]
@@ -230,18 +240,19 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
             users[op] += readers
             if users[op] == 0:
                 live[dev] -= alloc[op]
-            for d in range(D):
+            for d in range(P):
                 if (not busy[d]) and q_head[d] >= 0:
                     o = q_head[d]
                     q_head[d] = q_next[o]
                     if q_head[d] < 0:
                         q_tail[d] = -1
                     busy[d] = True
-                    dt = times[o, d]
-                    compute[d] += dt
-                    live[d] += alloc[o]
-                    if live[d] > peak[d]:
-                        peak[d] = live[d]
+                    v = place[o]
+                    dt = times[o, v]
+                    compute[v] += dt
+                    live[v] += alloc[o]
+                    if live[v] > peak[v]:
+                        peak[v] = live[v]
                     if want_path:
                         o_start[o] = now
                         o_end[o] = now + dt
@@ -259,6 +270,7 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
             src = x_src[t]
             out = x_out[t]
             ddev = x_ddev[t]
+            pd = pool[ddev]
             last_item = n + t
             l_busy[lk] = False
             if out >= 0:
@@ -281,11 +293,11 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
                         ready_time[dst] = now
                         ready_by[dst] = n + t
                     q_next[dst] = -1
-                    if q_tail[ddev] < 0:
-                        q_head[ddev] = dst
+                    if q_tail[pd] < 0:
+                        q_head[pd] = dst
                     else:
-                        q_next[q_tail[ddev]] = dst
-                    q_tail[ddev] = dst
+                        q_next[q_tail[pd]] = dst
+                    q_tail[pd] = dst
                 k = e_cnext[k]
             # start_link(lk, now)
             if (not l_busy[lk]) and l_head[lk] >= 0:
@@ -310,19 +322,20 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
                 ev_item[s] = u
                 act[nact] = s
                 nact += 1
-            # start_ops(ddev, now)
-            d = ddev
+            # start_ops(pool[ddev], now)
+            d = pd
             if (not busy[d]) and q_head[d] >= 0:
                 o = q_head[d]
                 q_head[d] = q_next[o]
                 if q_head[d] < 0:
                     q_tail[d] = -1
                 busy[d] = True
-                dt = times[o, d]
-                compute[d] += dt
-                live[d] += alloc[o]
-                if live[d] > peak[d]:
-                    peak[d] = live[d]
+                v = place[o]
+                dt = times[o, v]
+                compute[v] += dt
+                live[v] += alloc[o]
+                if live[v] > peak[v]:
+                    peak[v] = live[v]
                 if want_path:
                     o_start[o] = now
                     o_end[o] = now + dt
@@ -358,7 +371,7 @@ def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_i
 @njit(cache=True)
 def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
                     pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
-                    link_bw, link_lat, max_out, want_path,
+                    link_bw, link_lat, pool, max_out, want_path,
                     step, stalled, compute, xfer, peak_total, path, path_len,
                     o_start, o_end, x_start, x_end, x_src, x_out, x_ddev):
     K, n = places.shape
@@ -398,7 +411,7 @@ def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, suc
         end, st, plen = _simulate_one(
             places[k], times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
             pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
-            link_bw, link_lat, want_path,
+            link_bw, link_lat, pool, want_path,
             pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
             x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
             recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
@@ -413,13 +426,18 @@ def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, suc
 def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                          succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
                          dp_ptr, dp_src, indegree, alloc, param, ob_ptr, ob_val,
-                         link_bw, link_lat, max_out,
+                         link_bw, link_lat, pool, max_out,
                          step, stalled, compute_out, xfer_out, peak_out):
     """K placements without critical paths. ``gplaces[k, op_unit[i]]`` is op i's device (before
-    soft placement). int32 indices; same arithmetic, in the same order, as _simulate_one."""
+    soft placement); ``pool[d]`` device d's compute pool, which indexes the ready queues, busy
+    flags and op event slots. int32 indices; same arithmetic, in the same order, as _simulate_one."""
     K = gplaces.shape[0]
     n = op_unit.shape[0]
     D = times.shape[1]
+    P = 0
+    for d in range(D):
+        if pool[d] + 1 > P:
+            P = pool[d] + 1
     E = succ_dst.shape[0]
     ND = dp_src.shape[0]
     place = np.empty(n, np.int32)
@@ -486,7 +504,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
         end = 0.0
         for i in range(n):
             if pending[i] == 0:
-                d = place[i]
+                d = pool[place[i]]
                 q_next[i] = -1
                 if q_tail[d] < 0:
                     q_head[d] = i
@@ -494,18 +512,19 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                     q_next[q_tail[d]] = i
                 q_tail[d] = i
         now = 0.0
-        for d in range(D):
+        for d in range(P):
             if (not busy[d]) and q_head[d] >= 0:
                 op = q_head[d]
                 q_head[d] = q_next[op]
                 if q_head[d] < 0:
                     q_tail[d] = -1
                 busy[d] = True
-                dt = times[op, d]
-                compute[d] += dt
-                live[d] += alloc[op]
-                if live[d] > peak[d]:
-                    peak[d] = live[d]
+                v = place[op]
+                dt = times[op, v]
+                compute[v] += dt
+                live[v] += alloc[op]
+                if live[v] > peak[v]:
+                    peak[v] = live[v]
                 seq += 1
                 a_time[nact] = now + dt
                 a_seq[nact] = seq
@@ -529,10 +548,10 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             a_time[best] = a_time[nact]
             a_seq[best] = a_seq[nact]
             now = bt
-            if s < D:
+            if s < D:  # an op finished on pool s
                 op = ev_item[s]
-                dev = s
-                busy[dev] = False
+                dev = place[op]
+                busy[s] = False
                 for k in range(dp_ptr[op], dp_ptr[op + 1]):
                     src = dp_src[k]
                     if place[src] == dev:
@@ -555,11 +574,11 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                         pending[dst] -= 1
                         if pending[dst] == 0:
                             q_next[dst] = -1
-                            if q_tail[dev] < 0:
-                                q_head[dev] = dst
+                            if q_tail[s] < 0:
+                                q_head[s] = dst
                             else:
-                                q_next[q_tail[dev]] = dst
-                            q_tail[dev] = dst
+                                q_next[q_tail[s]] = dst
+                            q_tail[s] = dst
                     else:
                         sk = (out + 1) * D + ddev
                         t = slot[sk]
@@ -607,10 +626,10 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 users[op] += readers
                 if users[op] == 0:
                     live[dev] -= alloc[op]
-                # only dev can start an op: an idle device has an empty queue after every
-                # event, and this event queued ops on dev alone (remote consumers wait for
-                # transfers), so the reference's loop over devices starts at most dev
-                d = dev
+                # only pool s can start an op: an idle pool has an empty queue after every
+                # event, and this event queued ops on dev's pool s alone (remote consumers
+                # wait for transfers), so the reference's loop over pools starts at most s
+                d = s
                 if q_head[d] >= 0:
                     if True:
                         o = q_head[d]
@@ -618,11 +637,12 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                         if q_head[d] < 0:
                             q_tail[d] = -1
                         busy[d] = True
-                        dt = times[o, d]
-                        compute[d] += dt
-                        live[d] += alloc[o]
-                        if live[d] > peak[d]:
-                            peak[d] = live[d]
+                        v = place[o]
+                        dt = times[o, v]
+                        compute[v] += dt
+                        live[v] += alloc[o]
+                        if live[v] > peak[v]:
+                            peak[v] = live[v]
                         seq += 1
                         a_time[nact] = now + dt
                         a_seq[nact] = seq
@@ -635,6 +655,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 src = x_src[t]
                 out = x_out[t]
                 ddev = x_ddev[t]
+                pd = pool[ddev]
                 l_busy[lk] = False
                 k = x_chead[t]
                 if out >= 0:
@@ -653,11 +674,11 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                         pending[dst] -= 1
                         if pending[dst] == 0:
                             q_next[dst] = -1
-                            if q_tail[ddev] < 0:
-                                q_head[ddev] = dst
+                            if q_tail[pd] < 0:
+                                q_head[pd] = dst
                             else:
-                                q_next[q_tail[ddev]] = dst
-                            q_tail[ddev] = dst
+                                q_next[q_tail[pd]] = dst
+                            q_tail[pd] = dst
                         k = e_cnext[k]
                 else:
                     while k >= 0:
@@ -665,11 +686,11 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                         pending[dst] -= 1
                         if pending[dst] == 0:
                             q_next[dst] = -1
-                            if q_tail[ddev] < 0:
-                                q_head[ddev] = dst
+                            if q_tail[pd] < 0:
+                                q_head[pd] = dst
                             else:
-                                q_next[q_tail[ddev]] = dst
-                            q_tail[ddev] = dst
+                                q_next[q_tail[pd]] = dst
+                            q_tail[pd] = dst
                         k = e_cnext[k]
                 if l_head[lk] >= 0:
                     a = lk // D
@@ -688,18 +709,19 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                     ev_item[s] = u
                     act[nact] = s
                     nact += 1
-                d = ddev
+                d = pd
                 if (not busy[d]) and q_head[d] >= 0:
                     o = q_head[d]
                     q_head[d] = q_next[o]
                     if q_head[d] < 0:
                         q_tail[d] = -1
                     busy[d] = True
-                    dt = times[o, d]
-                    compute[d] += dt
-                    live[d] += alloc[o]
-                    if live[d] > peak[d]:
-                        peak[d] = live[d]
+                    v = place[o]
+                    dt = times[o, v]
+                    compute[v] += dt
+                    live[v] += alloc[o]
+                    if live[v] > peak[v]:
+                        peak[v] = live[v]
                     seq += 1
                     a_time[nact] = now + dt
                     a_seq[nact] = seq
@@ -799,6 +821,7 @@ class FastSimulator:
                     link = spec.link(a, b)
                     self.link_bw[a, b], self.link_lat[a, b] = link.bandwidth, link.latency_s
         self.capacity = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
+        self.pool = np.array(spec.pool_indices, dtype=np.int64)  # device -> compute pool
         # int32 copies for the batch kernel; data-only predecessor lists (control inputs
         # hold no memory, so release_input skips them) and each successor edge's position there
         if n >= 2**31 - 1 or E >= 2**31 - 1:
@@ -816,6 +839,7 @@ class FastSimulator:
         self._k_indegree = self.indegree.astype(np.int32)
         self._k_ob_ptr = self.ob_ptr.astype(np.int32)
         self._k_identity = np.arange(n, dtype=np.int32)
+        self._k_pool = self.pool.astype(np.int32)
 
     @property
     def op_times(self) -> np.ndarray:
@@ -860,7 +884,7 @@ class FastSimulator:
             np.ascontiguousarray(places, dtype=np.int64), self.times, self.succ_ptr, self.succ_dst,
             self.succ_out, self.succ_bytes, self.succ_inpos, self.pred_ptr, self.pred_src, self.pred_out,
             self.indegree, self.alloc, self.param, self.ob_ptr, self.ob_val, self.link_bw, self.link_lat,
-            self.max_out, want_path, step, stalled, compute, xfer, peak, path, path_len,
+            self.pool, self.max_out, want_path, step, stalled, compute, xfer, peak, path, path_len,
             o_start, o_end, x_start, x_end, x_src, x_out, x_ddev)
         if stalled.any():
             raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
@@ -882,7 +906,7 @@ class FastSimulator:
                 self.fallback, self.times, self._k_succ_ptr, self._k_succ_dst, self._k_succ_out,
                 self.succ_bytes, self._k_succ_dpos, self._k_dp_ptr, self._k_dp_src, self._k_indegree,
                 self.alloc, self.param, self._k_ob_ptr, self.ob_val, self.link_bw, self.link_lat,
-                self.max_out, step, stalled, compute, xfer, peak)
+                self._k_pool, self.max_out, step, stalled, compute, xfer, peak)
         if stalled.any():
             raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
         over = peak > self.capacity[None, :]

@@ -14,6 +14,16 @@ Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
   in event order, finishes first on equal times); the successors readied by one event
   are queued in op-index order. After an op finishes, devices are offered their next op
   in device-index order.
+* **Compute pools.** Devices that name the same ``compute_pool``
+  (:attr:`cluster.spec.Device.compute_pool`) share one executor: the rule above applies to
+  the pool instead of each device. The pool has one FIFO queue for the ready ops of all its
+  devices and runs one op at a time, whichever device it is placed on (e.g. logical
+  TensorFlow CPU devices of one process, sharing its thread pools and the machine's
+  cores); the same tie rules hold, and after an op finishes pools are offered their next op
+  in order of their lowest device index. A device with no pool is a pool of its own, so
+  with no pools named every device runs in parallel with the others, as above. An op still
+  takes ``t(o, d)`` on its own device ``d``, and its seconds, memory and transfers count
+  for ``d``: only the queue is shared.
 * **Transfers.** A tensor (output ``k`` of op ``o``) consumed on another device is sent
   once per destination device, when its producer finishes, whatever the number of
   consumers there. A control edge across devices is a 0-byte transfer, sent once per
@@ -46,13 +56,13 @@ Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
 * **Critical path.** The chain of ops and transfers that determines the step time,
   walked back from the event that finished last: an op's predecessor is the event that
   made it ready (the last input to arrive: the local producer or the transfer) if it
-  started as soon as it was ready, else, having waited in its device's queue, the op
-  that ran on the device just before it; a transfer's predecessor is its producer if
-  it left as soon as the producer finished, else the transfer ahead of it on the same
-  link direction. Each step starts when its predecessor ends, so the chain is
-  contiguous from 0 to the step time, and the queueing waits are the device or link
-  predecessors in it. Ties (ready at the same instant the device freed up) go to the
-  data dependency.
+  started as soon as it was ready, else, having waited in its device's (pool's) queue,
+  the op that ran on the device (pool) just before it, whichever device of the pool that
+  was; a transfer's predecessor is its producer if it left as soon as the producer
+  finished, else the transfer ahead of it on the same link direction. Each step starts
+  when its predecessor ends, so the chain is contiguous from 0 to the step time, and the
+  queueing waits are the device (pool) or link predecessors in it. Ties (ready at the
+  same instant the device or pool freed up) go to the data dependency.
 """
 
 from __future__ import annotations
@@ -179,6 +189,8 @@ class Simulator:
             for a in range(d)
         ]
         self.capacity = [dev.memory_bytes for dev in spec.devices]
+        self.pool = spec.pool_indices  # device index -> compute-pool index
+        self.num_pools = max(self.pool) + 1
 
     def effective_placement(self, op_placement: np.ndarray) -> np.ndarray:
         """Apply soft placement: ops with no GPU kernel placed on a GPU move to the first CPU.
@@ -209,10 +221,10 @@ class Simulator:
         place = self.effective_placement(op_placement).tolist()
         n, ndev = self.graph.num_ops, len(self.spec.devices)
         times, out_edges, in_edges = self.op_times, self.out_edges, self.in_edges
-        alloc, links = self.alloc, self.links
+        alloc, links, pool = self.alloc, self.links, self.pool
         pending = list(self.indegree)
-        queues = [deque() for _ in range(ndev)]
-        busy = [False] * ndev
+        queues = [deque() for _ in range(self.num_pools)]  # one FIFO of ready ops per compute pool
+        busy = [False] * self.num_pools  # one op at a time per pool
         link_q: dict[tuple[int, int], deque] = {}
         link_busy: dict[tuple[int, int], bool] = {}
         sent: dict[tuple[int, int, int], list[int]] = {}  # transfer key (op, output, dst device) -> consumers
@@ -235,17 +247,18 @@ class Simulator:
         ready_by: list = [None] * n  # the item whose end made the op ready
         span: dict = {}  # item -> (start, end)
         pred: dict = {}  # item -> predecessor item or None
-        last_on_dev: list = [None] * ndev  # the op that ran last on each device
+        last_on_pool: list = [None] * self.num_pools  # the op that ran last on each pool
         last_on_link: dict = {}  # the transfer that went last on each link direction
         queued_at: dict = {}  # transfer key -> time it was queued (its producer's end)
         last_item = None
 
-        def start_ops(dev: int, t: float) -> None:
+        def start_ops(pl: int, t: float) -> None:
             nonlocal seq
-            if busy[dev] or not queues[dev]:
+            if busy[pl] or not queues[pl]:
                 return
-            op = queues[dev].popleft()
-            busy[dev] = True
+            op = queues[pl].popleft()
+            dev = place[op]
+            busy[pl] = True
             dt = times[op][dev]
             compute[dev] += dt
             live[dev] += alloc[op]
@@ -253,8 +266,8 @@ class Simulator:
                 peak[dev] = live[dev]
             item = ("op", op)
             span[item] = (t, t + dt)
-            pred[item] = ready_by[op] if t <= ready_time[op] else last_on_dev[dev]
-            last_on_dev[dev] = item
+            pred[item] = ready_by[op] if t <= ready_time[op] else last_on_pool[pl]
+            last_on_pool[pl] = item
             seq += 1
             heapq.heappush(events, (t + dt, seq, 0, op, None))
 
@@ -278,7 +291,7 @@ class Simulator:
         def make_ready(op: int, t: float, item) -> None:
             ready_time[op] = t
             ready_by[op] = item
-            queues[place[op]].append(op)
+            queues[pool[place[op]]].append(op)
 
         def release_input(op: int, dev: int) -> None:
             for src, out in in_edges[op]:
@@ -296,16 +309,16 @@ class Simulator:
 
         for i in range(n):
             if pending[i] == 0:
-                queues[place[i]].append(i)
-        for dev in range(ndev):
-            start_ops(dev, 0.0)
+                queues[pool[place[i]]].append(i)
+        for pl in range(self.num_pools):
+            start_ops(pl, 0.0)
 
         while events:
             now, _, kind, a, b = heapq.heappop(events)
             if kind == 0:  # op a finished
                 op, dev = a, place[a]
                 last_item = ("op", op)
-                busy[dev] = False
+                busy[pool[dev]] = False
                 release_input(op, dev)
                 readers = 0
                 for dst, out, nbytes in out_edges[op]:
@@ -331,8 +344,8 @@ class Simulator:
                 users[op] += readers
                 if users[op] == 0:
                     live[dev] -= alloc[op]
-                for ddev in range(ndev):
-                    start_ops(ddev, now)
+                for pl in range(self.num_pools):
+                    start_ops(pl, now)
             else:  # transfer a = (src, out, dst_dev) arrived over link b
                 src, out, ddev = a
                 last_item = ("xfer", a)
@@ -353,7 +366,7 @@ class Simulator:
                     if pending[dst] == 0:
                         make_ready(dst, now, last_item)
                 start_link(b, now)
-                start_ops(ddev, now)
+                start_ops(pool[ddev], now)
             end = now
 
         if any(p > 0 for p in pending):

@@ -30,6 +30,12 @@ class Device(BaseModel):
         tf_device: optional TensorFlow device string this device runs on in real execution
             (:mod:`cluster.real`), e.g. ``/device:CPU:1``; ``None`` lets the real environment
             map it (CPUs to ``/device:CPU:k``, GPUs to the GPUs that exist). The simulator ignores it.
+        compute_pool: optional name of the executor this device shares with others. Devices
+            that name the same pool run one op at a time between them, in the order ops became
+            ready (as one device does alone): e.g. logical TensorFlow CPU devices of one process,
+            which share its thread pools and the machine's cores. ``None`` (the default): the
+            device is its own pool and runs ops in parallel with every other device. Links,
+            memory and per-device compute seconds stay per device (:mod:`cluster.simulator`).
     """
 
     name: str
@@ -40,6 +46,7 @@ class Device(BaseModel):
     op_overhead_s: float = Field(0.0, ge=0)
     model: str = ""
     tf_device: str | None = Field(None, pattern=r"^/(device:)?(CPU|GPU|cpu|gpu):\d+$")
+    compute_pool: str | None = Field(None, pattern=r"^\S+$")
 
 
 class LinkSpec(BaseModel):
@@ -63,7 +70,8 @@ class ClusterSpec(BaseModel):
 
     Raises:
         pydantic.ValidationError: duplicate device names, a link naming an unknown
-            device, or a device pair with no link and no ``default_link``.
+            device, a device pair with no link and no ``default_link``, or a
+            ``compute_pool`` that is empty or holds whitespace.
     """
 
     name: str
@@ -94,6 +102,21 @@ class ClusterSpec(BaseModel):
     @property
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
+
+    @property
+    def pool_indices(self) -> list[int]:
+        """``[num_devices]`` compute-pool index of each device (see :attr:`Device.compute_pool`).
+
+        Pools are numbered ``0..num_pools-1`` in the order they first appear in ``devices``; a
+        device with no ``compute_pool`` is a pool of its own. With no pools named this is
+        ``[0, 1, ..., num_devices-1]``.
+        """
+        index: dict[str, int] = {}
+        out = []
+        for i, d in enumerate(self.devices):
+            key = f"pool:{d.compute_pool}" if d.compute_pool is not None else f"device:{i}"
+            out.append(index.setdefault(key, len(index)))
+        return out
 
     @property
     def cpu_indices(self) -> list[int]:

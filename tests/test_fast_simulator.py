@@ -4,7 +4,8 @@ Every comparison is ``==`` on floats (step time, per-device compute and transfer
 on ints (peak memory bytes), on OOM flags and device names, and on the critical path,
 over random placements of: the tiny hand-built graphs of tests/test_simulator.py's kind,
 random DAGs (several outputs per op, control edges, ops without a GPU kernel, integer op
-times that make many events tie), and the small RNNLM training step.
+times that make many events tie), and the small RNNLM training step; with and without
+compute pools (devices sharing one executor, ``Device.compute_pool``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 
 
-def _dev(name: str, kind: str = "gpu", memory_bytes: float = 1e12) -> dict:
-    return dict(name=name, kind=kind, peak_flops=1e12, memory_bandwidth=1e12, memory_bytes=memory_bytes)
+def _dev(name: str, kind: str = "gpu", memory_bytes: float = 1e12, compute_pool: str | None = None) -> dict:
+    return dict(name=name, kind=kind, peak_flops=1e12, memory_bandwidth=1e12, memory_bytes=memory_bytes,
+                compute_pool=compute_pool)
 
 
 def _op(name: str, out_bytes: int = 0, alloc: int = 0, param: int = 0, gpu_kernel: bool = True, n_out: int = 1) -> Op:
@@ -81,11 +83,12 @@ def _random_dag(seed: int, n: int = 120) -> tuple[OpGraph, np.ndarray]:
     return OpGraph(f"dag{seed}", ops, list(edges)), times
 
 
-def _spec4(memory_bytes: float = 1e12) -> ClusterSpec:
+def _spec4(memory_bytes: float = 1e12, pools: tuple = (None,) * 4) -> ClusterSpec:
+    """cpu + 3 GPUs; ``pools[i]`` is device i's ``compute_pool``."""
     return ClusterSpec(
         name="four",
-        devices=[_dev("cpu", "cpu", memory_bytes), _dev("gpu0", memory_bytes=memory_bytes),
-                 _dev("gpu1", memory_bytes=memory_bytes), _dev("gpu2", memory_bytes=memory_bytes)],
+        devices=[_dev(name, kind, memory_bytes, pool)
+                 for name, kind, pool in zip(("cpu", "gpu0", "gpu1", "gpu2"), ("cpu", "gpu", "gpu", "gpu"), pools)],
         default_link={"bandwidth": 1000.0, "latency_s": 0.5},
         links=[{"between": ["gpu0", "gpu1"], "bandwidth": 4000.0, "latency_s": 0.25}],
     )
@@ -99,6 +102,33 @@ def test_random_dag_matches_reference_exactly(seed):
     placements = rng.integers(0, 4, size=(12, graph.num_ops))
     placements[0] = 1  # all on one GPU (soft placement moves the no-kernel ops to the CPU)
     _check_random_placements(graph, _spec4(), times, placements)
+
+
+# pools: all four devices; two interleaved pools; a pool without device 0 and two devices alone
+POOLS = [("h", "h", "h", "h"), ("a", "b", "a", "b"), (None, "x", None, "x"), ("x", "x", None, None)]
+
+
+@pytest.mark.parametrize("pools", POOLS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_dag_with_compute_pools_matches_reference_exactly(seed, pools):
+    """Random DAGs on cpu + 3 GPUs with compute pools (pool indices not equal to device
+    indices), 10 random placements each plus all on one GPU; run, run_batch and run_arrays."""
+    graph, times = _random_dag(seed, n=100)
+    spec = _spec4(pools=pools)
+    rng = np.random.default_rng(200 + seed)
+    placements = rng.integers(0, 4, size=(11, graph.num_ops))
+    placements[0] = 1
+    _check_random_placements(graph, spec, times, placements)
+    ref = Simulator(graph, spec, op_times=times)
+    b = FastSimulator(graph, spec, op_times=times).run_arrays(placements)
+    for k, p in enumerate(placements):
+        e = ref.run(p)
+        assert e.step_time_s == b.step_time_s[k] and e.compute_s == b.compute_s[k].tolist()
+    # the pool changes the result: with all four devices in one pool, ops never overlap
+    if pools == POOLS[0]:
+        assert all(b.step_time_s[k] >= b.compute_s[k].sum() for k in range(len(placements)))
+        free = FastSimulator(graph, _spec4(), op_times=times).run_arrays(placements)
+        assert (free.step_time_s[1:] < b.step_time_s[1:]).all()
 
 
 def test_random_dag_oom_flags_match_reference():
@@ -126,7 +156,8 @@ def test_random_dag_with_roofline_times():
 
 def test_tiny_graphs_match_reference_on_every_placement():
     """Every placement of three tiny graphs (fan-out to one device, two outputs over one link,
-    a diamond with memory) on 2 or 3 devices, 0.5-s link latency."""
+    a diamond with memory) on 2 or 3 devices, 0.5-s link latency, without and with compute
+    pools (all devices in one; two of three, with and without device 0)."""
     two_out = Op("src", "Test", [(250,), (750,)], [1000, 3000], alloc_bytes=4000)
     graphs = [
         OpGraph("fanout", [_op("src", 1000, alloc=1000), _op("y1", alloc=3), _op("y2")],
@@ -137,8 +168,12 @@ def test_tiny_graphs_match_reference_on_every_placement():
                             _op("d", 8, alloc=5)],
                 [Edge(0, 1, 8), Edge(0, 2, 8), Edge(1, 3, 8), Edge(2, 3, 8)]),
     ]
-    for ndev in (2, 3):
-        spec = ClusterSpec(name="t", devices=[_dev("cpu", "cpu", 150)] + [_dev(f"g{i}") for i in range(ndev - 1)],
+    # compute pools of each device (None: no pool); the length is the number of devices
+    pool_sets = [(None, None), ("p", "p"), (None, None, None), ("p", "p", "p"), (None, "p", "p"), ("p", None, "p")]
+    for pools in pool_sets:
+        ndev = len(pools)
+        spec = ClusterSpec(name="t", devices=[_dev("cpu", "cpu", 150, pools[0])]
+                           + [_dev(f"g{i}", compute_pool=pools[i + 1]) for i in range(ndev - 1)],
                            default_link={"bandwidth": 1000.0, "latency_s": 0.5})
         for g in graphs:
             grid = np.stack(np.meshgrid(*[np.arange(ndev)] * g.num_ops, indexing="ij"), -1).reshape(-1, g.num_ops)
@@ -188,6 +223,39 @@ def test_run_group_arrays_matches_reference_with_soft_placement_and_oom():
         assert e.oom_devices == [spec.device_names[i] for i in np.flatnonzero(b.oom_devices[k])]
     _same_batch(b, fast.run_arrays(gp[:, og]))
     assert fast.run_group_arrays(gp[:0], og).step_time_s.shape == (0,)
+
+
+@pytest.mark.parametrize("pools", POOLS[1:3])
+def test_run_group_arrays_with_compute_pools_matches_reference(pools):
+    """run_group_arrays on a spec with compute pools (soft placement moves no-kernel ops to the
+    CPU, possibly into another pool) equals the reference on the expanded placements."""
+    graph, times = _random_dag(8, n=90)
+    og = np.random.default_rng(5).integers(0, 7, graph.num_ops)
+    gp = np.random.default_rng(6).integers(0, 4, size=(8, 7))
+    spec = _spec4(pools=pools)
+    ref = Simulator(graph, spec, op_times=times)
+    b = FastSimulator(graph, spec, op_times=times).run_group_arrays(gp, og)
+    for k, p in enumerate(gp[:, og]):
+        e = ref.run(p)
+        assert e.step_time_s == b.step_time_s[k] and e.peak_memory_bytes == b.peak_memory_bytes[k].tolist()
+        assert e.compute_s == b.compute_s[k].tolist() and e.transfer_s == b.transfer_s[k].tolist()
+
+
+def test_cpu4_rnnlm_small_matches_reference(rnnlm_small):
+    """rnnlm small on the cpu4 preset (its 4 logical CPUs in one compute pool, roofline times):
+    3 random group placements, with critical paths, and run_group_arrays, equal the reference."""
+    from cluster.spec import load_cluster
+
+    spec = load_cluster("cpu4")
+    graph, grouping = rnnlm_small.graph, rnnlm_small.grouping
+    gp = np.random.default_rng(13).integers(0, 4, size=(3, grouping.num_groups))
+    placements = gp[:, grouping.op_group]
+    _check_random_placements(graph, spec, None, placements)
+    b = FastSimulator(graph, spec).run_group_arrays(gp, grouping.op_group)
+    ref = Simulator(graph, spec)
+    for k, p in enumerate(placements):
+        e = ref.run(p)
+        assert e.step_time_s == b.step_time_s[k] and e.compute_s == b.compute_s[k].tolist()
 
 
 def test_run_group_arrays_rnnlm_small(rnnlm_small, k80x2):

@@ -12,7 +12,7 @@ import pytest
 
 from cluster.environment import SimulatedEnvironment
 from cluster.simulator import Simulator
-from cluster.spec import ClusterSpec
+from cluster.spec import ClusterSpec, load_cluster
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 
 # ---------------------------------------------------------------------------- helpers
@@ -26,6 +26,7 @@ def _dev(name: str, kind: str = "gpu", memory_bytes: float = 1e12, **kw) -> dict
         memory_bandwidth=kw.pop("memory_bandwidth", 1e12),
         memory_bytes=memory_bytes,
         op_overhead_s=kw.pop("op_overhead_s", 0.0),
+        compute_pool=kw.pop("compute_pool", None),
     )
 
 
@@ -603,3 +604,139 @@ def test_critical_path_of_rnnlm_is_contiguous(rnnlm_small, k80x2):
         if s.kind == "op":
             assert s.src_device == placement[s.op]
             assert s.name == rnnlm_small.graph.ops[s.op].name
+
+
+# ---------------------------------------------------------------------------- 12. compute pools
+
+
+def test_pool_runs_independent_ops_one_after_the_other():
+    """a (d0, 2 s) and b (d1, 3 s), no edges. d0 and d1 in pool "host": the pool runs one op
+    at a time, a first (op-index order at t=0): a 0..2, b 2..5 -> step = 2 + 3 = 5, not
+    max(2, 3) = 3 as without the pool. Compute seconds stay per device: [2, 3]. Critical
+    path: b waited in the pool's queue behind a (on the other device): a 0..2 -> b 2..5."""
+    g = OpGraph("indep", [_op("a"), _op("b")], [])
+    times = _times([2, 99], [99, 3])
+    pooled = _spec(_dev("d0", compute_pool="host"), _dev("d1", compute_pool="host"))
+    r = Simulator(g, pooled, op_times=times).run(np.array([0, 1]))
+    assert r.step_time_s == pytest.approx(5.0)
+    assert r.compute_s == pytest.approx([2.0, 3.0])
+    assert _steps(r) == [("op", "a", 0.0, 2.0), ("op", "b", 2.0, 5.0)]
+    free = Simulator(g, _spec(_dev("d0"), _dev("d1")), op_times=times).run(np.array([0, 1]))
+    assert free.step_time_s == pytest.approx(3.0)
+
+
+def test_pool_initially_ready_ops_in_op_index_order_whatever_the_device():
+    """s0 (d1), s1 (d0), 1 s each, both sources; s0 -> t (d2, 10 s, 0-s link); d0, d1 in one
+    pool, d2 outside it. At t=0 the pool queue holds s0, s1 (op index, not device index):
+    s0 0..1, t 1..11 on d2 while s1 runs 1..2 -> step = 11 (s1 first would give 1+1+10 = 12).
+    compute_s = [1, 1, 10]."""
+    g = OpGraph("src2", [_op("s0"), _op("s1"), _op("t")], [Edge(0, 2, 0)])
+    spec = _spec(_dev("d0", compute_pool="p"), _dev("d1", compute_pool="p"), _dev("d2"))
+    times = _times([1, 1, 1], [1, 1, 1], [10, 10, 10])
+    r = Simulator(g, spec, op_times=times).run(np.array([1, 0, 2]))
+    assert r.step_time_s == pytest.approx(11.0)
+    assert r.compute_s == pytest.approx([1.0, 1.0, 10.0])
+
+
+def _pool_fifo_graph() -> tuple[OpGraph, np.ndarray, np.ndarray]:
+    """_fifo_graph's ops and edges on 3 devices: a (d0, 4 s), p, q, tail on d2 (outside the
+    pool), z (index 4) on d0, w (index 3) on d1; d0 and d1 share a pool. 0-byte transfers, 0 s."""
+    g, times = _fifo_graph()
+    return g, np.concatenate([times, times[:, :1]], axis=1), np.array([0, 2, 2, 1, 0, 2])
+
+
+def test_pool_runs_ready_ops_in_fifo_order_across_its_devices():
+    """See _pool_fifo_graph. The pool (d0 + d1) is busy with a over 0..4; d2 runs p, q:
+      p 0..1 on d2 -> z (d0) ready at t=1 (0-s transfer)
+      q 1..2 on d2 -> w (d1) ready at t=2
+    FIFO across the pool: z 4..5 on d0, then w 5..6 on d1 (though w is on the other device
+    and has the lower index); tail on d2 6..16 -> step = 16. Lowest index first would run
+    w 4..5, tail 5..15 -> 15; with no pool w runs 2..3 on d1 and tail 3..13 -> 13.
+    compute_s = [4 + 1, 1, 1 + 1 + 10] = [5, 1, 12]. Critical path: w waited in the pool
+    queue behind z (on d0), z behind a:
+        a 0..4 -> z 4..5 -> w 5..6 -> transfer w:0 -> d2 6..6 -> tail 6..16
+    """
+    g, times, place = _pool_fifo_graph()
+    spec = _spec(_dev("d0", compute_pool="host"), _dev("d1", compute_pool="host"), _dev("d2"))
+    r = Simulator(g, spec, op_times=times).run(place)
+    assert r.step_time_s == pytest.approx(16.0)
+    assert r.compute_s == pytest.approx([5.0, 1.0, 12.0])
+    assert _steps(r) == [
+        ("op", "a", 0.0, 4.0),
+        ("op", "z", 4.0, 5.0),
+        ("op", "w", 5.0, 6.0),
+        ("transfer", "w:0->d2", 6.0, 6.0),
+        ("op", "tail", 6.0, 16.0),
+    ]
+    assert [s.src_device for s in r.critical_path] == [0, 0, 1, 1, 2]
+    free = Simulator(g, _spec(_dev("d0"), _dev("d1"), _dev("d2")), op_times=times).run(place)
+    assert free.step_time_s == pytest.approx(13.0)
+
+
+def test_device_outside_the_pool_runs_in_parallel():
+    """a (d0, 2 s), b (d1, 3 s), c (d2, 4 s), independent. Pool {d1, d2}, d0 alone:
+    d0 runs a 0..2 while the pool runs b 0..3 then c 3..7 -> step = 7 (max(2, 3 + 4)).
+    Pool {d0, d1}, d2 alone: a 0..2, b 2..5 on the pool, c 0..4 on d2 -> step = 5."""
+    g = OpGraph("three", [_op("a"), _op("b"), _op("c")], [])
+    times = _times([2, 9, 9], [9, 3, 9], [9, 9, 4])
+    place = np.array([0, 1, 2])
+    spec = _spec(_dev("d0"), _dev("d1", compute_pool="x"), _dev("d2", compute_pool="x"))
+    r = Simulator(g, spec, op_times=times).run(place)
+    assert r.step_time_s == pytest.approx(7.0)
+    assert r.compute_s == pytest.approx([2.0, 3.0, 4.0])
+    spec = _spec(_dev("d0", compute_pool="x"), _dev("d1", compute_pool="x"), _dev("d2"))
+    assert Simulator(g, spec, op_times=times).run(place).step_time_s == pytest.approx(5.0)
+
+
+def test_transfers_inside_a_pool_still_use_the_link_and_overlap_compute():
+    """a (d0, 1 s) -> b (d1, 1 s), 1000 bytes; c (d0, 1 s) independent; link 1000 B/s, 0.5 s;
+    d0 and d1 in one pool. The transfer is not a pool op: a 0..1; the pool runs c 1..2 while
+    a's output travels 1..2.5 (0.5 + 1000/1000); b 2.5..3.5 -> step = 3.5;
+    transfer_s = [1.5, 1.5]; compute_s = [2, 1]."""
+    g = OpGraph("xfer", [_op("a", 1000), _op("b"), _op("c")], [Edge(0, 1, 1000)])
+    spec = _spec(_dev("d0", compute_pool="h"), _dev("d1", compute_pool="h"), bandwidth=1000.0, latency_s=0.5)
+    r = Simulator(g, spec, op_times=np.ones((3, 2))).run(np.array([0, 1, 0]))
+    assert r.step_time_s == pytest.approx(3.5)
+    assert r.transfer_s == pytest.approx([1.5, 1.5])
+    assert r.compute_s == pytest.approx([2.0, 1.0])
+
+
+def test_pool_indices_and_bad_pool_names():
+    """Pools are numbered by first appearance, a device with no pool is its own; an empty
+    pool name or one with whitespace is refused, naming the field and the value."""
+    spec = _spec(_dev("d0"), _dev("d1", compute_pool="b"), _dev("d2"), _dev("d3", compute_pool="b"),
+                 _dev("d4", compute_pool="a"))
+    assert spec.pool_indices == [0, 1, 2, 1, 3]
+    assert _spec(_dev("d0"), _dev("d1")).pool_indices == [0, 1]
+    for bad in ("", "two words"):
+        with pytest.raises(ValueError, match=r"devices\.1\.compute_pool[\s\S]*" + repr(bad)):
+            _spec(_dev("d0"), _dev("d1", compute_pool=bad))
+
+
+def test_pool_name_checked_in_yaml(tmp_path):
+    """from_yaml names the file, the field path and the bad value."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: t\ndefault_link: {bandwidth: 1.0}\ndevices:\n"
+                    "  - {name: a, kind: cpu, peak_flops: 1, memory_bandwidth: 1, memory_bytes: 1, compute_pool: 'x y'}\n")
+    with pytest.raises(ValueError, match=r"bad\.yaml: devices\.0\.compute_pool: .*'x y'"):
+        ClusterSpec.from_yaml(path)
+
+
+def test_cpu4_pool_serialises_rnnlm_small(rnnlm_small):
+    """cpu4 puts its 4 logical CPUs in one pool: under any placement of the real rnnlm graph
+    at most one op runs at a time, so the step time is at least the total compute seconds
+    (equal with everything on /cpu:0: no transfers, no idle time). A random group placement
+    over the 4 devices: step >= its total compute; the same spec without the pool lets the
+    devices overlap, step < total compute (what made spreading look faster than it is)."""
+    spec = load_cluster("cpu4")
+    assert spec.pool_indices == [0, 0, 0, 0]
+    sim = Simulator(rnnlm_small.graph, spec)
+    one = sim.run(np.zeros(rnnlm_small.graph.num_ops, dtype=np.int64))
+    assert one.step_time_s == pytest.approx(sum(one.compute_s), rel=1e-9)
+    rng = np.random.default_rng(5)
+    placement = rnnlm_small.grouping.expand(rng.integers(0, 4, rnnlm_small.grouping.num_groups))
+    spread = sim.run(placement)
+    assert sum(c > 0 for c in spread.compute_s) >= 3
+    assert spread.step_time_s >= sum(spread.compute_s) * (1 - 1e-12)
+    free = spec.model_copy(update={"devices": [d.model_copy(update={"compute_pool": None}) for d in spec.devices]})
+    assert Simulator(rnnlm_small.graph, free).run(placement).step_time_s < sum(spread.compute_s)
