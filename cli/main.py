@@ -1,7 +1,8 @@
 """The ``placement`` command line (typer).
 
 Commands: ``experiment`` (the main job: the ``placement-experiment`` Prefect flow),
-``graph-stats``, ``models``, ``clusters``. A bad argument prints one line naming the value
+``graph-stats``, ``models``, ``clusters``, and (:mod:`cli.measure`) ``calibrate``,
+``fidelity``, ``train``. A bad argument prints one line naming the value
 and the valid ones, and exits with code 2. ``--json PATH`` takes ``-`` for standard output.
 """
 
@@ -223,6 +224,9 @@ def _print_table(result: dict, to_stderr: bool) -> None:
     def pct(x):
         return "n/a" if x is None else f"{100 * x:+.1f}%"
 
+    for method, tr in (result.get("training") or {}).items():
+        kind = "simulated: projected from the simulated step time" if tr["simulated"] else "trained for real"
+        console.print(f"end-to-end training, {method}: {tr['steps']} steps in {tr['seconds']:.2f} s ({kind})")
     for learner, sp in result.get("speedups", {}).items():
         console.print(
             f"speedup of {learner} over the best baseline ({result['best_baseline']}): {pct(sp['over_best_baseline'])}; "
@@ -239,6 +243,8 @@ def main() -> None:
     """Entry point of the ``placement`` command."""
     app()
 
+
+from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, train)
 
 if __name__ == "__main__":
     main()

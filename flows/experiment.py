@@ -69,6 +69,16 @@ def placement_experiment(
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)
     results, summary = tasks.evaluate(prepared, spec, env, placements)
+    # End-to-end training evaluation of the best learned and the best baseline placement:
+    # trained for real with env "real", projected from the simulated step time with "sim".
+    training = {}
+    if train_steps > 0:
+        from tasks.measure import train_placement
+
+        for method in (summary.get("best_learned"), summary.get("best_baseline")):
+            if method is not None and method not in training and placements.get(method) is not None:
+                training[method] = train_placement(prepared, spec, env, placements[method], train_steps, seed)
+    summary["training"] = training
     flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
     params = {"model": model, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
               "k": k, "seed": seed, "env": env, "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,

@@ -5,7 +5,10 @@ By default the store is a SQLite file ``<out_dir>/mlflow.db`` and artifacts go t
 experiment (its parameters, the Prefect flow run id as tag ``prefect.flow_run_id``, the
 results table); one nested run per method (its parameters, ``step_time_s``, the placement
 as ``placement.json`` and, for a search, its learning curve as metrics
-``best_step_time_s`` and ``sample_mean_step_time_s`` against placements sampled).
+``best_step_time_s`` and ``sample_mean_step_time_s`` against placements sampled; for the
+best learned and the best baseline placement, the end-to-end training evaluation:
+``train_seconds`` and, trained for real, ``train_step_time_s`` and ``train_loss`` per step,
+tagged ``train_simulated``).
 """
 
 from __future__ import annotations
@@ -89,6 +92,14 @@ def record_experiment(
             for key in ("best_step_time_s", "sample_mean_step_time_s"):
                 if point.get(key) is not None:
                     metrics.append(Metric(key, point[key], now, point["placements"]))
+        train = (summary.get("training") or {}).get(method)
+        if train:
+            # End-to-end training evaluation: projected seconds (simulated) or per-step time and loss (real).
+            metrics.append(Metric("train_seconds", float(train["seconds"]), now, int(train["steps"])))
+            for step, (t, loss) in enumerate(zip(train.get("step_times_s") or [], train.get("losses") or [])):
+                metrics.append(Metric("train_step_time_s", float(t), now, step))
+                metrics.append(Metric("train_loss", float(loss), now, step))
+            client.set_tag(cid, "train_simulated", str(bool(train["simulated"])).lower())
         for i in range(0, len(metrics), 1000):
             client.log_batch(cid, metrics=metrics[i : i + 1000])
         client.log_dict(cid, row["placement"], "placement.json")

@@ -1,0 +1,215 @@
+"""The measurement commands of ``placement``: ``calibrate``, ``fidelity``, ``train``.
+
+Each runs a Prefect flow of :mod:`flows.measure`; ``fidelity`` and ``train`` log one MLflow
+run (experiments ``placement-fidelity`` and ``placement-training``). Bad values print one
+line naming the value and the valid ones and exit with code 2, as the other commands do.
+``--json PATH`` takes ``-`` for standard output (the human-readable lines then go to stderr).
+"""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from cli.main import _check_model, _fail, _write_json, app
+
+
+def _load_spec(cluster: str):
+    from cluster.spec import load_cluster
+
+    try:
+        return load_cluster(cluster)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
+def _check_at_least(option: str, value: int, least: int, why: str = "") -> None:
+    if value < least:
+        _fail(f"{option} must be at least {least}{why}, got {value}")
+
+
+def _check_cost_table(path: str, model: str, size: str, spec) -> None:
+    """Fail (exit 2) if ``path`` is not a cost table, or one measured for another model, size or cluster."""
+    from cluster.calibrate import CostTable
+
+    try:
+        table = CostTable.load(path)
+    except ValueError as exc:
+        _fail(f"--cost-table: {exc}")
+    for field, want in (("model", model), ("size", size), ("cluster", spec.name)):
+        got = getattr(table, field)
+        if got and got != want:
+            _fail(f"--cost-table {path}: measured for {field} {got!r}, not {want!r}; calibrate with "
+                  f"`placement calibrate --model {model} --size {size} --cluster {spec.name}`")
+
+
+def _console(json_path: str | None):
+    from rich.console import Console
+
+    return Console(stderr=json_path == "-")
+
+
+def _mlflow_lines(console, result: dict) -> None:
+    from tracking import ui_command
+
+    console.print(f"MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}", soft_wrap=True)
+    console.print(f"open the MLflow UI: {ui_command(result['mlflow_tracking_uri'])}", soft_wrap=True)
+
+
+@app.command()
+def calibrate(
+    model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
+    size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
+    cluster: str = typer.Option(..., help="preset name (see `placement clusters`) or a YAML cluster spec"),
+    steps: int = typer.Option(5, help="traced steps per device kind; the first is dropped (>= 2)"),
+    seed: int = typer.Option(0, help="seed of the synthetic inputs"),
+    out: str = typer.Option(None, help="cost-table file (default placement-runs/cost-tables/<model>-<size>-<cluster>.json)"),
+    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+) -> None:
+    """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table."""
+    _check_model(model, size)
+    _load_spec(cluster)
+    _check_at_least("--steps", steps, 2, " (the first traced step is dropped)")
+    from flows.measure import placement_calibrate
+
+    start = time.perf_counter()
+    result = placement_calibrate(model=model, size=size, cluster=cluster, steps=steps, seed=seed, out=out)
+    result["wall_time_s"] = time.perf_counter() - start
+    console = _console(json_path)
+    devices = ", ".join(f"{k} on {v}" for k, v in result["devices"].items())
+    console.print(f"coverage: {100 * result['coverage']:.1f}% ({result['measured_ops']} of {result['ops']} ops measured; {devices})")
+    console.print(f"cost table saved to {result['path']}", soft_wrap=True)
+    console.print(f"wall time: {result['wall_time_s']:.1f} s")
+    if json_path:
+        _write_json(result, json_path)
+
+
+def _fmt(x, digits: int = 5) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _print_fidelity(result: dict, json_path: str | None) -> None:
+    from rich.table import Table
+
+    console = _console(json_path)
+    table = Table(title=f"fidelity: {result['model']} ({result['size']}, {result['ops']} ops, {result['groups']} groups) on {result['cluster']}")
+    table.add_column("placement", no_wrap=True)
+    table.add_column("kind")
+    table.add_column("devs", justify="right")
+    table.add_column("sim (s)", justify="right")
+    table.add_column("calib. (s)", justify="right")
+    table.add_column("real (s)", justify="right")
+    table.add_column("real std", justify="right")
+    for r in result["rows"]:  # sim: roofline simulator; calib.: calibrated; real std: seconds
+        real = "OOM" if r["real_oom"] else _fmt(r["real_s"])
+        table.add_row(r["name"], r["kind"], str(r["devices_used"]), _fmt(r["sim_s"]), _fmt(r["sim_calibrated_s"]),
+                      real, _fmt(r["real_std_s"]))
+    console.print(table)
+
+    def tau(x):
+        return "n/a" if x is None else f"{x:+.3f}"
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    console.print(f"roofline simulator:   Kendall tau {tau(result['kendall_tau'])}, MAPE {pct(result['mape'])}")
+    console.print(f"calibrated simulator: Kendall tau {tau(result['kendall_tau_calibrated'])}, MAPE {pct(result['mape_calibrated'])}")
+    console.print(f"{result['n']} placements compared; cost table {result['cost_table']} "
+                  f"(coverage {100 * result['coverage']:.1f}%)", soft_wrap=True)
+    console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
+    _mlflow_lines(console, result)
+
+
+@app.command()
+def fidelity(
+    model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
+    size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
+    cluster: str = typer.Option(..., help="preset name or YAML spec; placements run for real on this machine's devices"),
+    random: int = typer.Option(8, help="random placements (seeded) besides the baselines and learners"),
+    steps: int = typer.Option(10, help="real steps per placement; the first is dropped (2017 Sec. 3.4; >= 2)"),
+    seed: int = typer.Option(0, help="seed of the random placements, searches and synthetic inputs"),
+    cost_table: str = typer.Option(None, help="a saved cost table (`placement calibrate`); default: calibrate first"),
+    calibrate_steps: int = typer.Option(5, help="traced steps per device kind when calibrating first (>= 2)"),
+    budget: int = typer.Option(1000, help="placements each learner (rl, post) samples in the calibrated simulator"),
+    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts, cost tables and logs"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+) -> None:
+    """Simulated (roofline, calibrated) vs real step times on random, baseline and learned placements; Kendall tau and MAPE."""
+    _check_model(model, size)
+    spec = _load_spec(cluster)
+    _check_at_least("--random", random, 0)
+    _check_at_least("--steps", steps, 2, " (the first real step is dropped)")
+    _check_at_least("--calibrate-steps", calibrate_steps, 2, " (the first traced step is dropped)")
+    _check_at_least("--budget", budget, 1)
+    if cost_table:
+        _check_cost_table(cost_table, model, size, spec)
+    from flows.measure import placement_fidelity
+
+    start = time.perf_counter()
+    result = placement_fidelity(model=model, size=size, cluster=cluster, random=random, steps=steps, seed=seed,
+                                cost_table=cost_table, calibrate_steps=calibrate_steps, budget=budget,
+                                out_dir=out_dir, tracking_uri=tracking_uri)
+    result["wall_time_s"] = time.perf_counter() - start
+    _print_fidelity(result, json_path)
+    if json_path:
+        _write_json(result, json_path)
+
+
+@app.command()
+def train(
+    model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
+    size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
+    cluster: str = typer.Option(..., help="preset name or YAML spec"),
+    method: str = typer.Option(..., help="single_cpu | single_gpu | expert | scotch | mincut | rl | post"),
+    steps: int = typer.Option(20, help="training steps (>= 1)"),
+    seed: int = typer.Option(0, help="seed of the synthetic inputs and of a learner's search"),
+    env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time)"),
+    budget: int = typer.Option(1000, help="placements a learner (rl, post) samples in the simulator"),
+    cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
+    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and logs"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+) -> None:
+    """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
+    from baselines import BASELINES
+    from cluster.environment import ENVIRONMENTS
+    from cluster.evaluation import LEARNERS
+
+    _check_model(model, size)
+    spec = _load_spec(cluster)
+    valid = [*BASELINES, *LEARNERS]
+    if method not in valid:
+        _fail(f"unknown method {method!r}; valid: {', '.join(valid)}")
+    if not spec.gpu_indices and method in ("single_gpu", "expert", "mincut"):
+        _fail(f"method {method!r} needs a GPU; cluster {spec.name!r} has none")
+    if not spec.cpu_indices and method == "single_cpu":
+        _fail(f"method 'single_cpu' needs a CPU; cluster {spec.name!r} has none")
+    if env not in ENVIRONMENTS:
+        _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
+    _check_at_least("--steps", steps, 1)
+    _check_at_least("--budget", budget, 1)
+    if cost_table:
+        _check_cost_table(cost_table, model, size, spec)
+    from flows.measure import placement_train
+
+    start = time.perf_counter()
+    result = placement_train(model=model, size=size, cluster=cluster, method=method, steps=steps, seed=seed, env=env,
+                             budget=budget, cost_table=cost_table, out_dir=out_dir, tracking_uri=tracking_uri)
+    result["wall_time_s"] = time.perf_counter() - start
+    console = _console(json_path)
+    what = f"{result['model']} ({result['size']}) with {result['method']}'s placement on {result['cluster']}"
+    if result["simulated"]:
+        oom = " (the simulator reports OOM for this placement)" if result["oom"] else ""
+        console.print(f"SIMULATED (not measured): {steps} steps of {what}: projected {result['seconds']:.3f} s "
+                      f"= {steps} x {result['step_time_s']:.5f} s simulated step time{oom}")
+    else:
+        losses = result["losses"]
+        console.print(f"real training: {steps} steps of {what} in {result['seconds']:.3f} s "
+                      f"(mean step {result['step_time_s']:.5f} s, session setup {result['setup_s']:.1f} s); "
+                      f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
+    _mlflow_lines(console, result)
+    if json_path:
+        _write_json(result, json_path)

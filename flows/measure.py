@@ -1,0 +1,232 @@
+"""The measurement flows: ``placement-calibrate``, ``placement-fidelity``, ``placement-train``.
+
+* ``placement-calibrate``: model -> graph -> per-op seconds per device kind from traced
+  TensorFlow steps (:func:`cluster.calibrate.calibrate`) -> a cost-table JSON file.
+* ``placement-fidelity``: a set of placements (seeded random ones, every baseline that
+  applies, and the best placement each learner finds in the calibrated simulator) run
+  both in the simulator (roofline and calibrated) and for real
+  (:func:`cluster.fidelity.fidelity`) -> Kendall tau and MAPE, logged to MLflow.
+* ``placement-train``: one method's placement trained for N real steps (or projected from
+  the simulated step time) -> per-step time and loss, logged to MLflow.
+
+Each flow only calls tasks (:mod:`tasks`, :mod:`tasks.measure`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+import tasks
+import tasks.measure as mt
+from cluster.evaluation import LEARNERS
+from tracking import artifact_root, default_tracking_uri
+
+DEFAULT_OUT_DIR = "placement-runs"
+
+
+def default_cost_table_path(model: str, size: str, cluster: str, out_dir: str | Path = DEFAULT_OUT_DIR) -> Path:
+    """``<out_dir>/cost-tables/<model>-<size>-<cluster>.json`` (``cluster``: the spec's name)."""
+    return Path(out_dir) / "cost-tables" / f"{model}-{size}-{cluster}.json"
+
+
+def _flow_run_id() -> str | None:
+    return str(flow_run.get_id()) if flow_run.get_id() else None
+
+
+def _none_if_nan(x):
+    return None if isinstance(x, float) and math.isnan(x) else x
+
+
+def _named(prepared, spec, gp) -> dict[str, str]:
+    names = spec.device_names
+    return {g: names[int(d)] for g, d in zip(prepared.grouping.names, gp)}
+
+
+@flow(name="placement-calibrate")
+def placement_calibrate(model: str = "rnnlm", size: str = "small", cluster: str = "cpu4", steps: int = 5,
+                        seed: int = 0, out: str | None = None) -> dict:
+    """Calibrate per-op times of a model on a cluster and save the cost table.
+
+    Args:
+        steps: traced steps per device kind (the first dropped; >= 2).
+        out: where the table goes; default :func:`default_cost_table_path` under ``placement-runs``.
+    Returns:
+        ``{"model", "size", "cluster", "ops", "measured_ops", "coverage", "path", "steps", "devices"}``:
+        ``coverage`` the fraction of ops with a measured time (0..1), ``path`` the table's file,
+        ``devices`` kind -> TensorFlow device it was measured on.
+    """
+    prepared = tasks.preprocess(model, size)
+    spec = tasks.load_cluster_spec(cluster)
+    path = Path(out) if out else default_cost_table_path(model, size, spec.name)
+    table = mt.calibrate_costs(prepared, spec, steps, seed, path)
+    return {
+        "model": model,
+        "size": size,
+        "cluster": spec.name,
+        "ops": prepared.graph.num_ops,
+        "measured_ops": sum(op.name in table.op_seconds for op in prepared.graph.ops),
+        "coverage": table.coverage(prepared.graph),
+        "path": str(path),
+        "steps": steps,
+        "devices": table.devices,
+        "prefect_flow_run_id": _flow_run_id(),
+    }
+
+
+@flow(name="placement-fidelity")
+def placement_fidelity(
+    model: str = "rnnlm",
+    size: str = "small",
+    cluster: str = "cpu4",
+    random: int = 8,
+    steps: int = 10,
+    seed: int = 0,
+    cost_table: str | None = None,
+    calibrate_steps: int = 5,
+    budget: int = 1000,
+    out_dir: str = DEFAULT_OUT_DIR,
+    tracking_uri: str | None = None,
+) -> dict:
+    """Simulated (roofline and calibrated) against real step times on a set of placements, logged to MLflow.
+
+    The placements: ``random`` seeded random ones (``random_k``), every applicable baseline
+    (:func:`tasks.measure.applicable_baselines`), and the best placement of each learner
+    (``rl``, ``post``) after ``budget`` placements searched in the calibrated simulator.
+
+    Args:
+        steps: real steps per placement, the first dropped (2017 Sec. 3.4: 10); >= 2.
+        cost_table: a saved cost table; ``None``: calibrate first (``calibrate_steps`` steps)
+            and save it to :func:`default_cost_table_path` under ``out_dir``.
+    Returns:
+        ``{"model", "size", "cluster", "ops", "groups", "n", "kendall_tau", "mape",
+        "kendall_tau_calibrated", "mape_calibrated", "rows", "cost_table", "coverage",
+        "mlflow_run_id", "mlflow_tracking_uri", "prefect_flow_run_id"}``; tau in [-1, 1] and MAPE
+        a fraction, ``None`` where undefined; each row is a :func:`cluster.fidelity.fidelity`
+        row plus ``kind`` (``random``, ``baseline``, ``learner``).
+    """
+    out = Path(out_dir)
+    uri = tracking_uri or default_tracking_uri(out)
+    prepared = tasks.preprocess(model, size)
+    spec = tasks.load_cluster_spec(cluster)
+    if cost_table:
+        table_path = Path(cost_table)
+        table = mt.load_cost_table(table_path)
+    else:
+        table_path = default_cost_table_path(model, size, spec.name, out)
+        table = mt.calibrate_costs(prepared, spec, calibrate_steps, seed, table_path)
+    placements = dict(mt.random_placement_set(prepared, spec, random, seed))
+    kinds = dict.fromkeys(placements, "random")
+    for name in mt.applicable_baselines(prepared, spec):
+        placements[name] = tasks.baseline_placement(name, prepared, spec)
+        kinds[name] = "baseline"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    searched = {}
+    for learner in LEARNERS:
+        log_path = out / "placement-logs" / f"{stamp}-fidelity-{learner}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
+        found = mt.simulated_search(prepared, spec, learner, budget, seed, table, log_path)
+        searched[learner] = found.best_step_time_s
+        if found.best_placement is not None:
+            placements[learner] = found.best_placement
+            kinds[learner] = "learner"
+    result = mt.measure_fidelity(prepared, spec, placements, table, steps, seed)
+    rows = [{**r, "kind": kinds[r["name"]]} for r in result["rows"]]
+    flow_run_id = _flow_run_id()
+    params = {"model": model, "size": size, "cluster": spec.name, "random": random, "steps": steps, "seed": seed,
+              "budget": budget, "cost_table": str(table_path), "calibrated_in_run": cost_table is None,
+              "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
+              "grouper": prepared.grouping.grouper, "coverage": round(table.coverage(prepared.graph), 4),
+              "search_env": "sim-calibrated"}
+    run_id = mt.record_fidelity_run(
+        tracking_uri=uri,
+        artifact_location=artifact_root(out),
+        params=params,
+        result={**result, "rows": rows},
+        placements={name: _named(prepared, spec, gp) for name, gp in placements.items()},
+        cost_table_path=str(table_path),
+        prefect_flow_run_id=flow_run_id,
+    )
+    return {
+        "model": model,
+        "size": size,
+        "cluster": spec.name,
+        "ops": prepared.graph.num_ops,
+        "groups": prepared.grouping.num_groups,
+        "n": result["n"],
+        **{k: _none_if_nan(result[k]) for k in ("kendall_tau", "mape", "kendall_tau_calibrated", "mape_calibrated")},
+        "rows": rows,
+        "cost_table": str(table_path),
+        "coverage": table.coverage(prepared.graph),
+        "mlflow_run_id": run_id,
+        "mlflow_tracking_uri": uri,
+        "prefect_flow_run_id": flow_run_id,
+    }
+
+
+@flow(name="placement-train")
+def placement_train(
+    model: str = "rnnlm",
+    size: str = "small",
+    cluster: str = "cpu4",
+    method: str = "expert",
+    steps: int = 20,
+    seed: int = 0,
+    env: str = "real",
+    budget: int = 1000,
+    cost_table: str | None = None,
+    out_dir: str = DEFAULT_OUT_DIR,
+    tracking_uri: str | None = None,
+) -> dict:
+    """Train with one method's placement for ``steps`` steps (``env="real"``) or project the time
+    from the simulated step time (``env="sim"``), and log it to MLflow.
+
+    A baseline's placement is built (:data:`baselines.BASELINES`); a learner's (``rl``,
+    ``post``) is the best of ``budget`` placements searched in the simulator (calibrated
+    with ``cost_table`` if given, else roofline). The sim projection uses the same simulator.
+
+    Returns:
+        :func:`tasks.measure.train_placement`'s dict plus ``model``, ``size``, ``cluster``,
+        ``method``, ``env``, ``label`` (``real`` or ``simulated``), ``placement``
+        (group -> device name), ``mlflow_run_id``, ``mlflow_tracking_uri``, ``prefect_flow_run_id``.
+    Raises:
+        ValueError: a learner whose search found no placement that fits in memory.
+    """
+    out = Path(out_dir)
+    uri = tracking_uri or default_tracking_uri(out)
+    prepared = tasks.preprocess(model, size)
+    spec = tasks.load_cluster_spec(cluster)
+    table = mt.load_cost_table(Path(cost_table)) if cost_table else None
+    if method in LEARNERS:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        log_path = out / "placement-logs" / f"{stamp}-train-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
+        found = mt.simulated_search(prepared, spec, method, budget, seed, table, log_path)
+        if found.best_placement is None:
+            raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")
+        gp = found.best_placement
+    else:
+        gp = tasks.baseline_placement(method, prepared, spec)
+    result = mt.train_placement(prepared, spec, env, gp, steps, seed, cost_table=table)
+    placement = _named(prepared, spec, gp)
+    flow_run_id = _flow_run_id()
+    params = {"model": model, "size": size, "cluster": spec.name, "method": method, "steps": steps, "seed": seed,
+              "env": env, "budget": budget if method in LEARNERS else None,
+              "cost_table": cost_table or "", "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups}
+    run_id = mt.record_training_run(tracking_uri=uri, artifact_location=artifact_root(out), params=params,
+                                    result=result, placement=placement, prefect_flow_run_id=flow_run_id)
+    return {
+        "model": model,
+        "size": size,
+        "cluster": spec.name,
+        "method": method,
+        "env": env,
+        "label": "simulated" if result["simulated"] else "real",
+        **result,
+        "placement": placement,
+        "mlflow_run_id": run_id,
+        "mlflow_tracking_uri": uri,
+        "prefect_flow_run_id": flow_run_id,
+    }

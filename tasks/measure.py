@@ -1,0 +1,150 @@
+"""Prefect tasks of the measurement flows (calibration, fidelity, training): thin wrappers
+around :mod:`cluster.calibrate`, :mod:`cluster.fidelity`, :mod:`cluster.training`, the
+searches and :mod:`tracking.measure`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from prefect import task
+from prefect.cache_policies import NONE
+
+from baselines import BASELINES
+from cluster.calibrate import CostTable, calibrate
+from cluster.environment import ENVIRONMENTS, SimulatedEnvironment
+from cluster.evaluation import LEARNERS
+from cluster.fidelity import fidelity, random_placements
+from cluster.spec import ClusterSpec
+from cluster.training import projected_training, train
+from compgraph.prepare import PreparedGraph
+from placer.post import PostConfig, post_search
+from placer.reinforce import ReinforceConfig, SearchResult, reinforce_search
+from tracking.measure import record_fidelity, record_training
+
+_NEEDS_GPU = ("single_gpu", "expert", "mincut")
+
+
+def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec) -> list[str]:
+    """Names of the :data:`baselines.BASELINES` that apply to this graph and cluster, in their order.
+
+    ``single_cpu`` needs a CPU; ``single_gpu``, ``expert`` and ``mincut`` need a GPU;
+    ``expert`` needs a benchmark (a user's graph has no layer rules); ``scotch`` always applies.
+    """
+    out = []
+    for name in BASELINES:
+        if name == "single_cpu" and not spec.cpu_indices:
+            continue
+        if name in _NEEDS_GPU and not spec.gpu_indices:
+            continue
+        if name == "expert" and prepared.benchmark is None:
+            continue
+        out.append(name)
+    return out
+
+
+def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None) -> SimulatedEnvironment:
+    """The fast simulator: calibrated (the table's op times and link) if ``cost_table`` is given, else roofline."""
+    if cost_table is None:
+        return SimulatedEnvironment(prepared.graph, prepared.grouping, spec)
+    return SimulatedEnvironment(prepared.graph, prepared.grouping, cost_table.apply_link(spec),
+                                op_times=cost_table.op_times(prepared.graph, spec))
+
+
+@task(name="calibrate-costs", cache_policy=NONE)
+def calibrate_costs(prepared: PreparedGraph, spec: ClusterSpec, steps: int, seed: int, out_path: Path) -> CostTable:
+    """Measure every op's seconds per device kind from traced steps (:func:`cluster.calibrate.calibrate`)
+    and save the table as JSON to ``out_path`` (folders created).
+
+    Raises:
+        ValueError: ``steps < 2``; cluster.real.PlacementError: see :func:`cluster.calibrate.calibrate`.
+    """
+    table = calibrate(prepared, spec, steps=steps, seed=seed)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    table.save(out_path)
+    return table
+
+
+@task(name="load-cost-table", cache_policy=NONE)
+def load_cost_table(path: Path) -> CostTable:
+    """A saved cost table (:meth:`cluster.calibrate.CostTable.load`; ValueError names the file and field)."""
+    return CostTable.load(path)
+
+
+@task(name="random-placements", cache_policy=NONE)
+def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, seed: int) -> dict[str, np.ndarray]:
+    """``n`` seeded uniformly random group placements (:func:`cluster.fidelity.random_placements`)."""
+    return random_placements(prepared.grouping.num_groups, len(spec.devices), n, seed=seed)
+
+
+@task(name="simulated-search", cache_policy=NONE)
+def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, budget: int, seed: int,
+                     cost_table: CostTable | None, log_path: Path | None) -> SearchResult:
+    """A learner's search (``rl``: :func:`placer.reinforce.reinforce_search`, ``post``:
+    :func:`placer.post.post_search`) in the simulator: calibrated with ``cost_table``, else roofline.
+
+    Raises:
+        ValueError: an unknown learner (lists the valid ones).
+    """
+    env = _simulated_env(prepared, spec, cost_table)
+    if learner == "rl":
+        return reinforce_search(env, ReinforceConfig(budget=budget, seed=seed), log_path=log_path)
+    if learner == "post":
+        return post_search(env, PostConfig(budget=budget, seed=seed), log_path=log_path)
+    raise ValueError(f"unknown learner {learner!r}; valid: {', '.join(LEARNERS)}")
+
+
+@task(name="measure-fidelity", cache_policy=NONE)
+def measure_fidelity(prepared: PreparedGraph, spec: ClusterSpec, placements: dict[str, np.ndarray],
+                     cost_table: CostTable | None, steps: int, seed: int) -> dict:
+    """Simulated (roofline, calibrated) against real step times of ``placements`` (:func:`cluster.fidelity.fidelity`)."""
+    return fidelity(prepared, spec, placements, cost_table=cost_table, steps=steps, seed=seed)
+
+
+@task(name="train-placement", cache_policy=NONE)
+def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, group_placement: np.ndarray,
+                    steps: int, seed: int, cost_table: CostTable | None = None) -> dict:
+    """Train ``steps`` steps with ``group_placement`` (``[num_groups]`` device indices), for real or simulated.
+
+    ``env_kind="real"``: :func:`cluster.training.train` (synthetic inputs from ``seed``, groups
+    with no kernel on their device moved to the first CPU as the simulator does).
+    ``env_kind="sim"``: :func:`cluster.training.projected_training` of the simulated step time
+    (calibrated with ``cost_table`` if given, else roofline; the step time is used even if the
+    simulator reports OOM, flagged by ``oom``).
+
+    Returns:
+        ``{"steps", "seconds", "simulated", "step_times_s", "losses", "step_time_s", "setup_s", "oom"}``:
+        ``seconds`` the summed real step times or the projected seconds; ``step_times_s``
+        and ``losses`` ``[steps]`` for a real run, empty lists when simulated; ``step_time_s``
+        the mean real step (seconds) or the simulated one; ``setup_s`` seconds to build the
+        session (``None`` when simulated).
+    Raises:
+        ValueError: unknown ``env_kind`` (lists the valid ones), ``steps < 1``, a bad placement;
+        cluster.real.PlacementError: a placement TensorFlow cannot run.
+    """
+    if env_kind not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
+    if steps < 1:
+        raise ValueError(f"steps: must be >= 1, got {steps}")
+    gp = np.asarray(group_placement, dtype=np.int64)
+    if env_kind == "sim":
+        m = _simulated_env(prepared, spec, cost_table).measure(gp)
+        proj = projected_training(m.simulated_step_time_s, steps)
+        return {"steps": proj.steps, "seconds": proj.seconds, "simulated": True, "step_times_s": [], "losses": [],
+                "step_time_s": proj.step_time_s, "setup_s": None, "oom": m.oom}
+    r = train(prepared, spec, gp, steps=steps, seed=seed, soft_placement=True)
+    return {"steps": steps, "seconds": r.total_s, "simulated": False, "step_times_s": list(r.step_times_s),
+            "losses": list(r.losses), "step_time_s": float(np.mean(r.step_times_s)), "setup_s": r.setup_s, "oom": False}
+
+
+@task(name="record-fidelity", cache_policy=NONE)
+def record_fidelity_run(**kwargs) -> str:
+    """Log a fidelity measurement to MLflow (:func:`tracking.measure.record_fidelity`); returns the run id."""
+    return record_fidelity(**kwargs)
+
+
+@task(name="record-training", cache_policy=NONE)
+def record_training_run(**kwargs) -> str:
+    """Log a training run to MLflow (:func:`tracking.measure.record_training`); returns the run id."""
+    return record_training(**kwargs)
