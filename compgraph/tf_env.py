@@ -10,17 +10,50 @@ an explicit :class:`tf.Graph`.
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+
+
+def _import_quietly():
+    """Import TensorFlow with file descriptor 2 sent to a temporary file.
+
+    TensorFlow 2.21 prints informational lines (oneDNN, "Could not find cuda drivers") from
+    C++ before its log level applies, which would break "one line per error" on the
+    command line. What it wrote is replayed to stderr if the import fails, and always when
+    ``PLACEMENT_TF_VERBOSE=1``.
+    """
+    if sys.modules.get("tensorflow") is not None:
+        import tensorflow as tf
+
+        return tf
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        failed = True
+        try:
+            import tensorflow as tf
+
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if failed or os.environ.get("PLACEMENT_TF_VERBOSE") == "1":
+                captured.seek(0)
+                sys.stderr.write(captured.read().decode(errors="replace"))
+    return tf
 
 
 def import_tensorflow():
     """Return the ``tensorflow`` module configured for flat graph-mode building.
 
-    Sets ``TF_USE_LEGACY_KERAS=1`` and quiets TensorFlow's C++ log before the first import,
-    then disables control flow v2 so that loops are unrolled into the graph.
+    Sets ``TF_USE_LEGACY_KERAS=1`` and quiets TensorFlow's C++ log before the first import
+    (:func:`_import_quietly`), then disables control flow v2 so that loops are unrolled
+    into the graph.
     """
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow as tf
+    tf = _import_quietly()
 
     tf.compat.v1.disable_control_flow_v2()
     return tf
