@@ -99,15 +99,23 @@ class PlacementLog:
         self.path = Path(path)
         self.records: list[dict] = []
         if self.path.exists() and self.path.stat().st_size > 0:
-            lines = self.path.read_text().splitlines()
+            raw = self.path.read_bytes()
+            lines = raw.split(b"\n")
             old = json.loads(lines[0])
             if old != header:
                 raise ValueError(f"placement log {self.path}: written with other settings {old}, not {header}")
+            good_end = len(lines[0]) + 1  # bytes up to the end of the last complete record
             for line in lines[1:]:
+                if not line.strip():
+                    break
                 try:
                     self.records.append(json.loads(line))
                 except json.JSONDecodeError:
                     break  # a torn last line from an interrupted write
+                good_end += len(line) + 1
+            if good_end < len(raw):
+                with self.path.open("r+b") as f:  # drop the torn tail so the next record starts on its own line
+                    f.truncate(good_end)
             self._file = self.path.open("a")
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,11 @@ def test_every_placement_is_logged_and_replayed(env, tmp_path):
     resumed = reinforce_search(Counting(), cfg, log_path=log)
     assert resumed.step_times == first.step_times
     assert len(calls) == 10
+    # the torn tail was dropped, so the log is whole again: a second resume measures nothing
+    assert [json.loads(x)["index"] for x in log.read_text().splitlines()[1:]] == list(range(16))
+    calls.clear()
+    assert reinforce_search(Counting(), cfg, log_path=log).step_times == first.step_times
+    assert calls == []
 
 
 def test_log_with_other_settings_is_refused(env, tmp_path):
