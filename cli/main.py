@@ -135,6 +135,8 @@ def experiment(
     grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
+    controllers: int = typer.Option(0, help="rl on Ray: this many controllers, each with K workers, and a parameter server (2017 Sec. 3.4); 0: in-process"),
+    ray_address: str = typer.Option(None, help="an existing Ray cluster (auto, host:port or ray://host:port); default: a local Ray on 127.0.0.1"),
     train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
     k: int = typer.Option(8, help="placements per policy update (K) of rl; post uses its paper's 12"),
@@ -177,6 +179,10 @@ def experiment(
         _fail(f"--budget must be at least 1, got {budget}")
     if k < 1:
         _fail(f"--k must be at least 1, got {k}")
+    if controllers < 0:
+        _fail(f"--controllers must be at least 0, got {controllers}")
+    if ray_address is not None and controllers == 0:
+        _fail("--ray-address needs --controllers 1 or more (the distributed rl search)")
     if train_steps < 0:
         _fail(f"--train-steps must be at least 0, got {train_steps}")
     if env not in ENVIRONMENTS:
@@ -199,7 +205,8 @@ def experiment(
     result = placement_experiment(
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
-        num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps,
+        num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
+        ray_address=ray_address,
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")

@@ -35,6 +35,8 @@ def placement_experiment(
     num_groups: int | None = None,
     cache_dir: str | None = None,
     train_steps: int = 100,
+    controllers: int = 0,
+    ray_address: str | None = None,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
@@ -59,8 +61,12 @@ def placement_experiment(
         log_path = out / "placement-logs" / f"{stamp}-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
         if method == "rl":
             config = ReinforceConfig(budget=budget, k=k, seed=seed)
-            found = tasks.placement_search(prepared, spec, env, config, log_path)
-            method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017"}
+            if controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
+                found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address)
+            else:
+                found = tasks.placement_search(prepared, spec, env, config, log_path)
+            method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017",
+                                     "controllers": controllers, "ray_address": ray_address or ("local" if controllers else "")}
         else:
             config = PostConfig(budget=budget, seed=seed)
             found = tasks.post_placement_search(prepared, spec, env, config, log_path)

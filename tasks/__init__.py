@@ -60,6 +60,24 @@ def placement_search(
     return reinforce_search(env, config, log_path=log_path)
 
 
+@task(name="distributed-placement-search", cache_policy=NONE)
+def distributed_placement_search(
+    prepared: PreparedGraph,
+    spec: ClusterSpec,
+    env_kind: str,
+    config: ReinforceConfig,
+    log_path: Path,
+    num_controllers: int,
+    ray_address: str | None,
+) -> SearchResult:
+    """The 2017 search on Ray: controllers, workers and a parameter server
+    (:func:`placer.distributed.distributed_reinforce_search`; synchronous, reproducible by seed)."""
+    from placer.distributed import distributed_reinforce_search
+
+    return distributed_reinforce_search(prepared, spec, config, num_controllers=num_controllers, env_kind=env_kind,
+                                        ray_address=ray_address, log_path=log_path)
+
+
 @task(name="post-search", cache_policy=NONE)
 def post_placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path
