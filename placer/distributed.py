@@ -546,6 +546,11 @@ def distributed_reinforce_search(
         TimeoutError: the actors did not start within ``start_timeout_s`` (e.g. not enough GPUs).
         Errors of the environments (e.g. :class:`cluster.real.PlacementError`), re-raised as their type.
     """
+    if config.ppo_epochs or config.grad_clip is not None:
+        raise ValueError(
+            f"ppo_epochs={config.ppo_epochs}, grad_clip={config.grad_clip}: the distributed search runs the 2017 "
+            "REINFORCE update only; use the in-process search for the PPO option"
+        )
     from cluster.environment import ENVIRONMENTS
     from placer.reinforce import PlacementLog, SearchResult
 

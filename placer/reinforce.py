@@ -48,6 +48,19 @@ class ReinforceConfig(BaseModel):
             ``T_serial`` the sum of all op times on the slowest device (seconds).
         valid_only_after: after this many updates, update only on placements that ran (5,000).
         hidden_size: the placer's LSTM width.
+
+    Named improvements, not in the 2017 paper, off by default (measured on the default run,
+    small rnnlm on k80x2, 1,000 placements; faithful: 0.01413 s, expert 0.01048 s):
+        entropy_coef: weight of an entropy bonus on the sampled placements' policy entropy.
+        normalize_advantage: use ``(R - mean(R)) / std(R)`` over the K placements instead
+            of ``R - B`` (0.0128 s with learning rate 0.001).
+        ppo_epochs: instead of one REINFORCE step, this many Adam steps on PPO's clipped
+            surrogate (Schulman et al. 2017) per batch, re-scoring the batch's placements;
+            EAGLE Sec. IV-C trains its placer so (4 epochs, 10 placements, clip 0.3, entropy
+            0.01, gradient clip 1.0). With those and normalized advantages at learning rate
+            0.003: seed 0 0.01025 s (below expert), seeds 1-4 0.0129-0.0139 s.
+        ppo_clip: PPO's clip range epsilon (0.3, EAGLE).
+        grad_clip: clip the gradient's global norm to this (``None``: no clipping).
     """
 
     budget: int = Field(400, ge=1)
@@ -58,9 +71,11 @@ class ReinforceConfig(BaseModel):
     failing_signal: float | None = Field(None, gt=0)
     valid_only_after: int = Field(5000, ge=0)
     hidden_size: int = Field(256, ge=1)
-    # Improvements (not in the 2017 paper): off by default, measured against the faithful search.
     entropy_coef: float = Field(0.0, ge=0)
     normalize_advantage: bool = False
+    ppo_epochs: int = Field(0, ge=0)
+    ppo_clip: float = Field(0.3, gt=0)
+    grad_clip: float | None = Field(None, gt=0)
 
 
 @dataclass
@@ -214,10 +229,28 @@ def reinforce_search(
                 adv = r - baseline
                 if config.normalize_advantage and k > 1:
                     adv = (r - r.mean()) / (r.std() + 1e-8)
-                loss = (adv * logp * mask).sum() / k - config.entropy_coef * (ent * mask).sum() / k
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                if config.ppo_epochs == 0:
+                    loss = (adv * logp * mask).sum() / k - config.entropy_coef * (ent * mask).sum() / k
+                    optimizer.zero_grad()
+                    loss.backward()
+                    if config.grad_clip is not None:
+                        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+                    optimizer.step()
+                else:
+                    old_logp = logp.detach()
+                    gain = -adv.detach()  # advantage of a placement: how much faster than the baseline
+                    for epoch in range(config.ppo_epochs):
+                        if epoch > 0:
+                            _, logp, ent = policy(k, actions=placements)
+                        ratio = torch.exp(logp - old_logp)
+                        clipped = torch.clamp(ratio, 1 - config.ppo_clip, 1 + config.ppo_clip)
+                        surrogate = torch.minimum(ratio * gain, clipped * gain)
+                        loss = -(surrogate * mask).sum() / k - config.entropy_coef * (ent * mask).sum() / k
+                        optimizer.zero_grad()
+                        loss.backward()
+                        if config.grad_clip is not None:
+                            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+                        optimizer.step()
             baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * float(r.mean())
             updates += 1
             point = {

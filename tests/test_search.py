@@ -105,3 +105,21 @@ def test_oom_gets_the_failing_signal(rnnlm_small):
     assert res.step_times == [None] * 8
     assert res.best_placement is None and res.failing_signal == 5.0
     assert all(p["sample_mean_step_time_s"] is None for p in res.curve)
+
+
+def test_ppo_option_is_deterministic_and_changes_the_updates(env):
+    base = dict(budget=30, k=10, seed=0, hidden_size=32, learning_rate=0.003)
+    faithful = reinforce_search(env, ReinforceConfig(**base))
+    ppo_cfg = ReinforceConfig(**base, ppo_epochs=4, entropy_coef=0.01, grad_clip=1.0, normalize_advantage=True)
+    a, b = reinforce_search(env, ppo_cfg), reinforce_search(env, ppo_cfg)
+    assert a.step_times == b.step_times
+    # the first batch is sampled before any update, so it is the same; later batches differ
+    assert a.step_times[:10] == faithful.step_times[:10]
+    assert a.step_times[10:] != faithful.step_times[10:]
+
+
+def test_distributed_search_refuses_the_ppo_option(rnnlm_small, k80x2):
+    from placer.distributed import distributed_reinforce_search
+
+    with pytest.raises(ValueError, match="ppo_epochs=4"):
+        distributed_reinforce_search(rnnlm_small, k80x2, ReinforceConfig(budget=8, k=4, ppo_epochs=4))
