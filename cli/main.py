@@ -135,6 +135,7 @@ def experiment(
     grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
+    soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real: move ops that have no kernel on their device to the CPU instead of failing"),
     controllers: int = typer.Option(0, help="rl on Ray: this many controllers, each with K workers, and a parameter server (2017 Sec. 3.4); 0: in-process"),
     ray_address: str = typer.Option(None, help="an existing Ray cluster (auto, host:port or ray://host:port); default: a local Ray on 127.0.0.1"),
     train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
@@ -206,7 +207,7 @@ def experiment(
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
-        ray_address=ray_address,
+        ray_address=ray_address, soft_placement=soft_placement,
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")

@@ -37,12 +37,15 @@ def placement_experiment(
     train_steps: int = 100,
     controllers: int = 0,
     ray_address: str | None = None,
+    soft_placement: bool = False,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
     Returns the result object of ``placement experiment --json`` (see the README).
     """
     out = Path(out_dir)
+    # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
+    env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
     uri = tracking_uri or default_tracking_uri(out)
     prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras)
     model = prepared.name
@@ -62,19 +65,20 @@ def placement_experiment(
         if method == "rl":
             config = ReinforceConfig(budget=budget, k=k, seed=seed)
             if controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
-                found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address)
+                found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
+                                                           env_options)
             else:
-                found = tasks.placement_search(prepared, spec, env, config, log_path)
+                found = tasks.placement_search(prepared, spec, env, config, log_path, env_options)
             method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017",
                                      "controllers": controllers, "ray_address": ray_address or ("local" if controllers else "")}
         else:
             config = PostConfig(budget=budget, seed=seed)
-            found = tasks.post_placement_search(prepared, spec, env, config, log_path)
+            found = tasks.post_placement_search(prepared, spec, env, config, log_path, env_options)
             method_params[method] = {**config.model_dump(), "failing_time_s": found.failing_signal, "placer": "post-softmax"}
         placements[method] = found.best_placement
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)
-    results, summary = tasks.evaluate(prepared, spec, env, placements)
+    results, summary = tasks.evaluate(prepared, spec, env, placements, env_options)
     # End-to-end training evaluation of the best learned and the best baseline placement:
     # trained for real with env "real", projected from the simulated step time with "sim".
     training = {}

@@ -53,10 +53,12 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
 
 @task(name="placement-search", cache_policy=NONE)
 def placement_search(
-    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path
+    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path,
+    env_options: dict | None = None,
 ) -> SearchResult:
     """The 2017 REINFORCE search (:func:`placer.reinforce.reinforce_search`)."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
+                           **(env_options or {}))
     return reinforce_search(env, config, log_path=log_path)
 
 
@@ -69,28 +71,34 @@ def distributed_placement_search(
     log_path: Path,
     num_controllers: int,
     ray_address: str | None,
+    env_options: dict | None = None,
 ) -> SearchResult:
     """The 2017 search on Ray: controllers, workers and a parameter server
     (:func:`placer.distributed.distributed_reinforce_search`; synchronous, reproducible by seed)."""
     from placer.distributed import distributed_reinforce_search
 
     return distributed_reinforce_search(prepared, spec, config, num_controllers=num_controllers, env_kind=env_kind,
-                                        ray_address=ray_address, log_path=log_path)
+                                        ray_address=ray_address, log_path=log_path, env_options=env_options)
 
 
 @task(name="post-search", cache_policy=NONE)
 def post_placement_search(
-    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path
+    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path,
+    env_options: dict | None = None,
 ) -> SearchResult:
     """The Post search, cross-entropy + PPO (:func:`placer.post.post_search`)."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
+                           **(env_options or {}))
     return post_search(env, config, log_path=log_path)
 
 
 @task(name="evaluate-placements", cache_policy=NONE)
-def evaluate(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict) -> tuple[dict, dict]:
+def evaluate(
+    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict, env_options: dict | None = None
+) -> tuple[dict, dict]:
     """Measure every placement in one environment; returns ``(results, summary)``."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches)
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
+                           **(env_options or {}))
     results = evaluate_placements(env, placements)
     return results, summarize(results)
 
