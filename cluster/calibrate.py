@@ -26,6 +26,8 @@ time (:func:`cluster.cost_model.op_time_matrix`).
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import statistics
 import time
@@ -209,9 +211,14 @@ def calibrate(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray] | N
         short_to_kind.setdefault(env.devices[i], d.kind)
     samples: dict[str, dict[str, list[float]]] = {}
     used: dict[str, str] = {}
-    for _, gp in placements.items():
-        with env.session(gp, inter_op_threads=1 if sequential else None) as sess:
-            for k in range(steps):
+    # All placements' sessions are open together and stepped in turn (step k of every placement,
+    # then step k + 1), so that drift in the machine's speed over the calibration (other load,
+    # clock changes) spreads over every device kind instead of biasing the kind measured last.
+    with contextlib.ExitStack() as stack:
+        sessions = [stack.enter_context(env.session(gp, inter_op_threads=1 if sequential else None))
+                    for gp in placements.values()]
+        for k in range(steps):
+            for sess in sessions:
                 r = sess.run_step(trace=True)
                 if k == 0:
                     continue
