@@ -426,24 +426,21 @@ class Controller:
         Raises:
             RuntimeError: no batch sampled since the last call.
         """
-        import torch
+        from placer.reinforce import batch_advantage, reinforce_loss
 
         if self._batch is None:
             raise RuntimeError(f"controller {self.index}: gradient() before sample_and_measure()")
         logp, ent, measurements = self._batch
         self._batch = None
-        cfg, k = self.config, len(measurements)
+        cfg = self.config
         update = self.version if update is None else update
         rewards = [self.failing if m["oom"] else math.sqrt(m["step_time_s"]) for m in measurements]
         ran = [not m["oom"] for m in measurements]
-        r = torch.tensor(rewards, dtype=torch.float32)
-        mask = torch.ones(k) if update < cfg["valid_only_after"] else torch.tensor(ran, dtype=torch.float32)
+        r, mask, adv = batch_advantage(rewards, ran, self.baseline, update, cfg["valid_only_after"],
+                                       cfg["normalize_advantage"])
         grads = None
-        if mask.sum() > 0:
-            adv = r - self.baseline
-            if cfg["normalize_advantage"] and k > 1:
-                adv = (r - r.mean()) / (r.std() + 1e-8)
-            loss = (adv * logp * mask).sum() / k - cfg["entropy_coef"] * (ent * mask).sum() / k
+        if adv is not None:
+            loss = reinforce_loss(adv, logp, ent, mask, cfg["entropy_coef"])
             self.policy.zero_grad(set_to_none=True)
             loss.backward()
             grads = [None if p.grad is None else p.grad.numpy().copy() for p in self.params]
@@ -663,15 +660,11 @@ class _Tally:
             if self.log is not None and not replayed:
                 self.log.append({"index": self.sampled, "placement": row, "step_time_s": m["step_time_s"],
                                  "oom": m["oom"], "round": round_, "controller": controller, "worker": w})
-            t = m["step_time_s"]
-            self.result.step_times.append(t)
-            if t is not None:
-                times.append(t)
-                if self.result.best_step_time_s is None or t < self.result.best_step_time_s:
-                    self.result.best_step_time_s, self.result.best_placement = t, np.asarray(row, dtype=np.int64)
+            self.result.record(row, m["step_time_s"])
+            if m["step_time_s"] is not None:
+                times.append(m["step_time_s"])
             self.sampled += 1
-        return {"placements": self.sampled, "best_step_time_s": self.result.best_step_time_s,
-                "sample_mean_step_time_s": float(np.mean(times)) if times else None}
+        return self.result.curve_point(self.sampled, times)
 
     def replay(self, start: int, k: int) -> list[dict | None] | None:
         """The logged records of samples ``start .. start + k - 1`` (``None`` where not logged)."""
@@ -700,9 +693,7 @@ def _run_sync(actors, config, failing, log, on_update, result_cls):
         grads = [controllers[c].gradient.remote(updates + c) for c in range(len(ks))]
         _get(server.apply.remote(*grads))
         for point in points:
-            tally.result.curve.append(point)
-            if on_update is not None:
-                on_update(point)
+            tally.result.add_point(point, on_update)
         updates += len(ks)
         round_ += 1
     return tally.result
@@ -733,8 +724,6 @@ def _run_async(actors, config, failing, log, on_update, result_cls):
         point = tally.add(_get(ref), rounds[c], c)  # logged before the gradient
         _get(server.apply.remote(controllers[c].gradient.remote(None)))
         rounds[c] += 1
-        tally.result.curve.append(point)
-        if on_update is not None:
-            on_update(point)
+        tally.result.add_point(point, on_update)
         submit(c)
     return tally.result

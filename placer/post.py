@@ -135,14 +135,12 @@ def post_search(
             for row in placements:
                 m = _measure_or_replay(env, row, sampled, log)
                 sampled += 1
-                result.step_times.append(m.step_time_s)
+                result.record(row, m.step_time_s)
                 t = failing if m.oom else float(m.step_time_s)
                 times.append(t)
                 period.append((t, row.copy()))
                 if not m.oom:
                     ran_times.append(t)
-                    if result.best_step_time_s is None or t < result.best_step_time_s:
-                        result.best_step_time_s, result.best_placement = t, row.copy()
                 if sampled % config.n_ce == 0:
                     ce_due = True
             t_arr = np.asarray(times)
@@ -181,14 +179,7 @@ def post_search(
                     beta /= 2.0
                 u = u_new.detach()
             baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * float(t_arr.mean())
-            point = {
-                "placements": sampled,
-                "best_step_time_s": result.best_step_time_s,
-                "sample_mean_step_time_s": float(np.mean(ran_times)) if ran_times else None,
-            }
-            result.curve.append(point)
-            if on_update is not None:
-                on_update(point)
+            result.add_point(result.curve_point(sampled, ran_times), on_update)
     finally:
         if log is not None:
             log.close()

@@ -98,6 +98,60 @@ class SearchResult:
     curve: list[dict] = field(default_factory=list)
     failing_signal: float = 0.0
 
+    def record(self, placement, step_time_s: float | None) -> None:
+        """Add one sample: its step time (seconds; ``None`` if it ran out of memory), keeping the fastest."""
+        self.step_times.append(step_time_s)
+        if step_time_s is not None and (self.best_step_time_s is None or step_time_s < self.best_step_time_s):
+            self.best_step_time_s, self.best_placement = step_time_s, np.array(placement, dtype=np.int64)
+
+    def curve_point(self, placements: int, ran_times: list[float]) -> dict:
+        """A learning-curve point after ``placements`` samples; ``ran_times``: the update's samples that ran."""
+        return {
+            "placements": placements,
+            "best_step_time_s": self.best_step_time_s,
+            "sample_mean_step_time_s": float(np.mean(ran_times)) if ran_times else None,
+        }
+
+    def add_point(self, point: dict, on_update: Callable[[dict], None] | None = None) -> None:
+        """Append ``point`` to the curve and pass it to ``on_update``."""
+        self.curve.append(point)
+        if on_update is not None:
+            on_update(point)
+
+
+def batch_advantage(
+    rewards: list[float], ran: list[bool], baseline: float, updates: int, valid_only_after: int, normalize_advantage: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Rewards, mask and advantage of one batch of K placements (2017 Sec. 3.1, Eq. 3).
+
+    Args:
+        rewards: ``R`` of each placement (sqrt of seconds; the failing signal for OOM).
+        ran: whether each placement ran (did not run out of memory).
+        baseline: the moving-average baseline ``B``.
+        updates: policy updates made so far (after ``valid_only_after`` of them, only
+            placements that ran count).
+        normalize_advantage: the named option: ``(R - mean(R)) / std(R)`` instead of ``R - B``.
+    Returns:
+        ``(R [K], mask [K], advantage [K])``; the advantage is ``None`` when the mask is empty.
+    """
+    k = len(rewards)
+    r = torch.tensor(rewards, dtype=torch.float32)
+    mask = torch.ones(k) if updates < valid_only_after else torch.tensor(ran, dtype=torch.float32)
+    if not mask.sum() > 0:
+        return r, mask, None
+    adv = r - baseline
+    if normalize_advantage and k > 1:
+        adv = (r - r.mean()) / (r.std() + 1e-8)
+    return r, mask, adv
+
+
+def reinforce_loss(
+    adv: torch.Tensor, logp: torch.Tensor, ent: torch.Tensor, mask: torch.Tensor, entropy_coef: float
+) -> torch.Tensor:
+    """Eq. 3's loss over K placements, ``1/K sum (R - B) log p``, minus the optional entropy bonus."""
+    k = len(mask)
+    return (adv * logp * mask).sum() / k - entropy_coef * (ent * mask).sum() / k
+
 
 class PlacementLog:
     """Append-only JSON-lines log of a search's sampled placements and their measurements.
@@ -215,22 +269,17 @@ def reinforce_search(
             batch_times = []
             for row in placements.numpy():
                 m = _measure_or_replay(env, row, sampled, log)
-                result.step_times.append(m.step_time_s)
+                result.record(row, m.step_time_s)
                 if m.step_time_s is not None:
                     batch_times.append(m.step_time_s)
-                    if result.best_step_time_s is None or m.step_time_s < result.best_step_time_s:
-                        result.best_step_time_s, result.best_placement = m.step_time_s, row.copy()
                 rewards.append(failing if m.oom else math.sqrt(m.step_time_s))
                 ran.append(not m.oom)
                 sampled += 1
-            r = torch.tensor(rewards, dtype=torch.float32)
-            mask = torch.ones(k) if updates < config.valid_only_after else torch.tensor(ran, dtype=torch.float32)
-            if mask.sum() > 0:
-                adv = r - baseline
-                if config.normalize_advantage and k > 1:
-                    adv = (r - r.mean()) / (r.std() + 1e-8)
+            r, mask, adv = batch_advantage(rewards, ran, baseline, updates, config.valid_only_after,
+                                           config.normalize_advantage)
+            if adv is not None:
                 if config.ppo_epochs == 0:
-                    loss = (adv * logp * mask).sum() / k - config.entropy_coef * (ent * mask).sum() / k
+                    loss = reinforce_loss(adv, logp, ent, mask, config.entropy_coef)
                     optimizer.zero_grad()
                     loss.backward()
                     if config.grad_clip is not None:
@@ -253,14 +302,7 @@ def reinforce_search(
                         optimizer.step()
             baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * float(r.mean())
             updates += 1
-            point = {
-                "placements": sampled,
-                "best_step_time_s": result.best_step_time_s,
-                "sample_mean_step_time_s": float(np.mean(batch_times)) if batch_times else None,
-            }
-            result.curve.append(point)
-            if on_update is not None:
-                on_update(point)
+            result.add_point(result.curve_point(sampled, batch_times), on_update)
     finally:
         if log is not None:
             log.close()
