@@ -19,6 +19,7 @@ import re
 
 from pydantic import BaseModel, Field
 
+from compgraph.models.nmt import lstm_cell
 from compgraph.tf_env import import_tensorflow
 
 
@@ -78,13 +79,8 @@ def build_training_graph(config: RNNLMConfig):
                     x = tf.nn.embedding_lookup(embedding, inputs[:, step])
                 for layer in range(c.num_layers):
                     with tf.name_scope(f"rnnlm/layer_{layer}/step_{step}/"):
-                        h_prev, c_prev = state[layer]
-                        gates = tf.nn.bias_add(tf.matmul(tf.concat([x, h_prev], 1), kernels[layer]), biases[layer])
-                        i, g, f, o = tf.split(gates, 4, axis=1)
-                        c_new = tf.sigmoid(f + 1.0) * c_prev + tf.sigmoid(i) * tf.tanh(g)
-                        h_new = tf.sigmoid(o) * tf.tanh(c_new)
-                        state[layer] = (h_new, c_new)
-                        x = h_new
+                        state[layer] = lstm_cell(tf, [x], state[layer], kernels[layer], biases[layer])
+                        x = state[layer][0]
                 with tf.name_scope(f"rnnlm/softmax/step_{step}/"):
                     logits = tf.nn.bias_add(tf.matmul(x, softmax_w), softmax_b)
                     losses.append(
