@@ -38,6 +38,12 @@ def ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1 --port 5000"
 
 
+def experiment_id(client, name: str, artifact_location: str) -> str:
+    """The id of MLflow experiment ``name``, created with ``artifact_location`` if it does not exist."""
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
+
+
 def record_experiment(
     tracking_uri: str,
     artifact_location: str,
@@ -66,8 +72,7 @@ def record_experiment(
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(EXPERIMENT_NAME)
-    exp_id = exp.experiment_id if exp else client.create_experiment(EXPERIMENT_NAME, artifact_location=artifact_location)
+    exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
     tags = {"prefect.flow_run_id": prefect_flow_run_id or ""}
     parent = client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}", tags=tags)
     pid = parent.info.run_id

@@ -23,17 +23,14 @@ import math
 import os
 import time
 
+from tracking import experiment_id
+
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 
 FIDELITY_EXPERIMENT = "placement-fidelity"
 TRAINING_EXPERIMENT = "placement-training"
 FIDELITY_METRICS = ("kendall_tau", "mape", "kendall_tau_calibrated", "mape_calibrated")
-
-
-def _experiment_id(client, name: str, artifact_location: str) -> str:
-    exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
 
 
 def _finite(x) -> bool:
@@ -66,7 +63,7 @@ def record_fidelity(
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    exp_id = _experiment_id(client, FIDELITY_EXPERIMENT, artifact_location)
+    exp_id = experiment_id(client, FIDELITY_EXPERIMENT, artifact_location)
     run = client.create_run(
         exp_id,
         run_name=f"{params.get('model')}-{params.get('size')}-{params.get('cluster')}-seed{params.get('seed')}",
@@ -121,7 +118,7 @@ def record_training(
         raise ValueError(f"result: {len(times)} step_times_s but {len(losses)} losses; expected one of each per step")
     simulated = bool(result.get("simulated"))
     client = MlflowClient(tracking_uri=tracking_uri)
-    exp_id = _experiment_id(client, TRAINING_EXPERIMENT, artifact_location)
+    exp_id = experiment_id(client, TRAINING_EXPERIMENT, artifact_location)
     run = client.create_run(
         exp_id,
         run_name=f"{params.get('model')}-{params.get('method')}-{params.get('cluster')}-{'sim' if simulated else 'real'}",
