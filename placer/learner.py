@@ -1,0 +1,137 @@
+"""The contract every learner implements, and the registry ``LEARNERS``.
+
+A *learner* is a placement policy plus its update rule (the 2017 seq2seq placer with
+REINFORCE, Post, the Hierarchical Planner, EAGLE, ...). It never measures anything: the
+one search loop (:func:`placer.search.run_search`) asks it for ``K`` placements, measures
+each through the :class:`cluster.environment.Environment`, writes each to the placement
+log, and only then hands the measured step times back to :meth:`Learner.update`. So every
+learner gets the same logging, resume, best-keeping, learning curve and checkpoints.
+
+Placements are over the environment's *units*: the groups of ``env.grouping``. A learner
+whose :attr:`Learner.units` is ``"groups"`` places the co-location groups it is given (the
+2017 placer, Post and its ablations). A learner whose :attr:`Learner.units` is
+``"colocation"`` groups ops itself (Hierarchical Planner, EAGLE): the search gives it an
+environment whose grouping is the graph's TensorFlow colocation units
+(:func:`compgraph.grouping.colocation_units`: the finest grouping that never splits a
+colocation group), and its placements are over those units.
+
+Adding a learner: one module under ``placer/`` with a pydantic config (defaults = the
+paper's) and a ``Learner`` subclass decorated with :func:`register`; import the module in
+``placer/__init__.py``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from cluster.environment import Environment
+
+
+class LearnerConfig(BaseModel):
+    """Settings every learner has; a learner's own config subclasses this.
+
+    Attributes:
+        budget: placements sampled (and measured) in all.
+        seed: seeds the policy's initialisation and sampling (one seed, one search).
+    """
+
+    budget: int = Field(1000, ge=1)
+    seed: int = 0
+
+
+@dataclass
+class Samples:
+    """``K`` placements a learner sampled, with what it needs to update from them.
+
+    Attributes:
+        placements: int64 ``[K, num_units]`` device indices.
+        log_prob: float ``[K]``: each placement's log-probability under the policy that
+            sampled it (natural log, summed over units).
+        extra: anything else the learner keeps for its update (e.g. the grouper's sampled
+            groups); not logged, not checkpointed.
+    """
+
+    placements: np.ndarray
+    log_prob: np.ndarray
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Learner(ABC):
+    """A placement policy and its update rule (see the module docstring).
+
+    Subclasses set ``name`` (the method name on the command line and in ``--json``),
+    ``Config`` (their pydantic settings, defaults = the paper's), ``paper`` (citation with
+    section) and ``units``, and implement the four methods below.
+
+    Args:
+        env: the environment whose units (``env.grouping`` groups) are placed on
+            ``env.spec.devices``; the learner may read ``env.graph``, ``env.grouping`` and
+            ``env.spec`` (features, OOM signal) but must not call ``env.measure``.
+        config: an instance of ``Config``.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type[LearnerConfig]] = LearnerConfig
+    paper: ClassVar[str] = ""
+    units: ClassVar[Literal["groups", "colocation"]] = "groups"
+
+    def __init__(self, env: Environment, config: LearnerConfig) -> None:
+        self.env, self.config = env, config
+
+    @property
+    @abstractmethod
+    def batch_size(self) -> int:
+        """``K``: placements per update (the loop asks for ``min(K, budget left)``)."""
+
+    @abstractmethod
+    def sample(self, k: int) -> Samples:
+        """Sample ``k`` placements from the current policy (uses the learner's own seeded RNG)."""
+
+    @abstractmethod
+    def update(self, samples: Samples, step_times_s: np.ndarray, oom: np.ndarray) -> dict[str, float]:
+        """Learn from the measured samples.
+
+        Args:
+            samples: what :meth:`sample` returned.
+            step_times_s: float64 ``[K]`` measured seconds per step (``nan`` where OOM).
+            oom: bool ``[K]``: the placement ran out of memory (the learner applies its own
+                failing signal).
+        Returns:
+            Per-update diagnostics for the learning curve, floats by name: ``loss``,
+            ``entropy``, ``kl`` (where the method has one), ``baseline`` and any other.
+        """
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue: policy tensors, optimizer state, baselines, RNG
+        states. Values are tensors, numpy arrays or JSON-able (saved with ``torch.save``,
+        loaded with ``weights_only=True``)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def settings(self) -> dict[str, Any]:
+        """The settings recorded with the run (MLflow parameters, placement-log header)."""
+        return {"learner": self.name, **self.config.model_dump()}
+
+
+LEARNERS: dict[str, type[Learner]] = {}
+"""Method name -> learner class, filled by :func:`register` when ``placer`` is imported."""
+
+
+def register(cls: type[Learner]) -> type[Learner]:
+    """Class decorator: add ``cls`` to :data:`LEARNERS` under ``cls.name``.
+
+    Raises:
+        ValueError: another learner already has that name.
+    """
+    if cls.name in LEARNERS and LEARNERS[cls.name] is not cls:
+        raise ValueError(f"learner name {cls.name!r}: already registered by {LEARNERS[cls.name].__name__}")
+    LEARNERS[cls.name] = cls
+    return cls
