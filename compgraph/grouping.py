@@ -197,6 +197,15 @@ def group_ops(graph: OpGraph, rule: ModelRule | None = None, grouper: str = "201
     return _make_grouping(graph, uf.labels(), grouper, root_key)
 
 
+def colocation_grouping(graph: OpGraph) -> Grouping:
+    """The finest grouping that never splits a TensorFlow colocation group: one group per
+    colocation unit (rule 1 alone, :func:`colocation_units`), grouper ``"colocation"``.
+
+    Learners that group ops themselves (Hierarchical Planner, EAGLE) place these units.
+    """
+    return _make_grouping(graph, colocation_units(graph).labels(), "colocation")
+
+
 # --------------------------------------------------------------------------------------
 # the unit graph and the automatic groupers
 # --------------------------------------------------------------------------------------
