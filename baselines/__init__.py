@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from cluster.cost_model import op_time_matrix, transfer_time
+from cluster.kernels import cpu_fallback, group_gpu_ok
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 from compgraph.models import Benchmark
@@ -45,11 +46,7 @@ class BaselineContext:
     ) -> None:
         self.graph, self.grouping, self.spec = graph, grouping, spec
         self.benchmark, self.config = benchmark, config
-        gpu_ok = np.ones(grouping.num_groups, dtype=bool)
-        for i, op in enumerate(graph.ops):
-            if not op.gpu_kernel:
-                gpu_ok[grouping.op_group[i]] = False
-        self.group_gpu_ok = gpu_ok
+        self.group_gpu_ok = group_gpu_ok(graph, grouping)
 
     @property
     def cpu(self) -> int:
@@ -69,11 +66,8 @@ class BaselineContext:
         return self.spec.gpu_indices
 
     def cpu_fallback(self, placement: np.ndarray) -> np.ndarray:
-        """Move groups with an op that has no GPU kernel to the CPU."""
-        p = np.asarray(placement, dtype=np.int64).copy()
-        is_gpu = np.array([d.kind == "gpu" for d in self.spec.devices])
-        p[is_gpu[p] & ~self.group_gpu_ok] = self.cpu
-        return p
+        """Move groups with an op that has no GPU kernel to the CPU (:func:`cluster.kernels.cpu_fallback`)."""
+        return cpu_fallback(placement, self.group_gpu_ok, self.spec, require_cpu=True)
 
 
 def single_cpu(ctx: BaselineContext) -> np.ndarray:

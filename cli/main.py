@@ -142,7 +142,7 @@ def experiment(
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
     k: int = typer.Option(8, help="placements per policy update (K) of rl; post uses its paper's 12"),
     seed: int = typer.Option(0, help="seed of the search"),
-    env: str = typer.Option("sim", help="measurement environment: sim (simulator) | real (TensorFlow on this machine's devices)"),
+    env: str = typer.Option("sim", help="measurement environment: sim (simulator) | real (TensorFlow on this machine's devices) | grappler (TensorFlow's cost model)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),

@@ -99,8 +99,9 @@ def _print_fidelity(result: dict, json_path: str | None) -> None:
     table.add_column("devs", justify="right")
     table.add_column("sim (s)", justify="right")
     table.add_column("calib. (s)", justify="right")
-    table.add_column("real (s)", justify="right")
-    table.add_column("real std", justify="right")
+    ref = result.get("against", "real")
+    table.add_column(f"{ref} (s)", justify="right")
+    table.add_column(f"{ref} std", justify="right")
     for r in result["rows"]:  # sim: roofline simulator; calib.: calibrated; real std: seconds
         real = "OOM" if r["real_oom"] else _fmt(r["real_s"])
         table.add_row(r["name"], r["kind"], str(r["devices_used"]), _fmt(r["sim_s"]), _fmt(r["sim_calibrated_s"]),
@@ -113,10 +114,18 @@ def _print_fidelity(result: dict, json_path: str | None) -> None:
     def pct(x):
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
-    console.print(f"roofline simulator:   Kendall tau {tau(result['kendall_tau'])}, MAPE {pct(result['mape'])}")
-    console.print(f"calibrated simulator: Kendall tau {tau(result['kendall_tau_calibrated'])}, MAPE {pct(result['mape_calibrated'])}")
-    console.print(f"{result['n']} placements compared; cost table {result['cost_table']} "
-                  f"(coverage {100 * result['coverage']:.1f}%)", soft_wrap=True)
+    vs = f" against {ref}" if ref != "real" else ""
+    console.print(f"roofline simulator{vs}:   Kendall tau {tau(result['kendall_tau'])}, MAPE {pct(result['mape'])}")
+    if result.get("n_gpu_only"):
+        console.print(f"  GPU-only placements ({result['n_gpu_only']}): Kendall tau {tau(result['kendall_tau_gpu_only'])}, "
+                      f"MAPE {pct(result['mape_gpu_only'])}")
+    if result["cost_table"]:
+        console.print(f"calibrated simulator{vs}: Kendall tau {tau(result['kendall_tau_calibrated'])}, "
+                      f"MAPE {pct(result['mape_calibrated'])}")
+        console.print(f"{result['n']} placements compared; cost table {result['cost_table']} "
+                      f"(coverage {100 * result['coverage']:.1f}%)", soft_wrap=True)
+    else:
+        console.print(f"{result['n']} placements compared; no cost table (roofline only)")
     console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
     _mlflow_lines(console, result)
 
@@ -135,14 +144,20 @@ def fidelity(
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts, cost tables and logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+    against: str = typer.Option("real", help="reference: real (TensorFlow on this machine) | grappler (TensorFlow's "
+                                "cost model, VirtualCluster; adds GPU-only random placements, calibrates nothing)"),
 ) -> None:
-    """Simulated (roofline, calibrated) vs real step times on random, baseline and learned placements; Kendall tau and MAPE."""
+    """Simulated (roofline, calibrated) vs real (or grappler) step times on random, baseline and learned placements; Kendall tau and MAPE."""
     _check_model(model, size)
     spec = _load_spec(cluster)
     _check_at_least("--random", random, 0)
     _check_at_least("--steps", steps, 2, " (the first real step is dropped)")
     _check_at_least("--calibrate-steps", calibrate_steps, 2, " (the first traced step is dropped)")
     _check_at_least("--budget", budget, 1)
+    from cluster.fidelity import AGAINST
+
+    if against not in AGAINST:
+        _fail(f"unknown --against {against!r}; valid: {', '.join(AGAINST)}")
     if cost_table:
         _check_cost_table(cost_table, model, size, spec)
     from flows.measure import placement_fidelity
@@ -150,7 +165,7 @@ def fidelity(
     start = time.perf_counter()
     result = placement_fidelity(model=model, size=size, cluster=cluster, random=random, steps=steps, seed=seed,
                                 cost_table=cost_table, calibrate_steps=calibrate_steps, budget=budget,
-                                out_dir=out_dir, tracking_uri=tracking_uri)
+                                out_dir=out_dir, tracking_uri=tracking_uri, against=against)
     result["wall_time_s"] = time.perf_counter() - start
     _print_fidelity(result, json_path)
     if json_path:
@@ -165,7 +180,7 @@ def train(
     method: str = typer.Option(..., help="single_cpu | single_gpu | expert | scotch | mincut | rl | post"),
     steps: int = typer.Option(20, help="training steps (>= 1)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs and of a learner's search"),
-    env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time)"),
+    env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time) | grappler (projected from TensorFlow's cost model)"),
     budget: int = typer.Option(1000, help="placements a learner (rl, post) samples in the simulator"),
     cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),

@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from cluster.cost_model import op_time_matrix
+from cluster.kernels import cpu_fallback, group_gpu_ok
 from cluster.spec import ClusterSpec, LinkSpec
 from compgraph.ir import OpGraph
 from compgraph.tf_env import import_tensorflow
@@ -164,14 +165,12 @@ def kind_placements(prepared, spec: ClusterSpec) -> dict[str, np.ndarray]:
     Groups with an op lacking a kernel for that kind stay on the first CPU (they are
     measured there only). Returns kind -> ``[num_groups]`` device indices.
     """
-    from baselines import BaselineContext
-
-    ctx = BaselineContext(prepared.graph, prepared.grouping, spec)
+    ok = group_gpu_ok(prepared.graph, prepared.grouping)
     out = {}
     for kind in dict.fromkeys(d.kind for d in spec.devices):
         first = next(i for i, d in enumerate(spec.devices) if d.kind == kind)
         gp = np.full(prepared.grouping.num_groups, first, dtype=np.int64)
-        out[kind] = ctx.cpu_fallback(gp) if kind == "gpu" and spec.cpu_indices else gp
+        out[kind] = cpu_fallback(gp, ok, spec) if kind == "gpu" and spec.cpu_indices else gp
     return out
 
 
@@ -198,13 +197,14 @@ def calibrate(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray] | N
         ValueError: ``steps < 2`` or a placement of the wrong length;
         cluster.real.PlacementError: a placement TensorFlow cannot run.
     """
-    from cluster.real import RealEnvironment, trace_devices
+    from cluster.environment import make_environment
+    from cluster.real import trace_devices
 
     if steps < 2:
         raise ValueError(f"steps: need at least 2 (the first is dropped), got {steps}")
     tf = import_tensorflow()
-    env = RealEnvironment.from_prepared(prepared, spec, steps=steps, warmup=1, soft_placement=True, seed=seed,
-                                        devices=devices)
+    env = make_environment("real", prepared, spec, {"steps": steps, "warmup": 1, "soft_placement": True,
+                                                    "seed": seed, "devices": devices})
     placements = kind_placements(prepared, spec) if placements is None else placements
     short_to_kind = {}
     for i, d in enumerate(spec.devices):

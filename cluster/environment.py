@@ -1,15 +1,26 @@
-"""The measurement interface every baseline and search uses, and its simulated implementation."""
+"""The measurement interface every baseline and search uses, and the one factory that builds it.
+
+An :class:`Environment` measures group placements of one grouped graph on one cluster. Three
+kinds implement it, each in its own module, and :func:`make_environment` is the only place
+that builds one by name:
+
+* ``sim``: the event-driven simulator (:class:`cluster.simulated.SimulatedEnvironment`);
+* ``real``: the training step run in TensorFlow (:class:`cluster.real.RealEnvironment`);
+* ``grappler``: TensorFlow's own analytical cost model, grappler's ``VirtualCluster``
+  (:class:`cluster.grappler.GrapplerEnvironment`).
+
+This module imports none of them at import time (the factory imports lazily), so the
+implementations may import :class:`Measurement` from here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from cluster.cost_model import op_time_matrix
-from cluster.fast_simulator import FastSimulator, contract_groups
-from cluster.simulator import SimResult, Simulator
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 
@@ -34,7 +45,12 @@ class Measurement:
 
 
 class Environment(Protocol):
-    """Measures placements of one grouped graph on one cluster."""
+    """Measures placements of one grouped graph on one cluster.
+
+    Attributes:
+        kind: ``sim``, ``real`` or ``grappler`` (:data:`ENVIRONMENTS`).
+        spec, graph, grouping: the cluster, the op graph and its groups (placements are per group).
+    """
 
     kind: str
     spec: ClusterSpec
@@ -42,137 +58,122 @@ class Environment(Protocol):
     grouping: Grouping
 
     def measure(self, group_placement: np.ndarray) -> Measurement:
-        """Measure ``group_placement`` (``[num_groups]`` device indices)."""
-        ...
-
-
-ENGINES = ("fast", "reference", "contracted")  #: simulator engines of :class:`SimulatedEnvironment`
-
-
-class SimulatedEnvironment:
-    """The event-driven simulator behind the :class:`Environment` interface.
-
-    Args:
-        graph, grouping, spec: the op graph, its co-location groups and the cluster.
-        engine: ``"fast"`` (default, :class:`cluster.fast_simulator.FastSimulator`) or
-            ``"reference"`` (:class:`cluster.simulator.Simulator`): both simulate the op
-            graph and give the same results; ``"contracted"``: the fast simulator on the
-            acyclic cluster graph of :func:`cluster.fast_simulator.contract_groups`, several
-            times faster, an approximation (its docstring lists what differs).
-        op_times: optional ``[num_ops, num_devices]`` seconds (e.g. calibrated), replacing
-            the roofline of :func:`cluster.cost_model.op_time_matrix`.
-
-    Raises:
-        ValueError: unknown ``engine`` (lists the valid ones); ``op_times`` of the wrong shape.
-    """
-
-    kind = "sim"
-
-    def __init__(self, graph: OpGraph, grouping: Grouping, spec: ClusterSpec, engine: str = "fast",
-                 op_times: np.ndarray | None = None) -> None:
-        if engine not in ENGINES:
-            raise ValueError(f"engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-        self.graph, self.grouping, self.spec, self.engine = graph, grouping, spec, engine
-        self._unit_group = grouping.op_group  # group of each simulated unit (op or cluster)
-        if engine == "fast":
-            self.simulator = FastSimulator(graph, spec, op_times=op_times)
-        elif engine == "reference":
-            self.simulator = Simulator(graph, spec, op_times=op_times)
-        else:
-            times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)
-            if times.shape != (graph.num_ops, len(spec.devices)):
-                raise ValueError(f"op_times: shape {times.shape}, expected {(graph.num_ops, len(spec.devices))}")
-            self.contracted = contract_groups(graph, grouping, times)
-            self.simulator = FastSimulator(self.contracted.graph, spec, op_times=self.contracted.op_times)
-            self._unit_group = self.contracted.cluster_group
-
-    def _check(self, group_placements: np.ndarray, batch: bool) -> np.ndarray:
-        gp = np.asarray(group_placements)
-        g, d = self.grouping.num_groups, len(self.spec.devices)
-        want = (gp.ndim == 2) if batch else (gp.ndim == 1)
-        if not want or gp.shape[-1] != g:
-            expected = f"(K, {g})" if batch else f"({g},)"
-            raise ValueError(f"placement: length {gp.shape}, expected {expected}")
-        if gp.dtype.kind not in "iu":
-            if gp.size and not np.all(np.mod(gp, 1) == 0):
-                raise ValueError(f"placement: device indices must be integers, got dtype {gp.dtype}")
-        gp = gp.astype(np.int64)
-        if gp.size and (gp.min() < 0 or gp.max() >= d):
-            bad = int(gp.min()) if gp.min() < 0 else int(gp.max())
-            raise ValueError(f"placement: device index {bad} out of range 0..{d - 1}")
-        return gp
-
-    @staticmethod
-    def _measurement(r: SimResult) -> Measurement:
-        return Measurement(
-            step_time_s=None if r.oom else r.step_time_s,
-            oom=r.oom,
-            compute_s=r.compute_s,
-            transfer_s=r.transfer_s,
-            peak_memory_bytes=r.peak_memory_bytes,
-            simulated_step_time_s=r.step_time_s,
-        )
-
-    def measure(self, group_placement: np.ndarray) -> Measurement:
-        """Simulate one step of ``group_placement`` (``[num_groups]`` device indices).
+        """Measure ``group_placement`` (``[num_groups]`` device indices).
 
         Raises:
             ValueError: wrong length or a device index out of range.
         """
-        gp = self._check(group_placement, batch=False)
-        ops = gp[self._unit_group]
-        if self.engine != "reference":  # without the critical path, which measurements do not carry
-            return self._measurement(self.simulator.run_batch(ops[None, :])[0])
-        return self._measurement(self.simulator.run(ops))
+        ...
 
     def measure_batch(self, group_placements: np.ndarray) -> list[Measurement]:
-        """Simulate ``K`` placements (``[K, num_groups]`` device indices) -> ``K`` measurements.
-
-        Same results as ``[measure(p) for p in group_placements]``, in one compiled call
-        with the fast engine.
+        """Measure ``K`` placements (``[K, num_groups]`` device indices) -> ``K`` measurements,
+        the same as ``[measure(p) for p in group_placements]``.
 
         Raises:
             ValueError: not a 2-D array of ``num_groups`` columns, or a device index out of range.
         """
-        gp = self._check(group_placements, batch=True)
-        ops = gp[:, self._unit_group]
-        if self.engine != "reference":
-            results = self.simulator.run_batch(ops)
-        else:
-            results = [self.simulator.run(row) for row in ops]
-        return [self._measurement(r) for r in results]
+        ...
 
 
-ENVIRONMENTS = ("sim", "real")
+ENVIRONMENTS = ("sim", "real", "grappler")  #: the kinds :func:`make_environment` builds
 
 
-def make_environment(
-    kind: str,
-    graph: OpGraph,
-    grouping: Grouping,
-    spec: ClusterSpec,
-    graph_def=None,
-    fetches=(),
-    **options,
-) -> Environment:
-    """An environment by name: ``sim`` (:class:`SimulatedEnvironment`) or ``real``
-    (:class:`cluster.real.RealEnvironment`, which runs the TensorFlow ``graph_def``).
+class EnvOptions(BaseModel):
+    """Options of :func:`make_environment`; each kind reads the ones that concern it and ignores the rest.
+
+    Attributes:
+        engine: ``sim``: ``fast`` | ``reference`` | ``contracted`` (:data:`cluster.simulated.ENGINES`).
+        op_times: ``sim``: ``[num_ops, num_devices]`` seconds replacing the roofline cost model.
+        cost_table: ``sim``: a :class:`cluster.calibrate.CostTable`; its op times (unless
+            ``op_times`` is given) and its fitted link replace the roofline's.
+        soft_placement: ``real``: move groups with no kernel on their device to the first CPU
+            instead of raising (``sim`` and ``grappler`` always do).
+        steps, warmup: ``real``: steps run per measurement and how many are dropped (2017 Sec. 3.4: 10, 1).
+        seed: ``real``: seed of the synthetic inputs.
+        int_bounds, devices: ``real``: see :class:`cluster.real.RealEnvironment`.
+    """
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    engine: str = "fast"
+    op_times: Any = None
+    cost_table: Any = None
+    soft_placement: bool = False
+    steps: int = 10
+    warmup: int = 1
+    seed: int = 0
+    int_bounds: dict[str, int] | None = None
+    devices: list[str] | None = None
+
+
+def _options(options) -> EnvOptions:
+    if options is None:
+        return EnvOptions()
+    if isinstance(options, EnvOptions):
+        return options
+    try:
+        return EnvOptions(**dict(options))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(x) for x in err["loc"])
+        valid = ", ".join(EnvOptions.model_fields)
+        raise ValueError(f"env option {name!r}: {err['msg']} (valid options: {valid})") from None
+
+
+def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions | dict | None = None, *,
+                     grouping: Grouping | None = None) -> Environment:
+    """The environment of ``kind`` for a prepared graph on ``spec``: the one way to build one.
 
     Args:
-        kind: ``sim`` or ``real``.
-        graph, grouping, spec: what is placed and where.
-        graph_def, fetches: the TensorFlow graph and the op names of one step (``real`` only).
-        options: passed to the environment (``engine``/``op_times`` for ``sim``;
-            ``steps``, ``warmup``, ``soft_placement``, ``seed`` for ``real``).
+        kind: ``sim``, ``real`` or ``grappler`` (:data:`ENVIRONMENTS`).
+        prepared: a :class:`compgraph.prepare.PreparedGraph` (``.graph``, ``.grouping``,
+            ``.graph_def`` and ``.fetches``; ``real`` and ``grappler`` need the GraphDef).
+        spec: the cluster.
+        options: an :class:`EnvOptions` or a dict of its fields.
+        grouping: the groups placements are made of, instead of ``prepared.grouping`` (e.g.
+            :func:`compgraph.grouping.colocation_grouping` for learners that group ops themselves).
+    Returns:
+        An :class:`Environment`.
     Raises:
-        ValueError: unknown kind (lists the valid ones), or ``real`` without a GraphDef.
+        ValueError: unknown ``kind`` (lists the valid ones); an unknown option or a bad value
+            (names it); ``real`` or ``grappler`` without a GraphDef; a bad engine or op_times shape.
     """
+    if kind not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {kind!r}; valid: {', '.join(ENVIRONMENTS)}")
+    opts = _options(options)
+    graph = prepared.graph
+    groups = prepared.grouping if grouping is None else grouping
+    if len(groups.op_group) != graph.num_ops:
+        raise ValueError(f"grouping: covers {len(groups.op_group)} ops, the graph has {graph.num_ops}")
     if kind == "sim":
-        return SimulatedEnvironment(graph, grouping, spec, **options)
+        from cluster.simulated import SimulatedEnvironment
+
+        op_times = opts.op_times
+        if opts.cost_table is not None:
+            if op_times is None:
+                op_times = opts.cost_table.op_times(graph, spec)
+            spec = opts.cost_table.apply_link(spec)
+        return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times)
+    graph_def = getattr(prepared, "graph_def", None)
+    if graph_def is None:
+        raise ValueError(f"env {kind!r}: needs the TensorFlow GraphDef of the graph (a benchmark or --graph-def)")
+    fetches = list(getattr(prepared, "fetches", ()) or ())
     if kind == "real":
-        if graph_def is None:
-            raise ValueError("env 'real': needs the TensorFlow GraphDef of the graph (a benchmark or --graph-def)")
         from cluster.real import RealEnvironment
 
-        return RealEnvironment(graph, grouping, spec, graph_def, list(fetches), **options)
-    raise ValueError(f"unknown environment {kind!r}; valid: {', '.join(ENVIRONMENTS)}")
+        return RealEnvironment(graph, groups, spec, graph_def, fetches, steps=opts.steps, warmup=opts.warmup,
+                               soft_placement=opts.soft_placement, seed=opts.seed, int_bounds=opts.int_bounds,
+                               devices=opts.devices)
+    from cluster.grappler import GrapplerEnvironment
+
+    return GrapplerEnvironment(graph, groups, spec, graph_def, fetches)
+
+
+def __getattr__(name: str):
+    """``SimulatedEnvironment`` and ``ENGINES``, imported from :mod:`cluster.simulated` on first use
+    (they live there; kept importable from here for existing callers)."""
+    if name in ("SimulatedEnvironment", "ENGINES"):
+        import cluster.simulated
+
+        return getattr(cluster.simulated, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from cluster.cost_model import op_time_matrix
+from cluster.kernels import cpu_fallback, fallback_device, first_cpu, gpu_mask, op_gpu_ok
 from cluster.simulator import PathStep, SimResult, check_placement
 from cluster.spec import ClusterSpec
 from compgraph.ir import Edge, Grouping, Op, OpGraph
@@ -473,7 +474,6 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
     resident = np.empty(D, np.int64)
     compute = np.empty(D, np.float64)
     xfer = np.empty(D, np.float64)
-    use_fb = fallback >= 0
     for kk in range(K):
         for d in range(D):
             compute[d] = 0.0
@@ -490,8 +490,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             l_busy[s] = False
         for i in range(n):
             d = gplaces[kk, op_unit[i]]
-            if use_fb and is_gpu[d] and not gpu_ok[i]:
-                d = fallback
+            d = fallback_device(d, gpu_ok[i], is_gpu, fallback)
             place[i] = d
             pending[i] = indegree[i]
             users[i] = 0
@@ -810,9 +809,7 @@ class FastSimulator:
         self.ob_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.ob_val = np.array([int(b) for op in graph.ops for b in op.output_bytes], dtype=np.int64)
         self.max_out = int(max([counts.max() if n else 0, out.max() + 1 if E else 0]))
-        self.gpu_ok = np.array([op.gpu_kernel for op in graph.ops], dtype=bool)
-        self.is_gpu = np.array([dev.kind == "gpu" for dev in spec.devices], dtype=bool)
-        self.fallback = spec.cpu_indices[0] if spec.cpu_indices else -1
+        self.gpu_ok, self.is_gpu, self.fallback = op_gpu_ok(graph), gpu_mask(spec), first_cpu(spec)
         self.link_bw = np.ones((d, d), np.float64)
         self.link_lat = np.zeros((d, d), np.float64)
         for a in range(d):
@@ -859,11 +856,7 @@ class FastSimulator:
         p = check_placement(op_placement, self.graph.num_ops, len(self.spec.devices))
         if p.ndim > 2:
             raise ValueError(f"placement: shape {p.shape}, expected ({self.graph.num_ops},) or (K, {self.graph.num_ops})")
-        bad = self.is_gpu[p] & ~self.gpu_ok
-        if bad.any() and self.fallback >= 0:
-            p = p.copy()
-            p[bad] = self.fallback
-        return p
+        return cpu_fallback(p, self.gpu_ok, self.spec)
 
     def _kernel(self, places: np.ndarray, want_path: bool):
         K = places.shape[0]

@@ -40,6 +40,7 @@ from functools import lru_cache
 import numpy as np
 
 from cluster.environment import Measurement
+from cluster.kernels import cpu_fallback
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 from compgraph.tf_env import import_tensorflow
@@ -590,10 +591,9 @@ class RealEnvironment:
         check_colocation(self.graph, p, self.spec)
         missing = missing_kernels(self.graph, self.graph_def, p, self.spec, self.devices)
         if missing and self.soft_placement and self.spec.cpu_indices:
-            gp = gp.copy()
-            cpu = self.spec.cpu_indices[0]
-            for i, _ in missing:
-                gp[self.grouping.op_group[i]] = cpu
+            ok = np.ones(self.grouping.num_groups, dtype=bool)  # no op of the group lacks a kernel where it is
+            ok[[self.grouping.op_group[i] for i, _ in missing]] = False
+            gp = cpu_fallback(gp, ok, self.spec)
             p = self.grouping.expand(gp)
             missing = missing_kernels(self.graph, self.graph_def, p, self.spec, self.devices)
         if missing:

@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster.cost_model import op_time_matrix, transfer_time
+from cluster.kernels import cpu_fallback, first_cpu, gpu_mask, op_gpu_ok
 from cluster.spec import ClusterSpec
 from compgraph.ir import OpGraph
 
@@ -181,9 +182,7 @@ class Simulator:
         self.alloc = [int(op.alloc_bytes) for op in graph.ops]
         self.param = [int(op.param_bytes) for op in graph.ops]
         self.output_bytes = [list(op.output_bytes) for op in graph.ops]
-        self.gpu_ok = np.array([op.gpu_kernel for op in graph.ops], dtype=bool)
-        self.is_gpu = np.array([dev.kind == "gpu" for dev in spec.devices], dtype=bool)
-        self.fallback = spec.cpu_indices[0] if spec.cpu_indices else -1
+        self.gpu_ok, self.is_gpu, self.fallback = op_gpu_ok(graph), gpu_mask(spec), first_cpu(spec)
         self.links = [
             [(0.0, 0.0) if a == b else (spec.link(a, b).bandwidth, spec.link(a, b).latency_s) for b in range(d)]
             for a in range(d)
@@ -205,11 +204,7 @@ class Simulator:
         p = check_placement(op_placement, self.graph.num_ops, len(self.spec.devices))
         if p.ndim != 1:
             raise ValueError(f"placement: length {p.shape}, expected ({self.graph.num_ops},)")
-        bad = self.is_gpu[p] & ~self.gpu_ok
-        if bad.any() and self.fallback >= 0:
-            p = p.copy()
-            p[bad] = self.fallback
-        return p
+        return cpu_fallback(p, self.gpu_ok, self.spec)
 
     def run(self, op_placement: np.ndarray) -> SimResult:
         """Simulate one step with ``op_placement[i]`` = device index of op ``i``.

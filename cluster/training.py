@@ -73,12 +73,12 @@ def train(prepared, spec: ClusterSpec, group_placement: np.ndarray, steps: int =
     """
     import time
 
-    from cluster.real import RealEnvironment
+    from cluster.environment import make_environment
 
     if steps < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
-    env = RealEnvironment.from_prepared(prepared, spec, steps=2, warmup=1, seed=seed,
-                                        soft_placement=soft_placement, devices=devices)
+    env = make_environment("real", prepared, spec, {"steps": 2, "warmup": 1, "seed": seed,
+                                                    "soft_placement": soft_placement, "devices": devices})
     t0 = time.perf_counter()
     times, losses = [], []
     with env.session(group_placement) as sess:

@@ -91,8 +91,14 @@ def placement_fidelity(
     budget: int = 1000,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,
+    against: str = "real",
 ) -> dict:
     """Simulated (roofline and calibrated) against real step times on a set of placements, logged to MLflow.
+
+    With ``against="grappler"`` the reference is TensorFlow's cost model
+    (:class:`cluster.grappler.GrapplerEnvironment`) instead of real runs: nothing is calibrated
+    unless ``cost_table`` is given (the learners then search in the roofline simulator), and
+    ``random`` further random placements split the groups among the GPUs only (``gpu_random_k``).
 
     The placements: ``random`` seeded random ones (``random_k``), every applicable baseline
     (:func:`tasks.measure.applicable_baselines`), and the best placement of each learner
@@ -113,14 +119,19 @@ def placement_fidelity(
     uri = tracking_uri or default_tracking_uri(out)
     prepared = tasks.preprocess(model, size)
     spec = tasks.load_cluster_spec(cluster)
+    table = table_path = None
     if cost_table:
         table_path = Path(cost_table)
         table = mt.load_cost_table(table_path)
-    else:
+    elif against == "real":
         table_path = default_cost_table_path(model, size, spec.name, out)
         table = mt.calibrate_costs(prepared, spec, calibrate_steps, seed, table_path)
     placements = dict(mt.random_placement_set(prepared, spec, random, seed))
     kinds = dict.fromkeys(placements, "random")
+    if against == "grappler" and spec.gpu_indices:
+        gpu_only = mt.random_placement_set(prepared, spec, random, seed + 1, gpu_only=True)
+        placements.update(gpu_only)
+        kinds.update(dict.fromkeys(gpu_only, "random-gpu"))
     for name in mt.applicable_baselines(prepared, spec):
         placements[name] = tasks.baseline_placement(name, prepared, spec)
         kinds[name] = "baseline"
@@ -133,21 +144,23 @@ def placement_fidelity(
         if found.best_placement is not None:
             placements[learner] = found.best_placement
             kinds[learner] = "learner"
-    result = mt.measure_fidelity(prepared, spec, placements, table, steps, seed)
+    result = mt.measure_fidelity(prepared, spec, placements, table, steps, seed, against)
     rows = [{**r, "kind": kinds[r["name"]]} for r in result["rows"]]
     flow_run_id = _flow_run_id()
     params = {"model": model, "size": size, "cluster": spec.name, "random": random, "steps": steps, "seed": seed,
-              "budget": budget, "cost_table": str(table_path), "calibrated_in_run": cost_table is None,
+              "budget": budget, "cost_table": str(table_path or ""),
+              "calibrated_in_run": cost_table is None and table is not None,
               "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
-              "grouper": prepared.grouping.grouper, "coverage": round(table.coverage(prepared.graph), 4),
-              "search_env": "sim-calibrated"}
+              "grouper": prepared.grouping.grouper,
+              "coverage": round(table.coverage(prepared.graph), 4) if table is not None else None,
+              "search_env": "sim-calibrated" if table is not None else "sim", "against": against}
     run_id = mt.record_fidelity_run(
         tracking_uri=uri,
         artifact_location=artifact_root(out),
         params=params,
         result={**result, "rows": rows},
         placements={name: _named(prepared, spec, gp) for name, gp in placements.items()},
-        cost_table_path=str(table_path),
+        cost_table_path=str(table_path) if table_path else None,
         prefect_flow_run_id=flow_run_id,
     )
     return {
@@ -157,10 +170,13 @@ def placement_fidelity(
         "ops": prepared.graph.num_ops,
         "groups": prepared.grouping.num_groups,
         "n": result["n"],
-        **{k: _none_if_nan(result[k]) for k in ("kendall_tau", "mape", "kendall_tau_calibrated", "mape_calibrated")},
+        **{k: _none_if_nan(result[k]) for k in ("kendall_tau", "mape", "kendall_tau_calibrated", "mape_calibrated",
+                                                "kendall_tau_gpu_only", "mape_gpu_only")},
+        "n_gpu_only": result["n_gpu_only"],
+        "against": against,
         "rows": rows,
-        "cost_table": str(table_path),
-        "coverage": table.coverage(prepared.graph),
+        "cost_table": str(table_path) if table_path else None,
+        "coverage": table.coverage(prepared.graph) if table is not None else None,
         "mlflow_run_id": run_id,
         "mlflow_tracking_uri": uri,
         "prefect_flow_run_id": flow_run_id,

@@ -57,8 +57,7 @@ def placement_search(
     env_options: dict | None = None,
 ) -> SearchResult:
     """The 2017 REINFORCE search (:func:`placer.reinforce.reinforce_search`)."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
-                           **(env_options or {}))
+    env = make_environment(env_kind, prepared, spec, env_options)
     return reinforce_search(env, config, log_path=log_path)
 
 
@@ -87,8 +86,7 @@ def post_placement_search(
     env_options: dict | None = None,
 ) -> SearchResult:
     """The Post search, cross-entropy + PPO (:func:`placer.post.post_search`)."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
-                           **(env_options or {}))
+    env = make_environment(env_kind, prepared, spec, env_options)
     return post_search(env, config, log_path=log_path)
 
 
@@ -97,8 +95,7 @@ def evaluate(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict, env_options: dict | None = None
 ) -> tuple[dict, dict]:
     """Measure every placement in one environment; returns ``(results, summary)``."""
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
-                           **(env_options or {}))
+    env = make_environment(env_kind, prepared, spec, env_options)
     results = evaluate_placements(env, placements)
     return results, summarize(results)
 

@@ -12,7 +12,7 @@ from prefect.cache_policies import NONE
 
 from baselines import BASELINES
 from cluster.calibrate import CostTable, calibrate
-from cluster.environment import ENVIRONMENTS, SimulatedEnvironment
+from cluster.environment import ENVIRONMENTS, Environment, make_environment
 from cluster.evaluation import LEARNERS
 from cluster.fidelity import fidelity, random_placements
 from cluster.spec import ClusterSpec
@@ -43,12 +43,9 @@ def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec) -> list[str
     return out
 
 
-def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None) -> SimulatedEnvironment:
+def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None) -> Environment:
     """The fast simulator: calibrated (the table's op times and link) if ``cost_table`` is given, else roofline."""
-    if cost_table is None:
-        return SimulatedEnvironment(prepared.graph, prepared.grouping, spec)
-    return SimulatedEnvironment(prepared.graph, prepared.grouping, cost_table.apply_link(spec),
-                                op_times=cost_table.op_times(prepared.graph, spec))
+    return make_environment("sim", prepared, spec, {"cost_table": cost_table})
 
 
 @task(name="calibrate-costs", cache_policy=NONE)
@@ -73,8 +70,13 @@ def load_cost_table(path: Path) -> CostTable:
 
 
 @task(name="random-placements", cache_policy=NONE)
-def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, seed: int) -> dict[str, np.ndarray]:
-    """``n`` seeded uniformly random group placements (:func:`cluster.fidelity.random_placements`)."""
+def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, seed: int,
+                         gpu_only: bool = False) -> dict[str, np.ndarray]:
+    """``n`` seeded uniformly random group placements (:func:`cluster.fidelity.random_placements`);
+    ``gpu_only``: among the GPUs only, named ``gpu_random_k``."""
+    if gpu_only:
+        return random_placements(prepared.grouping.num_groups, len(spec.devices), n, seed=seed,
+                                 devices=spec.gpu_indices, prefix="gpu_random")
     return random_placements(prepared.grouping.num_groups, len(spec.devices), n, seed=seed)
 
 
@@ -97,9 +99,10 @@ def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, b
 
 @task(name="measure-fidelity", cache_policy=NONE)
 def measure_fidelity(prepared: PreparedGraph, spec: ClusterSpec, placements: dict[str, np.ndarray],
-                     cost_table: CostTable | None, steps: int, seed: int) -> dict:
-    """Simulated (roofline, calibrated) against real step times of ``placements`` (:func:`cluster.fidelity.fidelity`)."""
-    return fidelity(prepared, spec, placements, cost_table=cost_table, steps=steps, seed=seed)
+                     cost_table: CostTable | None, steps: int, seed: int, against: str = "real") -> dict:
+    """Simulated (roofline, calibrated) against real (or grappler's, ``against``) step times of ``placements``
+    (:func:`cluster.fidelity.fidelity`)."""
+    return fidelity(prepared, spec, placements, cost_table=cost_table, steps=steps, seed=seed, against=against)
 
 
 @task(name="train-placement", cache_policy=NONE)
@@ -111,7 +114,7 @@ def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, g
     with no kernel on their device moved to the first CPU as the simulator does).
     ``env_kind="sim"``: :func:`cluster.training.projected_training` of the simulated step time
     (calibrated with ``cost_table`` if given, else roofline; the step time is used even if the
-    simulator reports OOM, flagged by ``oom``).
+    simulator reports OOM, flagged by ``oom``); ``env_kind="grappler"``: the same from grappler's estimate.
 
     Returns:
         ``{"steps", "seconds", "simulated", "step_times_s", "losses", "step_time_s", "setup_s", "oom"}``:
@@ -128,8 +131,9 @@ def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, g
     if steps < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
     gp = np.asarray(group_placement, dtype=np.int64)
-    if env_kind == "sim":
-        m = _simulated_env(prepared, spec, cost_table).measure(gp)
+    if env_kind in ("sim", "grappler"):
+        env = _simulated_env(prepared, spec, cost_table) if env_kind == "sim" else make_environment(env_kind, prepared, spec)
+        m = env.measure(gp)
         proj = projected_training(m.simulated_step_time_s, steps)
         return {"steps": proj.steps, "seconds": proj.seconds, "simulated": True, "step_times_s": [], "losses": [],
                 "step_time_s": proj.step_time_s, "setup_s": None, "oom": m.oom}

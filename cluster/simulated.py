@@ -1,0 +1,109 @@
+"""The simulated environment: the event-driven simulator behind :class:`cluster.environment.Environment`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster.cost_model import op_time_matrix
+from cluster.environment import Measurement
+from cluster.fast_simulator import FastSimulator, contract_groups
+from cluster.simulator import SimResult, Simulator
+from cluster.spec import ClusterSpec
+from compgraph.ir import Grouping, OpGraph
+
+
+ENGINES = ("fast", "reference", "contracted")  #: simulator engines of :class:`SimulatedEnvironment`
+
+
+class SimulatedEnvironment:
+    """The event-driven simulator behind the :class:`Environment` interface.
+
+    Args:
+        graph, grouping, spec: the op graph, its co-location groups and the cluster.
+        engine: ``"fast"`` (default, :class:`cluster.fast_simulator.FastSimulator`) or
+            ``"reference"`` (:class:`cluster.simulator.Simulator`): both simulate the op
+            graph and give the same results; ``"contracted"``: the fast simulator on the
+            acyclic cluster graph of :func:`cluster.fast_simulator.contract_groups`, several
+            times faster, an approximation (its docstring lists what differs).
+        op_times: optional ``[num_ops, num_devices]`` seconds (e.g. calibrated), replacing
+            the roofline of :func:`cluster.cost_model.op_time_matrix`.
+
+    Raises:
+        ValueError: unknown ``engine`` (lists the valid ones); ``op_times`` of the wrong shape.
+    """
+
+    kind = "sim"
+
+    def __init__(self, graph: OpGraph, grouping: Grouping, spec: ClusterSpec, engine: str = "fast",
+                 op_times: np.ndarray | None = None) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        self.graph, self.grouping, self.spec, self.engine = graph, grouping, spec, engine
+        self._unit_group = grouping.op_group  # group of each simulated unit (op or cluster)
+        if engine == "fast":
+            self.simulator = FastSimulator(graph, spec, op_times=op_times)
+        elif engine == "reference":
+            self.simulator = Simulator(graph, spec, op_times=op_times)
+        else:
+            times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)
+            if times.shape != (graph.num_ops, len(spec.devices)):
+                raise ValueError(f"op_times: shape {times.shape}, expected {(graph.num_ops, len(spec.devices))}")
+            self.contracted = contract_groups(graph, grouping, times)
+            self.simulator = FastSimulator(self.contracted.graph, spec, op_times=self.contracted.op_times)
+            self._unit_group = self.contracted.cluster_group
+
+    def _check(self, group_placements: np.ndarray, batch: bool) -> np.ndarray:
+        gp = np.asarray(group_placements)
+        g, d = self.grouping.num_groups, len(self.spec.devices)
+        want = (gp.ndim == 2) if batch else (gp.ndim == 1)
+        if not want or gp.shape[-1] != g:
+            expected = f"(K, {g})" if batch else f"({g},)"
+            raise ValueError(f"placement: length {gp.shape}, expected {expected}")
+        if gp.dtype.kind not in "iu":
+            if gp.size and not np.all(np.mod(gp, 1) == 0):
+                raise ValueError(f"placement: device indices must be integers, got dtype {gp.dtype}")
+        gp = gp.astype(np.int64)
+        if gp.size and (gp.min() < 0 or gp.max() >= d):
+            bad = int(gp.min()) if gp.min() < 0 else int(gp.max())
+            raise ValueError(f"placement: device index {bad} out of range 0..{d - 1}")
+        return gp
+
+    @staticmethod
+    def _measurement(r: SimResult) -> Measurement:
+        return Measurement(
+            step_time_s=None if r.oom else r.step_time_s,
+            oom=r.oom,
+            compute_s=r.compute_s,
+            transfer_s=r.transfer_s,
+            peak_memory_bytes=r.peak_memory_bytes,
+            simulated_step_time_s=r.step_time_s,
+        )
+
+    def measure(self, group_placement: np.ndarray) -> Measurement:
+        """Simulate one step of ``group_placement`` (``[num_groups]`` device indices).
+
+        Raises:
+            ValueError: wrong length or a device index out of range.
+        """
+        gp = self._check(group_placement, batch=False)
+        ops = gp[self._unit_group]
+        if self.engine != "reference":  # without the critical path, which measurements do not carry
+            return self._measurement(self.simulator.run_batch(ops[None, :])[0])
+        return self._measurement(self.simulator.run(ops))
+
+    def measure_batch(self, group_placements: np.ndarray) -> list[Measurement]:
+        """Simulate ``K`` placements (``[K, num_groups]`` device indices) -> ``K`` measurements.
+
+        Same results as ``[measure(p) for p in group_placements]``, in one compiled call
+        with the fast engine.
+
+        Raises:
+            ValueError: not a 2-D array of ``num_groups`` columns, or a device index out of range.
+        """
+        gp = self._check(group_placements, batch=True)
+        ops = gp[:, self._unit_group]
+        if self.engine != "reference":
+            results = self.simulator.run_batch(ops)
+        else:
+            results = [self.simulator.run(row) for row in ops]
+        return [self._measurement(r) for r in results]
