@@ -146,12 +146,15 @@ def experiment(
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    learner_option: list[str] = typer.Option(None, "--learner-option", help="METHOD.FIELD=VALUE: a setting of one learner's config (repeatable; VALUE as JSON, else a string), e.g. rl.hidden_size=64"),
+    resume: bool = typer.Option(False, "--resume", help="continue an interrupted run with the same settings from its placement logs and checkpoints (nothing measured twice)"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
     from baselines import BASELINES
+    from cli.learners import parse_learner_options
     from cluster.environment import ENVIRONMENTS
-    from cluster.evaluation import LEARNERS
     from cluster.spec import load_cluster
+    from placer import LEARNERS
 
     user_graph = graph_def is not None or keras is not None
     if graph_def is not None and keras is not None:
@@ -196,6 +199,7 @@ def experiment(
         _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
     if num_groups is not None and num_groups < 1:
         _fail(f"--num-groups must be at least 1, got {num_groups}")
+    options = parse_learner_options(learner_option, chosen, budget, seed, _fail)
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed)
@@ -207,7 +211,7 @@ def experiment(
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
-        ray_address=ray_address, soft_placement=soft_placement,
+        ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume,
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")
@@ -253,6 +257,7 @@ def main() -> None:
 
 
 from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, train)
+from cli import learners  # noqa: E402,F401  (registers compare-learners)
 
 if __name__ == "__main__":
     main()

@@ -190,7 +190,7 @@ def train(
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
     from baselines import BASELINES
     from cluster.environment import ENVIRONMENTS
-    from cluster.evaluation import LEARNERS
+    from placer import LEARNERS
 
     _check_model(model, size)
     spec = _load_spec(cluster)

@@ -6,9 +6,6 @@ import numpy as np
 
 from cluster.environment import Environment
 
-LEARNED = "rl"  #: the 2017 placer (seq2seq + REINFORCE)
-LEARNERS = ("rl", "post")  #: methods whose placement is searched for, not constructed
-
 
 def speedup(baseline_s: float | None, learned_s: float | None) -> float | None:
     """2017 Table 2's speedup: ``baseline / learned - 1`` (0.235 = 23.5% faster); ``None`` if either is missing."""
@@ -17,12 +14,18 @@ def speedup(baseline_s: float | None, learned_s: float | None) -> float | None:
     return baseline_s / learned_s - 1.0
 
 
-def evaluate_placements(env: Environment, placements: dict[str, np.ndarray | None]) -> dict[str, dict]:
+def evaluate_placements(
+    env: Environment, placements: dict[str, np.ndarray | None], envs: dict[str, Environment] | None = None
+) -> dict[str, dict]:
     """Measure each method's group placement in ``env``.
 
     Args:
         env: the environment (the same for every method).
         placements: method name -> ``[num_groups]`` device indices (``None``: no placement).
+        envs: method -> the environment to measure that method's placement in instead: one of
+            the same kind, graph and cluster over the grouping its placement is over (a
+            learner that groups ops itself places other units). Environments simulate or run
+            the op graph with each op on its unit's device, so the step times compare.
     Returns:
         method -> ``{"step_time_s": float | None, "oom": bool, "placement": {group: device}}``
         plus per-device ``compute_s``, ``transfer_s`` and ``peak_memory_bytes``.
@@ -33,11 +36,12 @@ def evaluate_placements(env: Environment, placements: dict[str, np.ndarray | Non
         if placement is None:
             out[method] = {"step_time_s": None, "oom": False, "placement": {}}
             continue
-        m = env.measure(placement)
+        menv = (envs or {}).get(method, env)
+        m = menv.measure(placement)
         out[method] = {
             "step_time_s": m.step_time_s,
             "oom": m.oom,
-            "placement": {g: names[int(d)] for g, d in zip(env.grouping.names, placement)},
+            "placement": {g: names[int(d)] for g, d in zip(menv.grouping.names, placement)},
             "compute_s": dict(zip(names, m.compute_s)),
             "transfer_s": dict(zip(names, m.transfer_s)),
             "peak_memory_bytes": dict(zip(names, m.peak_memory_bytes)),
@@ -45,8 +49,12 @@ def evaluate_placements(env: Environment, placements: dict[str, np.ndarray | Non
     return out
 
 
-def summarize(results: dict[str, dict]) -> dict:
+def summarize(results: dict[str, dict], learners: list[str] | tuple[str, ...] = ()) -> dict:
     """The best baseline, each learner's speedups over it and over ``expert`` (2017 Table 2's last column).
+
+    Args:
+        results: method -> row of :func:`evaluate_placements`.
+        learners: the methods whose placement was searched for (the rest are baselines).
 
     Returns:
         ``best_baseline``; ``speedups``: learner -> ``{"over_best_baseline", "over_expert"}``;
@@ -54,9 +62,9 @@ def summarize(results: dict[str, dict]) -> dict:
         ``speedup_over_expert``: those of ``best_learned``. A speedup is ``None`` when a
         step time is missing (OOM or no placement).
     """
-    baselines = {k: v["step_time_s"] for k, v in results.items() if k not in LEARNERS and v["step_time_s"] is not None}
+    baselines = {k: v["step_time_s"] for k, v in results.items() if k not in learners and v["step_time_s"] is not None}
     best = min(baselines, key=lambda k: (baselines[k], k)) if baselines else None
-    learned = {k: v["step_time_s"] for k, v in results.items() if k in LEARNERS}
+    learned = {k: v["step_time_s"] for k, v in results.items() if k in learners}
     speedups = {
         k: {"over_best_baseline": speedup(baselines.get(best) if best else None, t), "over_expert": speedup(baselines.get("expert"), t)}
         for k, t in learned.items()

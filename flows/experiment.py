@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from prefect import flow
 from prefect.runtime import flow_run
 
 import tasks
-from cluster.evaluation import LEARNERS
-from placer.post import PostConfig
-from placer.reinforce import ReinforceConfig
+from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 
 METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", *LEARNERS)
@@ -38,8 +35,15 @@ def placement_experiment(
     controllers: int = 0,
     ray_address: str | None = None,
     soft_placement: bool = False,
+    learner_options: dict[str, dict] | None = None,
+    resume: bool = False,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
+
+    Learners are looked up in :data:`placer.LEARNERS`; ``learner_options`` (method -> fields
+    of its config, e.g. ``{"rl": {"hidden_size": 64}}``) override the paper defaults (``k``
+    is rl's K unless given there). Placement logs and checkpoints are named by the run's
+    settings; ``resume`` continues an interrupted run from them (nothing measured twice).
 
     Returns the result object of ``placement experiment --json`` (see the README).
     """
@@ -57,28 +61,29 @@ def placement_experiment(
     curves: dict = {}
     method_params: dict = {m: {} for m in methods}
     extra = {}
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    groupings: dict = {}
     for method in methods:
         if method not in LEARNERS:
             continue
-        log_path = out / "placement-logs" / f"{stamp}-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
-        if method == "rl":
-            config = ReinforceConfig(budget=budget, k=k, seed=seed)
-            if controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
-                found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
-                                                           env_options)
-            else:
-                found = tasks.placement_search(prepared, spec, env, config, log_path, env_options)
-            method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017",
-                                     "controllers": controllers, "ray_address": ray_address or ("local" if controllers else "")}
+        options = {**({"k": k} if method == "rl" else {}), **(learner_options or {}).get(method, {})}
+        config = tasks.learner_config(method, budget, seed, options)
+        log_path, ckpt_path = tasks.run_paths(out, model, size, spec.name, prepared.grouping.grouper, method, seed, budget)
+        if method == "rl" and controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
+            log_path = log_path.with_name(log_path.name.replace("-rl-", f"-rl-ray{controllers}-"))
+            if not resume:
+                log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
+            found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
+                                                       env_options)
         else:
-            config = PostConfig(budget=budget, seed=seed)
-            found = tasks.post_placement_search(prepared, spec, env, config, log_path, env_options)
-            method_params[method] = {**config.model_dump(), "failing_time_s": found.failing_signal, "placer": "post-softmax"}
+            found = tasks.learner_search(method, prepared, spec, env, config, log_path, ckpt_path, resume, env_options)
+            groupings[method] = tasks.learner_grouping(method, prepared)
+        method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal,
+                                 "paper": LEARNERS[method].paper, "units": LEARNERS[method].units,
+                                 "controllers": controllers if method == "rl" else 0}
         placements[method] = found.best_placement
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)
-    results, summary = tasks.evaluate(prepared, spec, env, placements, env_options)
+    results, summary = tasks.evaluate(prepared, spec, env, placements, env_options, groupings)
     # End-to-end training evaluation of the best learned and the best baseline placement:
     # trained for real with env "real", projected from the simulated step time with "sim".
     training = {}
@@ -86,7 +91,8 @@ def placement_experiment(
         from tasks.measure import train_placement
 
         for method in (summary.get("best_learned"), summary.get("best_baseline")):
-            if method is not None and method not in training and placements.get(method) is not None:
+            own_units = method in groupings and groupings[method] is not prepared.grouping  # TODO: train op placements
+            if method is not None and method not in training and placements.get(method) is not None and not own_units:
                 training[method] = train_placement(prepared, spec, env, placements[method], train_steps, seed)
     summary["training"] = training
     flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None

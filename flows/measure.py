@@ -23,8 +23,10 @@ from prefect.runtime import flow_run
 
 import tasks
 import tasks.measure as mt
-from cluster.evaluation import LEARNERS
+from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
+
+FIDELITY_LEARNERS = ("rl", "post")  #: learners whose best placements the fidelity flow adds (as before the registry)
 
 DEFAULT_OUT_DIR = "placement-runs"
 
@@ -137,7 +139,7 @@ def placement_fidelity(
         kinds[name] = "baseline"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     searched = {}
-    for learner in LEARNERS:
+    for learner in FIDELITY_LEARNERS:
         log_path = out / "placement-logs" / f"{stamp}-fidelity-{learner}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
         found = mt.simulated_search(prepared, spec, learner, budget, seed, table, log_path)
         searched[learner] = found.best_step_time_s

@@ -30,25 +30,30 @@ named option, not in the paper) uses ``(b - T) / b`` instead; measured on the de
 (small rnnlm, k80x2, 1,000 placements, seed 0) it found 0.01103 s against 0.00946 s for
 the paper's seconds.
 
-Every sampled placement is written to the search's placement log before it is used
-(:class:`placer.reinforce.PlacementLog`), so an interrupted search resumes.
+The learner :class:`PostLearner` (method ``post``) runs through the one search loop
+(:func:`placer.search.run_search`: placement log, resume, curve, checkpoints). Its update
+rules are switches of :class:`PostConfig` (``cross_entropy``, ``policy_update``), so Post's
+ablations (Sec. 4, Fig. 2: PPO alone, CE alone, policy gradient) are the same code with
+other defaults (:mod:`placer.post_ablations`: ``ppo``, ``ce``, ``pg``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from cluster.environment import Environment
-from placer.reinforce import PlacementLog, SearchResult, _measure_or_replay, serial_time
+from placer.learner import Learner, LearnerConfig, Samples, register
+from placer.search import SearchResult, run_search, serial_time
 
 
-class PostConfig(BaseModel):
+class PostConfig(LearnerConfig):
     """Post's settings; defaults are the paper's (Sec. 4 "Setup").
 
     Attributes:
@@ -65,6 +70,10 @@ class PostConfig(BaseModel):
         failing_time_s: step time given to an OOM placement; ``None``: ``10 * T_serial``.
         advantage: ``seconds`` (``b - T``, Eq. 11) or ``relative`` (``(b - T) / b``, an option).
         seed: seeds sampling.
+        cross_entropy: apply the cross-entropy update every ``n_ce`` placements (Eq. 10).
+        policy_update: the update of the other iterations: ``ppo`` (Eq. 11), ``pg`` (one
+            gradient-ascent step on ``1/K sum_n A_n log f(d_n)``, the policy gradient method
+            on the softmax distributions; learning rate ``ppo_learning_rate``) or ``none``.
     """
 
     budget: int = Field(2400, ge=1)
@@ -80,11 +89,143 @@ class PostConfig(BaseModel):
     failing_time_s: float | None = Field(None, gt=0)
     advantage: Literal["seconds", "relative"] = "seconds"
     seed: int = 0
+    cross_entropy: bool = True
+    policy_update: Literal["ppo", "pg", "none"] = "ppo"
 
 
 def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
     """Per-group KL(old || new), ``[G]``."""
     return (p_old * (torch.log(p_old.clamp_min(1e-12)) - logp_new)).sum(dim=1)
+
+
+@register
+class PostLearner(Learner):
+    """Post (Algorithm 1) as a :class:`placer.learner.Learner` (method ``post``; module docstring).
+
+    State: the logits ``u`` float64 ``[G, D]``, the KL coefficient ``beta``, the
+    step-time baseline ``b`` (seconds), the current cross-entropy period's samples and
+    the numpy generator seeded by ``seed`` (inverse-CDF sampling, one uniform per group).
+    """
+
+    name = "post"
+    Config = PostConfig
+    paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.2-3.3, Eq. 2-3, 10-11, Algorithm 1"
+    units = "groups"
+
+    def __init__(self, env: Environment, config: PostConfig) -> None:
+        super().__init__(env, config)
+        self.num_groups, self.num_devices = env.grouping.num_groups, len(env.spec.devices)
+        self.rng = np.random.default_rng(config.seed)
+        self.failing_signal = config.failing_time_s if config.failing_time_s is not None else 10.0 * serial_time(env)
+        self.u = torch.zeros(self.num_groups, self.num_devices, dtype=torch.float64)
+        self.beta = config.beta
+        self.baseline: float | None = None
+        self.sampled = 0
+        self.period_times: list[float] = []  # step times (seconds) since the last CE update
+        self.period_placements: list[np.ndarray] = []
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.k
+
+    def sample(self, k: int) -> Samples:
+        """``k`` placements, inverse-CDF per group: one uniform draw per (sample, group)."""
+        probs = torch.softmax(self.u, dim=1).numpy()
+        draws = self.rng.random((k, self.num_groups))
+        cdf = np.cumsum(probs, axis=1)
+        placements = np.minimum((draws[:, :, None] > cdf[None, :, :]).sum(axis=2), self.num_devices - 1).astype(np.int64)
+        logp = np.log(np.take_along_axis(probs, placements.T, axis=1).clip(1e-300)).sum(axis=0)
+        return Samples(placements, logp)
+
+    def update(self, samples: Samples, step_times_s: np.ndarray, oom: np.ndarray) -> dict[str, float]:
+        """One iteration of Algorithm 1: CE (Eq. 10) when a period of ``n_ce`` placements
+        ended during this batch, else the policy update (PPO Eq. 11, or the ``pg`` step)."""
+        config = self.config
+        t_arr = np.where(oom, self.failing_signal, step_times_s).astype(np.float64)
+        ce_due = False
+        for t, row in zip(t_arr.tolist(), samples.placements):
+            self.sampled += 1
+            self.period_times.append(t)
+            self.period_placements.append(row.copy())
+            if self.sampled % config.n_ce == 0:
+                ce_due = True
+        if self.baseline is None:
+            self.baseline = float(t_arr.mean())
+        diagnostics: dict[str, float] = {"baseline": self.baseline}
+        if ce_due and config.cross_entropy:
+            self._cross_entropy()
+        elif config.policy_update != "none":
+            adv_np = self.baseline - t_arr
+            if config.advantage == "relative":
+                adv_np = adv_np / self.baseline
+            diagnostics.update(self._policy_step(torch.from_numpy(adv_np), torch.from_numpy(samples.placements)))
+        if ce_due:
+            self.period_times, self.period_placements = [], []
+        self.baseline = config.baseline_decay * self.baseline + (1 - config.baseline_decay) * float(t_arr.mean())
+        p = torch.softmax(self.u, dim=1)
+        diagnostics["entropy"] = float(-(p * torch.log(p.clamp_min(1e-300))).sum(dim=1).mean())
+        return diagnostics
+
+    def _cross_entropy(self) -> None:
+        """Eq. 10: device frequencies among the period's elites, mixed with uniform (Algorithm 1, line 12)."""
+        config, d = self.config, self.num_devices
+        order = sorted(range(len(self.period_times)), key=lambda i: self.period_times[i])  # stable, as list.sort
+        n_elite = max(1, int(round(config.rho * len(order))))
+        elites = np.stack([self.period_placements[i] for i in order[:n_elite]])
+        freq = np.zeros((self.num_groups, d))
+        for j in range(d):
+            freq[:, j] = (elites == j).mean(axis=0)
+        eps = config.epsilon * max(0.0, 1.0 - self.sampled / config.budget)
+        mixed = (1 - eps) * freq + eps / d
+        self.u = torch.log(torch.from_numpy(mixed).clamp_min(1e-6))
+
+    def _policy_step(self, adv: torch.Tensor, idx: torch.Tensor) -> dict[str, float]:
+        """PPO with the adaptive KL penalty (Eq. 11, ``ppo_steps`` steps) or one ``pg`` step; advantage ``[K]``."""
+        config = self.config
+        p_old = torch.softmax(self.u, dim=1).detach()
+        old_sel = p_old.gather(1, idx.T)  # [G, K]
+        u_new = self.u.clone().requires_grad_(True)
+        steps = config.ppo_steps if config.policy_update == "ppo" else 1
+        objective = torch.zeros(())
+        for _ in range(steps):
+            logp_new = torch.log_softmax(u_new, dim=1)
+            if config.policy_update == "ppo":
+                ratio = logp_new.gather(1, idx.T).exp() / old_sel  # [G, K]
+                objective = (ratio * adv.unsqueeze(0)).sum(dim=0).mean() - self.beta * _kl(p_old, logp_new).sum()
+            else:  # REINFORCE on the softmax distributions: 1/K sum_n A_n log f(d_n)
+                objective = (logp_new.gather(1, idx.T).sum(dim=0) * adv).mean()
+            (grad,) = torch.autograd.grad(objective, u_new)
+            with torch.no_grad():
+                u_new += config.ppo_learning_rate * grad
+        kl = float(_kl(p_old, torch.log_softmax(u_new.detach(), dim=1)).mean())
+        if config.policy_update == "ppo":
+            if kl > 1.5 * config.kl_target:
+                self.beta *= 2.0
+            elif kl < config.kl_target / 1.5:
+                self.beta /= 2.0
+        self.u = u_new.detach()
+        return {"loss": -float(objective.detach()), "kl": kl, "beta": self.beta}
+
+    def state_dict(self) -> dict[str, Any]:
+        k = len(self.period_times)
+        return {
+            "u": self.u.clone(),
+            "beta": self.beta,
+            "baseline": self.baseline,
+            "sampled": self.sampled,
+            "failing_signal": self.failing_signal,
+            "period_times": torch.tensor(self.period_times, dtype=torch.float64),
+            "period_placements": torch.from_numpy(np.stack(self.period_placements) if k else np.zeros((0, self.num_groups), dtype=np.int64)),
+            "rng": json.dumps(self.rng.bit_generator.state),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.u = state["u"].clone()
+        self.beta, self.baseline = float(state["beta"]), state["baseline"]
+        self.sampled, self.failing_signal = int(state["sampled"]), float(state["failing_signal"])
+        self.period_times = state["period_times"].tolist()
+        self.period_placements = [row for row in state["period_placements"].numpy()]
+        self.rng.bit_generator.state = json.loads(state["rng"])
 
 
 def post_search(
@@ -93,94 +234,11 @@ def post_search(
     log_path: str | Path | None = None,
     on_update: Callable[[dict], None] | None = None,
 ) -> SearchResult:
-    """Search placements of ``env``'s groups with Post (Algorithm 1; module docstring).
+    """Search placements of ``env``'s groups with Post: :class:`PostLearner` through
+    :func:`placer.search.run_search`; an existing log with the same settings is replayed.
 
-    Args:
-        env: the measurement environment (its grouping fixes the groups).
-        config: the settings.
-        log_path: the placement log (JSON lines); an existing log with the same settings is replayed.
-        on_update: called with each learning-curve point (one per PPO or CE iteration).
     Returns:
-        A :class:`placer.reinforce.SearchResult` (``failing_signal`` holds the OOM step
-        time in seconds); the same seed and settings give the same result.
+        A :class:`placer.search.SearchResult` (``failing_signal`` holds the OOM step time in
+        seconds); the same seed and settings give the same result.
     """
-    g, d = env.grouping.num_groups, len(env.spec.devices)
-    rng = np.random.default_rng(config.seed)
-    failing = config.failing_time_s if config.failing_time_s is not None else 10.0 * serial_time(env)
-    u = torch.zeros(g, d, dtype=torch.float64)
-    beta = config.beta
-    header = {
-        "graph": env.graph.name,
-        "groups": g,
-        "grouper": env.grouping.grouper,
-        "cluster": env.spec.name,
-        "environment": env.kind,
-        "search": {"method": "post", **config.model_dump()},
-    }
-    log = PlacementLog(log_path, header) if log_path is not None else None
-    result = SearchResult(None, None, failing_signal=failing)
-    period: list[tuple[float, np.ndarray]] = []  # (step time, placement) since the last CE update
-    baseline: float | None = None
-    sampled = 0
-    try:
-        while sampled < config.budget:
-            batch = min(config.k, config.budget - sampled)
-            probs = torch.softmax(u, dim=1).numpy()
-            # Inverse-CDF sampling per group: one uniform draw per (sample, group).
-            draws = rng.random((batch, g))
-            cdf = np.cumsum(probs, axis=1)
-            placements = np.minimum((draws[:, :, None] > cdf[None, :, :]).sum(axis=2), d - 1).astype(np.int64)
-            times, ran_times = [], []
-            ce_due = False
-            for row in placements:
-                m = _measure_or_replay(env, row, sampled, log)
-                sampled += 1
-                result.record(row, m.step_time_s)
-                t = failing if m.oom else float(m.step_time_s)
-                times.append(t)
-                period.append((t, row.copy()))
-                if not m.oom:
-                    ran_times.append(t)
-                if sampled % config.n_ce == 0:
-                    ce_due = True
-            t_arr = np.asarray(times)
-            baseline = float(t_arr.mean()) if baseline is None else baseline
-            if ce_due:
-                # Eq. 10: device frequencies among the elites, then mix with uniform (line 12).
-                period.sort(key=lambda x: x[0])
-                elites = np.stack([p for _, p in period[: max(1, int(round(config.rho * len(period))))]])
-                freq = np.zeros((g, d))
-                for j in range(d):
-                    freq[:, j] = (elites == j).mean(axis=0)
-                eps = config.epsilon * max(0.0, 1.0 - sampled / config.budget)
-                mixed = (1 - eps) * freq + eps / d
-                u = torch.log(torch.from_numpy(mixed).clamp_min(1e-6))
-                period = []
-            else:
-                adv_np = baseline - t_arr
-                if config.advantage == "relative":
-                    adv_np = adv_np / baseline
-                adv = torch.from_numpy(adv_np)
-                p_old = torch.softmax(u, dim=1).detach()
-                idx = torch.from_numpy(placements)
-                old_sel = p_old.gather(1, idx.T)  # [G, K]
-                u_new = u.clone().requires_grad_(True)
-                for _ in range(config.ppo_steps):
-                    logp_new = torch.log_softmax(u_new, dim=1)
-                    ratio = logp_new.gather(1, idx.T).exp() / old_sel  # [G, K]
-                    objective = (ratio * adv.unsqueeze(0)).sum(dim=0).mean() - beta * _kl(p_old, logp_new).sum()
-                    (grad,) = torch.autograd.grad(objective, u_new)
-                    with torch.no_grad():
-                        u_new += config.ppo_learning_rate * grad
-                kl = float(_kl(p_old, torch.log_softmax(u_new.detach(), dim=1)).mean())
-                if kl > 1.5 * config.kl_target:
-                    beta *= 2.0
-                elif kl < config.kl_target / 1.5:
-                    beta /= 2.0
-                u = u_new.detach()
-            baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * float(t_arr.mean())
-            result.add_point(result.curve_point(sampled, ran_times), on_update)
-    finally:
-        if log is not None:
-            log.close()
-    return result
+    return run_search(PostLearner(env, config), env, log_path=log_path, resume=True, on_update=on_update)

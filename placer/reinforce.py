@@ -11,31 +11,31 @@ runs out of memory), which "results in more exploration". After
 ``valid_only_after`` updates (5,000 in the paper), an update uses only the placements
 that ran.
 
-Every sampled placement and its measurement is appended to the search's log (JSON
-lines) *before* the policy uses it; with the same seed and settings, a search re-run on
-the same log replays the logged measurements instead of measuring again, so an
-interrupted search resumes where it stopped.
+The learner :class:`ReinforceLearner` (method ``rl``) runs through the one search loop
+(:func:`placer.search.run_search`): every sampled placement and its measurement is
+appended to the search's log *before* the policy uses it, so an interrupted search
+resumes where it stopped (same seed and settings: same result).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from cluster.environment import Environment, Measurement
+from cluster.environment import Environment
 from placer.features import group_features
+from placer.learner import Learner, LearnerConfig, Samples, register
+from placer.search import PlacementLog, SearchResult, _measure_or_replay, run_search, serial_time  # noqa: F401  (old names)
 from placer.seq2seq import Seq2SeqPlacer
 
 
-class ReinforceConfig(BaseModel):
+class ReinforceConfig(LearnerConfig):
     """Search settings; defaults follow 2017 Sec. 3.1 where the paper gives them.
 
     Attributes:
@@ -78,47 +78,6 @@ class ReinforceConfig(BaseModel):
     grad_clip: float | None = Field(None, gt=0)
 
 
-@dataclass
-class SearchResult:
-    """Outcome of a search.
-
-    Attributes:
-        best_placement: ``[num_groups]`` device indices of the fastest placement sampled
-            (``None`` if every sample ran out of memory).
-        best_step_time_s: its step time (seconds).
-        step_times: ``[budget]`` step time of each sample, ``None`` for OOM.
-        curve: one point per update: ``placements`` sampled so far, ``best_step_time_s``
-            so far, ``sample_mean_step_time_s`` of the update's samples that ran.
-        failing_signal: the failing signal used.
-    """
-
-    best_placement: np.ndarray | None
-    best_step_time_s: float | None
-    step_times: list[float | None] = field(default_factory=list)
-    curve: list[dict] = field(default_factory=list)
-    failing_signal: float = 0.0
-
-    def record(self, placement, step_time_s: float | None) -> None:
-        """Add one sample: its step time (seconds; ``None`` if it ran out of memory), keeping the fastest."""
-        self.step_times.append(step_time_s)
-        if step_time_s is not None and (self.best_step_time_s is None or step_time_s < self.best_step_time_s):
-            self.best_step_time_s, self.best_placement = step_time_s, np.array(placement, dtype=np.int64)
-
-    def curve_point(self, placements: int, ran_times: list[float]) -> dict:
-        """A learning-curve point after ``placements`` samples; ``ran_times``: the update's samples that ran."""
-        return {
-            "placements": placements,
-            "best_step_time_s": self.best_step_time_s,
-            "sample_mean_step_time_s": float(np.mean(ran_times)) if ran_times else None,
-        }
-
-    def add_point(self, point: dict, on_update: Callable[[dict], None] | None = None) -> None:
-        """Append ``point`` to the curve and pass it to ``on_update``."""
-        self.curve.append(point)
-        if on_update is not None:
-            on_update(point)
-
-
 def batch_advantage(
     rewards: list[float], ran: list[bool], baseline: float, updates: int, valid_only_after: int, normalize_advantage: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -153,76 +112,107 @@ def reinforce_loss(
     return (adv * logp * mask).sum() / k - entropy_coef * (ent * mask).sum() / k
 
 
-class PlacementLog:
-    """Append-only JSON-lines log of a search's sampled placements and their measurements.
-
-    The first line is a header with the search settings; each next line is
-    ``{"index", "placement", "step_time_s", "oom"}``. Each record is flushed and fsynced
-    before the search uses it.
-
-    Raises:
-        ValueError: an existing log was written with other settings.
-    """
-
-    def __init__(self, path: str | Path, header: dict) -> None:
-        self.path = Path(path)
-        self.records: list[dict] = []
-        if self.path.exists() and self.path.stat().st_size > 0:
-            raw = self.path.read_bytes()
-            lines = raw.split(b"\n")
-            old = json.loads(lines[0])
-            if old != header:
-                raise ValueError(f"placement log {self.path}: written with other settings {old}, not {header}")
-            good_end = len(lines[0]) + 1  # bytes up to the end of the last complete record
-            for line in lines[1:]:
-                if not line.strip():
-                    break
-                try:
-                    self.records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a torn last line from an interrupted write
-                good_end += len(line) + 1
-            if good_end < len(raw):
-                with self.path.open("r+b") as f:  # drop the torn tail so the next record starts on its own line
-                    f.truncate(good_end)
-            self._file = self.path.open("a")
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w")
-            self._write(header)
-
-    def _write(self, obj: dict) -> None:
-        self._file.write(json.dumps(obj) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-
-    def append(self, record: dict) -> None:
-        self._write(record)
-
-    def close(self) -> None:
-        self._file.close()
-
-
 FAILING_FACTOR = 10.0
-
-
-def serial_time(env: Environment) -> float:
-    """``T_serial`` (seconds): every op of ``env``'s graph run back to back on the slowest device.
-
-    Uses the environment's op-time matrix (``env.simulator.op_times``) when it has one,
-    else the roofline cost model (:func:`cluster.cost_model.op_time_matrix`).
-    """
-    times = getattr(getattr(env, "simulator", None), "op_times", None)
-    if times is None:
-        from cluster.cost_model import op_time_matrix
-
-        times = op_time_matrix(env.graph, env.spec)
-    return float(np.asarray(times).sum(axis=0).max())
 
 
 def default_failing_signal(env: Environment) -> float:
     """``sqrt(10 * T_serial)`` (:func:`serial_time`): the reward of a placement that ran out of memory."""
     return float(math.sqrt(FAILING_FACTOR * serial_time(env)))
+
+
+
+@register
+class ReinforceLearner(Learner):
+    """The 2017 placer as a :class:`placer.learner.Learner` (method ``rl``; module docstring).
+
+    Policy: :class:`placer.seq2seq.Seq2SeqPlacer` over ``env``'s groups, initialised from
+    ``torch.manual_seed(seed)``, sampling with its own generator seeded by ``seed``. Update:
+    Eq. 3 with the moving-average baseline (or the named PPO option), Adam.
+    """
+
+    name = "rl"
+    Config = ReinforceConfig
+    paper = "Mirhoseini et al., Device Placement Optimization with Reinforcement Learning, ICML 2017, Sec. 3.1-3.2, Eq. 3"
+    units = "groups"
+
+    def __init__(self, env: Environment, config: ReinforceConfig) -> None:
+        super().__init__(env, config)
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.policy = Seq2SeqPlacer(group_features(env.graph, env.grouping), len(env.spec.devices),
+                                    hidden_size=config.hidden_size)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
+        self.failing_signal = config.failing_signal if config.failing_signal is not None else default_failing_signal(env)
+        self.baseline = self.failing_signal
+        self.updates = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.k
+
+    def sample(self, k: int) -> Samples:
+        """``k`` placements from the seq2seq policy, scored in the same pass (kept for the update)."""
+        placements, logp, ent = self.policy(k, generator=self.generator)
+        return Samples(placements.numpy(), logp.detach().numpy().astype(np.float64),
+                       extra={"actions": placements, "logp": logp, "entropy": ent})
+
+    def update(self, samples: Samples, step_times_s: np.ndarray, oom: np.ndarray) -> dict[str, float]:
+        """Eq. 3 (or the PPO option) on the batch; rewards ``sqrt(step time)``, the failing signal for OOM."""
+        config = self.config
+        k = len(step_times_s)
+        rewards = [self.failing_signal if o else math.sqrt(t) for t, o in zip(step_times_s.tolist(), oom.tolist())]
+        ran = [not o for o in oom.tolist()]
+        logp, ent = samples.extra["logp"], samples.extra["entropy"]
+        r, mask, adv = batch_advantage(rewards, ran, self.baseline, self.updates, config.valid_only_after,
+                                       config.normalize_advantage)
+        diagnostics = {"baseline": self.baseline, "entropy": float(ent.detach().mean())}
+        if adv is not None:
+            if config.ppo_epochs == 0:
+                loss = reinforce_loss(adv, logp, ent, mask, config.entropy_coef)
+                self._step(loss)
+                diagnostics["loss"] = float(loss.detach())
+            else:
+                old_logp = logp.detach()
+                gain = -adv.detach()  # advantage of a placement: how much faster than the baseline
+                for epoch in range(config.ppo_epochs):
+                    if epoch > 0:
+                        _, logp, ent = self.policy(k, actions=samples.extra["actions"])
+                    ratio = torch.exp(logp - old_logp)
+                    clipped = torch.clamp(ratio, 1 - config.ppo_clip, 1 + config.ppo_clip)
+                    surrogate = torch.minimum(ratio * gain, clipped * gain)
+                    loss = -(surrogate * mask).sum() / k - config.entropy_coef * (ent * mask).sum() / k
+                    self._step(loss)
+                diagnostics["loss"] = float(loss.detach())
+                diagnostics["kl"] = float((old_logp - logp.detach()).mean())
+        self.baseline = config.baseline_decay * self.baseline + (1 - config.baseline_decay) * float(r.mean())
+        self.updates += 1
+        return diagnostics
+
+    def _step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        loss.backward()
+        if self.config.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "baseline": self.baseline,
+            "updates": self.updates,
+            "failing_signal": self.failing_signal,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.baseline, self.updates = float(state["baseline"]), int(state["updates"])
+        self.failing_signal = float(state["failing_signal"])
 
 
 def reinforce_search(
@@ -231,93 +221,10 @@ def reinforce_search(
     log_path: str | Path | None = None,
     on_update: Callable[[dict], None] | None = None,
 ) -> SearchResult:
-    """Search placements of ``env``'s groups with the 2017 method (module docstring).
+    """Search placements of ``env``'s groups with the 2017 method: :class:`ReinforceLearner`
+    through :func:`placer.search.run_search`; an existing log with the same settings is replayed.
 
-    Args:
-        env: the measurement environment (its grouping fixes the sequence of groups).
-        config: the settings.
-        log_path: the placement log (JSON lines); an existing log with the same settings is replayed.
-        on_update: called with each learning-curve point (for progress display).
     Returns:
-        A :class:`SearchResult`; the same seed and settings give the same result.
+        A :class:`placer.search.SearchResult`; the same seed and settings give the same result.
     """
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    features = group_features(env.graph, env.grouping)
-    num_devices = len(env.spec.devices)
-    policy = Seq2SeqPlacer(features, num_devices, hidden_size=config.hidden_size)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-    failing = config.failing_signal if config.failing_signal is not None else default_failing_signal(env)
-    baseline = failing
-    header = {
-        "graph": env.graph.name,
-        "groups": env.grouping.num_groups,
-        "grouper": env.grouping.grouper,
-        "cluster": env.spec.name,
-        "environment": env.kind,
-        "search": config.model_dump(),
-    }
-    log = PlacementLog(log_path, header) if log_path is not None else None
-    result = SearchResult(None, None, failing_signal=failing)
-    sampled = 0
-    updates = 0
-    try:
-        while sampled < config.budget:
-            k = min(config.k, config.budget - sampled)
-            placements, logp, ent = policy(k, generator=generator)
-            rewards, ran = [], []
-            batch_times = []
-            for row in placements.numpy():
-                m = _measure_or_replay(env, row, sampled, log)
-                result.record(row, m.step_time_s)
-                if m.step_time_s is not None:
-                    batch_times.append(m.step_time_s)
-                rewards.append(failing if m.oom else math.sqrt(m.step_time_s))
-                ran.append(not m.oom)
-                sampled += 1
-            r, mask, adv = batch_advantage(rewards, ran, baseline, updates, config.valid_only_after,
-                                           config.normalize_advantage)
-            if adv is not None:
-                if config.ppo_epochs == 0:
-                    loss = reinforce_loss(adv, logp, ent, mask, config.entropy_coef)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    if config.grad_clip is not None:
-                        torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
-                    optimizer.step()
-                else:
-                    old_logp = logp.detach()
-                    gain = -adv.detach()  # advantage of a placement: how much faster than the baseline
-                    for epoch in range(config.ppo_epochs):
-                        if epoch > 0:
-                            _, logp, ent = policy(k, actions=placements)
-                        ratio = torch.exp(logp - old_logp)
-                        clipped = torch.clamp(ratio, 1 - config.ppo_clip, 1 + config.ppo_clip)
-                        surrogate = torch.minimum(ratio * gain, clipped * gain)
-                        loss = -(surrogate * mask).sum() / k - config.entropy_coef * (ent * mask).sum() / k
-                        optimizer.zero_grad()
-                        loss.backward()
-                        if config.grad_clip is not None:
-                            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
-                        optimizer.step()
-            baseline = config.baseline_decay * baseline + (1 - config.baseline_decay) * float(r.mean())
-            updates += 1
-            result.add_point(result.curve_point(sampled, batch_times), on_update)
-    finally:
-        if log is not None:
-            log.close()
-    return result
-
-
-def _measure_or_replay(env: Environment, placement: np.ndarray, index: int, log: PlacementLog | None) -> Measurement:
-    """Measure ``placement`` (or take sample ``index`` from the log) and log it before returning."""
-    as_list = [int(x) for x in placement]
-    if log is not None and index < len(log.records):
-        rec = log.records[index]
-        if rec["placement"] != as_list:
-            raise ValueError(f"placement log {log.path}: sample {index} differs from the replayed search")
-        return Measurement(step_time_s=rec["step_time_s"], oom=rec["oom"])
-    m = env.measure(placement)
-    if log is not None:
-        log.append({"index": index, "placement": as_list, "step_time_s": m.step_time_s, "oom": m.oom})
-    return m
+    return run_search(ReinforceLearner(env, config), env, log_path=log_path, resume=True, on_update=on_update)

@@ -9,12 +9,10 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from baselines import BASELINES, BaselineContext
-from cluster.environment import make_environment
-from cluster.evaluation import evaluate_placements, summarize
 from cluster.spec import ClusterSpec, load_cluster
 from compgraph.prepare import PreparedGraph, prepare, prepare_user_graph
-from placer.post import PostConfig, post_search
-from placer.reinforce import ReinforceConfig, SearchResult, reinforce_search
+from placer.reinforce import ReinforceConfig
+from placer.search import SearchResult
 from tracking import record_experiment
 
 
@@ -51,16 +49,6 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
     return BASELINES[method](ctx)
 
 
-@task(name="placement-search", cache_policy=NONE)
-def placement_search(
-    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path,
-    env_options: dict | None = None,
-) -> SearchResult:
-    """The 2017 REINFORCE search (:func:`placer.reinforce.reinforce_search`)."""
-    env = make_environment(env_kind, prepared, spec, env_options)
-    return reinforce_search(env, config, log_path=log_path)
-
-
 @task(name="distributed-placement-search", cache_policy=NONE)
 def distributed_placement_search(
     prepared: PreparedGraph,
@@ -80,27 +68,10 @@ def distributed_placement_search(
                                         ray_address=ray_address, log_path=log_path, env_options=env_options)
 
 
-@task(name="post-search", cache_policy=NONE)
-def post_placement_search(
-    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path,
-    env_options: dict | None = None,
-) -> SearchResult:
-    """The Post search, cross-entropy + PPO (:func:`placer.post.post_search`)."""
-    env = make_environment(env_kind, prepared, spec, env_options)
-    return post_search(env, config, log_path=log_path)
-
-
-@task(name="evaluate-placements", cache_policy=NONE)
-def evaluate(
-    prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict, env_options: dict | None = None
-) -> tuple[dict, dict]:
-    """Measure every placement in one environment; returns ``(results, summary)``."""
-    env = make_environment(env_kind, prepared, spec, env_options)
-    results = evaluate_placements(env, placements)
-    return results, summarize(results)
-
-
 @task(name="record-mlflow", cache_policy=NONE)
 def record(**kwargs) -> str:
     """Log the experiment to MLflow (:func:`tracking.record_experiment`); returns the parent run id."""
     return record_experiment(**kwargs)
+
+
+from tasks.search import environment, evaluate, learner_config, learner_grouping, learner_search, run_paths  # noqa: E402,F401

@@ -13,13 +13,12 @@ from prefect.cache_policies import NONE
 from baselines import BASELINES
 from cluster.calibrate import CostTable, calibrate
 from cluster.environment import ENVIRONMENTS, Environment, make_environment
-from cluster.evaluation import LEARNERS
 from cluster.fidelity import fidelity, random_placements
 from cluster.spec import ClusterSpec
 from cluster.training import projected_training, train
 from compgraph.prepare import PreparedGraph
-from placer.post import PostConfig, post_search
-from placer.reinforce import ReinforceConfig, SearchResult, reinforce_search
+from placer import LEARNERS
+from placer.search import SearchResult, run_search
 from tracking.measure import record_fidelity, record_training
 
 _NEEDS_GPU = ("single_gpu", "expert", "mincut")
@@ -83,18 +82,17 @@ def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, see
 @task(name="simulated-search", cache_policy=NONE)
 def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, budget: int, seed: int,
                      cost_table: CostTable | None, log_path: Path | None) -> SearchResult:
-    """A learner's search (``rl``: :func:`placer.reinforce.reinforce_search`, ``post``:
-    :func:`placer.post.post_search`) in the simulator: calibrated with ``cost_table``, else roofline.
+    """A learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in the
+    simulator over the prepared groups: calibrated with ``cost_table``, else roofline.
 
     Raises:
         ValueError: an unknown learner (lists the valid ones).
     """
+    if learner not in LEARNERS:
+        raise ValueError(f"unknown learner {learner!r}; valid: {', '.join(LEARNERS)}")
     env = _simulated_env(prepared, spec, cost_table)
-    if learner == "rl":
-        return reinforce_search(env, ReinforceConfig(budget=budget, seed=seed), log_path=log_path)
-    if learner == "post":
-        return post_search(env, PostConfig(budget=budget, seed=seed), log_path=log_path)
-    raise ValueError(f"unknown learner {learner!r}; valid: {', '.join(LEARNERS)}")
+    config = LEARNERS[learner].Config(budget=budget, seed=seed)
+    return run_search(LEARNERS[learner](env, config), env, log_path=log_path, resume=True)
 
 
 @task(name="measure-fidelity", cache_policy=NONE)

@@ -1,0 +1,123 @@
+"""``placement compare-learners`` and the parsing of ``--learner-option`` (shared with ``experiment``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import typer
+
+from cli.main import _check_model, _fail, _write_json, app
+
+
+def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
+                          fail: Callable[[str], None]) -> dict[str, dict]:
+    """``METHOD.FIELD=VALUE`` strings -> ``{method: {field: value}}``, each validated by the
+    learner's config (VALUE parsed as JSON, else kept as a string); a bad item -> ``fail(one line)``."""
+    from placer import LEARNERS
+    from tasks.search import learner_config
+
+    out: dict[str, dict] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        method, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            fail(f"--learner-option {item!r}: expected METHOD.FIELD=VALUE, e.g. rl.hidden_size=64")
+        if method not in LEARNERS:
+            fail(f"--learner-option {item!r}: unknown learner {method!r}; valid: {', '.join(LEARNERS)}")
+        if method not in methods:
+            fail(f"--learner-option {item!r}: learner {method!r} is not in --methods")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(method, {})[name] = value
+    for method, options in out.items():
+        try:
+            learner_config(method, budget, seed, options)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            first = str(exc).splitlines()
+            fail(f"--learner-option for {method}: {' '.join(x.strip() for x in first[:3])}")
+    return out
+
+
+@app.command("compare-learners")
+def compare_learners(
+    model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
+    size: str = typer.Option("small", help="small | paper"),
+    cluster: str = typer.Option("k80x2", help="preset name or a YAML cluster spec"),
+    learners: str = typer.Option(None, help="comma-separated learners (default: every learner of placer.LEARNERS)"),
+    seeds: str = typer.Option("0,1,2", help="comma-separated seeds; every learner runs once per seed"),
+    budget: int = typer.Option(1000, help="placements per learner and seed"),
+    env: str = typer.Option("sim", help="measurement environment: sim | real"),
+    grouper: str = typer.Option(None, help="grouper of the groups (default 2017)"),
+    learner_option: list[str] = typer.Option(None, "--learner-option", help="METHOD.FIELD=VALUE (repeatable)"),
+    resume: bool = typer.Option(False, "--resume", help="continue interrupted searches from their logs and checkpoints"),
+    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+) -> None:
+    """Every learner on the same graph, cluster, environment and budget over several seeds:
+    best step time (median, spread), placements to within 5% of its own best, wall time;
+    curves and one plot of all of them in MLflow (the ``compare-learners`` Prefect flow)."""
+    from cluster.environment import ENVIRONMENTS
+    from cluster.spec import load_cluster
+    from compgraph.grouping import GROUPERS
+    from placer import LEARNERS
+
+    _check_model(model, size)
+    try:
+        load_cluster(cluster)
+    except ValueError as exc:
+        _fail(str(exc))
+    chosen = list(LEARNERS) if learners is None else [m.strip() for m in learners.split(",") if m.strip()]
+    if not chosen:
+        _fail(f"--learners is empty; valid: {', '.join(LEARNERS)}")
+    for m in chosen:
+        if m not in LEARNERS:
+            _fail(f"unknown learner {m!r}; valid: {', '.join(LEARNERS)}")
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        _fail(f"--seeds {seeds!r}: expected comma-separated integers")
+    if not seed_list:
+        _fail("--seeds is empty")
+    if budget < 1:
+        _fail(f"--budget must be at least 1, got {budget}")
+    if env not in ENVIRONMENTS:
+        _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
+    if grouper is not None and grouper not in GROUPERS:
+        _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
+    options = parse_learner_options(learner_option, chosen, budget, seed_list[0], _fail)
+
+    from flows.compare import compare_learners as flow
+
+    start = time.perf_counter()
+    result = flow(model=model, size=size, cluster=cluster, learners=chosen, seeds=seed_list, budget=budget, env=env,
+                  grouper=grouper, learner_options=options, resume=resume, out_dir=out_dir, tracking_uri=tracking_uri)
+    result["wall_time_s"] = time.perf_counter() - start
+    _print(result, to_stderr=json_path == "-")
+    if json_path:
+        _write_json(result, json_path)
+
+
+def _print(result: dict, to_stderr: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=to_stderr)
+    table = Table(title=f"{result['model']} ({result['size']}, {result['groups']} groups) on {result['cluster']} "
+                        f"[{result['env']}], {result['budget']} placements, seeds {result['seeds']}")
+    for col in ("learner", "best step (s), median", "min..max", "placements to 5%, median", "wall (s), median"):
+        table.add_column(col, justify="left" if col == "learner" else "right")
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    for name, row in result["learners"].items():
+        table.add_row(name, f(row["best_step_time_s"]["median"], ".5f"),
+                      f"{f(row['best_step_time_s']['min'], '.5f')}..{f(row['best_step_time_s']['max'], '.5f')}",
+                      f(row["placements_to_within_5pct"]["median"], ".0f"), f(row["wall_time_s"]["median"], ".1f"))
+    console.print(table)
+    console.print(f"plot: {result.get('plot')}; MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}")

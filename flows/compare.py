@@ -1,0 +1,77 @@
+"""The ``compare-learners`` flow: every learner on the same graph, cluster, environment and
+budget over several seeds; summary, curves and one plot to MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.cache_policies import NONE
+from prefect.runtime import flow_run
+
+import tasks
+from placer import LEARNERS
+from placer.compare import summarize_runs
+from placer.search import run_name
+from tracking import artifact_root, default_tracking_uri
+from tracking.learners import plot_learner_curves, record_comparison
+
+
+@task(name="plot-learner-curves", cache_policy=NONE)
+def plot(runs: dict, path: Path, title: str) -> Path:
+    """:func:`tracking.learners.plot_learner_curves`."""
+    return plot_learner_curves(runs, path, title)
+
+
+@task(name="record-comparison", cache_policy=NONE)
+def record(**kwargs) -> str:
+    """:func:`tracking.learners.record_comparison`."""
+    return record_comparison(**kwargs)
+
+
+@flow(name="compare-learners")
+def compare_learners(
+    model: str = "rnnlm",
+    size: str = "small",
+    cluster: str = "k80x2",
+    learners: list[str] | None = None,
+    seeds: list[int] = [0, 1, 2],
+    budget: int = 1000,
+    env: str = "sim",
+    grouper: str | None = None,
+    learner_options: dict[str, dict] | None = None,
+    resume: bool = False,
+    out_dir: str = "placement-runs",
+    tracking_uri: str | None = None,
+    cache_dir: str | None = None,
+) -> dict:
+    """Run every learner of ``learners`` (default: all of :data:`placer.LEARNERS`) once per seed
+    with the same budget in the same kind of environment; returns the per-learner summary
+    (:func:`placer.compare.summarize_runs`), the plot's path and the MLflow run."""
+    out = Path(out_dir)
+    uri = tracking_uri or default_tracking_uri(out)
+    chosen = list(learners or LEARNERS)
+    prepared = tasks.preprocess(model, size, grouper, None, cache_dir or str(out / "graph-cache"), 0)
+    spec = tasks.load_cluster_spec(cluster)
+    runs: dict = {}
+    for method in chosen:
+        for seed in seeds:
+            config = tasks.learner_config(method, budget, seed, (learner_options or {}).get(method))
+            log_path, ckpt_path = tasks.run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
+                                                  seed, budget)
+            runs.setdefault(method, []).append(
+                tasks.learner_search(method, prepared, spec, env, config, log_path, ckpt_path, resume))
+    summary = summarize_runs(runs)
+    name = run_name(prepared.name, size, spec.name, prepared.grouping.grouper, "compare", min(seeds), budget)
+    title = (f"{prepared.name} ({size}, {prepared.grouping.num_groups} groups) on {spec.name} [{env}], "
+             f"{budget} placements, seeds {','.join(map(str, seeds))}")
+    plot_path = plot(runs, out / "plots" / f"{name}.png", title)
+    flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
+    params = {"model": prepared.name, "size": size, "cluster": spec.name, "env": env, "budget": budget,
+              "seeds": ",".join(map(str, seeds)), "learners": ",".join(chosen), "groups": prepared.grouping.num_groups,
+              "grouper": prepared.grouping.grouper}
+    run_id = record(tracking_uri=uri, artifact_location=artifact_root(out), params=params, summary=summary, runs=runs,
+                    plot_path=plot_path, seeds=list(seeds), prefect_flow_run_id=flow_run_id)
+    return {"model": prepared.name, "size": size, "cluster": spec.name, "env": env, "budget": budget, "seeds": list(seeds),
+            "groups": prepared.grouping.num_groups, "learners": summary, "plot": str(plot_path),
+            "mlflow_run_id": run_id, "mlflow_tracking_uri": uri, "prefect_flow_run_id": flow_run_id}

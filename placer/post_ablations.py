@@ -1,0 +1,70 @@
+"""Post's ablations (Gao, Chen, Li, NeurIPS 2018, Sec. 4 "Setup", Fig. 2): the learners Post
+is compared against, on Post's softmax placement distributions (Sec. 3.2, Eq. 2-3).
+
+* ``ppo``: *Proximal Policy Optimization* alone (Eq. 11 with the adaptive KL penalty after
+  every ``k`` placements; no cross-entropy update), as used by Spotlight.
+* ``ce``: *Cross-Entropy Minimization* alone (Eq. 10 every ``n_ce`` placements, nothing
+  between).
+* ``pg``: the *Policy Gradient Method* (REINFORCE, Williams 1992, as Mirhoseini et al. 2017
+  train their placer) on the softmax distributions: one gradient-ascent step of learning
+  rate ``ppo_learning_rate`` (1, the paper's SGA rate) on ``1/K sum_n A_n log f(d_n)``,
+  ``A_n = b - T(d_n)``, after every ``k`` placements.
+
+Each is :class:`placer.post.PostLearner` with other defaults of its switches
+(``cross_entropy``, ``policy_update``); every other setting is Post's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from placer.learner import register
+from placer.post import PostConfig, PostLearner
+
+
+class PPOConfig(PostConfig):
+    """Post's settings without the cross-entropy update."""
+
+    cross_entropy: bool = False
+    policy_update: Literal["ppo", "pg", "none"] = "ppo"
+
+
+class CEConfig(PostConfig):
+    """Post's settings without the PPO iterations."""
+
+    cross_entropy: bool = True
+    policy_update: Literal["ppo", "pg", "none"] = "none"
+
+
+class PGConfig(PostConfig):
+    """Post's settings with a policy-gradient step instead of PPO and no cross-entropy update."""
+
+    cross_entropy: bool = False
+    policy_update: Literal["ppo", "pg", "none"] = "pg"
+
+
+@register
+class PPOLearner(PostLearner):
+    """PPO alone on softmax distributions (Post Sec. 4's "Proximal Policy Optimization")."""
+
+    name = "ppo"
+    Config = PPOConfig
+    paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.3 Eq. 11 and Sec. 4 (baseline PPO); Schulman et al. 2017"
+
+
+@register
+class CELearner(PostLearner):
+    """Cross-entropy minimisation alone (Post Sec. 4's "Cross-Entropy Minimization")."""
+
+    name = "ce"
+    Config = CEConfig
+    paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.2 Eq. 10 and Sec. 4 (baseline CE)"
+
+
+@register
+class PGLearner(PostLearner):
+    """The policy gradient method on softmax distributions (Post Sec. 4's "Policy Gradient")."""
+
+    name = "pg"
+    Config = PGConfig
+    paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 4 (baseline PG); Williams 1992; Mirhoseini et al. 2017 Eq. 3"
