@@ -12,7 +12,7 @@ hardware and of 2017 TensorFlow, shared by every model and both presets: per dev
 :class:`cluster.spec.TransferSpec`; never one per model or per cell. The loss is the sum
 of squared log ratios ``log(ours / paper)`` over the numeric cells of the models fitted on,
 plus a weak prior ``PRIOR_WEIGHT * log(p / ref)`` per parameter towards its reference value
-(the datasheet / grappler figure, :data:`FIT_PARAMS`) so that parameters the cells cannot
+(the datasheet / grappler figure, :data:`FIT_PARAMS`; convolution and "other" efficiencies are fitted relative to the dense one, reference ratio 1, so a model with no convolutions leaves them at the dense efficiency) so that parameters the cells cannot
 tell apart stay at their references; ``scipy.optimize.least_squares`` (trust-region
 reflective, bounds) in log-parameter space.
 
@@ -84,13 +84,13 @@ class FitParam:
 
 FIT_PARAMS: tuple[FitParam, ...] = (
     FitParam("cpu", "dense_efficiency", 1e-3, 1.0, 1 / 32, "grappler OpLevelCostEstimator: CPU at num_cores*frequency, 1/32 of AVX2-FMA peak"),
-    FitParam("cpu", "conv_efficiency", 1e-3, 1.0, 1 / 32, "grappler (as dense)"),
-    FitParam("cpu", "other_efficiency", 1e-3, 1.0, 1 / 32, "grappler (as dense)"),
+    FitParam("cpu", "conv_relative", 1e-3, 1e3, 1.0, "conv_efficiency / dense_efficiency; grappler rates all op types alike"),
+    FitParam("cpu", "other_relative", 1e-3, 1e3, 1.0, "other_efficiency / dense_efficiency; grappler rates all op types alike"),
     FitParam("cpu", "memory_efficiency", 1e-2, 1.0, 1.0, "datasheet bandwidth"),
     FitParam("cpu", "op_overhead_s", 1e-7, 1e-2, 2e-6, "previous preset estimate (executor dispatch)"),
     FitParam("gpu", "dense_efficiency", 1e-3, 1.0, 1.0, "grappler: GPU at SMs*cores*clock (peak)"),
-    FitParam("gpu", "conv_efficiency", 1e-3, 1.0, 1.0, "grappler (peak)"),
-    FitParam("gpu", "other_efficiency", 1e-3, 1.0, 1.0, "grappler (peak)"),
+    FitParam("gpu", "conv_relative", 1e-3, 1e3, 1.0, "conv_efficiency / dense_efficiency; grappler rates all op types alike"),
+    FitParam("gpu", "other_relative", 1e-3, 1e3, 1.0, "other_efficiency / dense_efficiency; grappler rates all op types alike"),
     FitParam("gpu", "memory_efficiency", 1e-2, 1.0, 1.0, "datasheet bandwidth"),
     FitParam("gpu", "op_overhead_s", 1e-7, 1e-2, 5e-6, "previous preset estimate (CUDA launch through the executor)"),
     FitParam("gpu", "half_efficiency_flops", 1e3, 1e12, 1e7, "order of a GEMM that fills 13 SMs (estimate)"),
@@ -99,11 +99,27 @@ FIT_PARAMS: tuple[FitParam, ...] = (
 )
 
 #: the start of a fit (inside the bounds; a rough hand estimate from the single-device cells).
-START = {"cpu.dense_efficiency": 0.15, "cpu.conv_efficiency": 0.04, "cpu.other_efficiency": 0.05,
+START = {"cpu.dense_efficiency": 0.15, "cpu.conv_relative": 0.3, "cpu.other_relative": 0.3,
          "cpu.memory_efficiency": 0.5, "cpu.op_overhead_s": 2e-5, "gpu.dense_efficiency": 0.3,
-         "gpu.conv_efficiency": 0.1, "gpu.other_efficiency": 0.3, "gpu.memory_efficiency": 0.5,
+         "gpu.conv_relative": 0.3, "gpu.other_relative": 1.0, "gpu.memory_efficiency": 0.5,
          "gpu.op_overhead_s": 5e-5, "gpu.half_efficiency_flops": 1e8,
          "transfer.send_recv_overhead_s": 1e-3, "transfer.bandwidth_efficiency": 0.3}
+
+
+def device_fields(values: dict[str, float], kind: str) -> dict[str, float]:
+    """The :class:`cluster.spec.Device` fields of device kind ``kind`` from fit values: the
+    ``*_relative`` parameters become ``conv_efficiency`` / ``other_efficiency`` =
+    ``min(1, dense_efficiency * relative)``; the rest are fields already."""
+    out = {}
+    for key, v in values.items():
+        k, name = key.split(".", 1)
+        if k == kind:
+            out[name] = float(v)
+    dense = out.get("dense_efficiency", 1.0)
+    for rel, eff in (("conv_relative", "conv_efficiency"), ("other_relative", "other_efficiency")):
+        if rel in out:
+            out[eff] = min(1.0, dense * out.pop(rel))
+    return out
 
 
 def apply_params(spec: ClusterSpec, values: dict[str, float], allocator_overhead: float | None = None,
@@ -118,10 +134,7 @@ def apply_params(spec: ClusterSpec, values: dict[str, float], allocator_overhead
     """
     data = spec.model_dump()
     for dev in data["devices"]:
-        for key, v in values.items():
-            kind, name = key.split(".", 1)
-            if kind == dev["kind"]:
-                dev[name] = float(v)
+        dev.update(device_fields(values, dev["kind"]))
         if allocator_overhead is not None and dev["kind"] == "gpu":
             dev["allocator_overhead"] = float(allocator_overhead)
     for key, v in values.items():
@@ -142,7 +155,10 @@ def spec_values(spec: ClusterSpec) -> dict[str, float]:
             out[p.key] = float(getattr(spec.transfer, p.name))
         else:
             dev = next(d for d in spec.devices if d.kind == p.kind)
-            out[p.key] = float(getattr(dev, p.name))
+            if p.name.endswith("_relative"):
+                out[p.key] = float(getattr(dev, p.name.replace("_relative", "_efficiency")) / dev.dense_efficiency)
+            else:
+                out[p.key] = float(getattr(dev, p.name))
     return out
 
 
@@ -372,8 +388,8 @@ def _fmt(v: float) -> str:
 
 def preset_yaml(gpus: int, values: dict[str, float], allocator_overhead: float, fit_record: dict) -> str:
     """The YAML text of preset ``k80x{gpus}`` with the fitted ``values`` (every figure with its source)."""
-    cpu = {p.name: values[p.key] for p in FIT_PARAMS if p.kind == "cpu"}
-    gpu = {p.name: values[p.key] for p in FIT_PARAMS if p.kind == "gpu"}
+    cpu = device_fields(values, "cpu")
+    gpu = device_fields(values, "gpu")
     tr = {p.name: values[p.key] for p in FIT_PARAMS if p.kind == "transfer"}
     cpu_f = ", ".join(f"{k}: {_fmt(v)}" for k, v in cpu.items())
     gpu_f = ", ".join(f"{k}: {_fmt(v)}" for k, v in gpu.items())
