@@ -258,6 +258,7 @@ def main() -> None:
 
 from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, train)
 from cli import learners  # noqa: E402,F401  (registers compare-learners)
+from cli import reproduce  # noqa: E402,F401  (registers reproduce)
 
 if __name__ == "__main__":
     main()

@@ -1,32 +1,114 @@
-"""Per-op execution time on each device: a roofline plus a launch overhead.
+"""Per-op and per-transfer times "as TensorFlow executed them".
 
-For op ``o`` on device ``d``::
+**Ops.** For op ``o`` (``f = flops(o)``, ``m = bytes_accessed(o)``, from
+:mod:`compgraph.costs`) on device ``d``::
 
-    t(o, d) = max(flops(o) / peak_flops(d), bytes_accessed(o) / memory_bandwidth(d)) + op_overhead_s(d)
+    compute(o, d) = f / (peak_flops(d) * eff(o, d))
+    memory(o, d)  = m / (memory_bandwidth(d) * memory_efficiency(d))
+    t(o, d) = op_overhead_s(d) + (max(compute, memory)   if spec.compute_memory_overlap
+                                  else compute + memory)
 
-``flops`` and ``bytes_accessed`` come from :mod:`compgraph.costs` (the roofline's compute
-and memory terms, Williams et al., "Roofline", CACM 2009); the overhead models kernel
-launch / executor dispatch, which dominates small ops. Peak figures are datasheet
-peaks, so the model is optimistic for big ops; calibration from profiles replaces it
-per graph and device kind (a later stage).
+with the achieved compute efficiency depending on the op's type and size::
+
+    eff(o, d) = dense_efficiency(d) * f / (f + half_efficiency_flops(d))   MatMul, BatchMatMul*
+              = conv_efficiency(d)  * f / (f + half_efficiency_flops(d))   Conv2D*, Conv3D*, DepthwiseConv2dNative*
+              = other_efficiency(d)                                        every other op
+
+This is the structure of TensorFlow's own analytical cost model, grappler's
+``OpLevelCostEstimator`` (``tensorflow/core/grappler/costs/op_level_cost_estimator.cc``):
+per op a compute time (FLOPs over the device's GFLOP/s) and a memory time (bytes over its
+GB/s), summed by default (``compute_memory_overlap_ = false``), with per-op-type FLOP
+counts; grappler rates a CPU at ``num_cores * frequency`` (one FLOP per core-cycle, 32x
+below a Haswell's AVX2-FMA peak) and a GPU at its peak. Here the achieved fractions of
+peak are parameters of the cluster spec (fitted to measured step times,
+:mod:`cluster.reproduce`), with a size term for dense ops (small matrix products and
+convolutions do not fill a GPU; a saturating curve, half efficiency at
+``half_efficiency_flops``) and a per-op executor overhead per device kind (kernel launch
+and TensorFlow's executor dispatch, which dominate small ops). With every efficiency 1,
+``half_efficiency_flops`` 0 and ``compute_memory_overlap`` true (the defaults) this is the
+plain roofline (Williams et al., "Roofline", CACM 2009) plus overhead.
+
+**Transfers.** A transfer of ``b`` bytes over an effective link takes
+``latency_s + b / bandwidth`` seconds (:func:`transfer_time`); :func:`effective_link`
+folds TensorFlow's Send/Recv overhead, the achieved link bandwidth and, for GPUs without
+peer access, staging through host memory into the link's figures
+(:class:`cluster.spec.TransferSpec`). :meth:`cluster.spec.ClusterSpec.link` returns it, so
+both simulators use it unchanged.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cluster.spec import ClusterSpec
+from cluster.spec import ClusterSpec, LinkSpec
 from compgraph.ir import OpGraph
+
+#: Op types whose compute term uses ``dense_efficiency``.
+DENSE_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "SparseMatMul"})
+
+
+def op_class(op_type: str) -> int:
+    """0 for a dense matrix product (:data:`DENSE_TYPES`), 1 for a convolution, 2 for any other op."""
+    if op_type in DENSE_TYPES:
+        return 0
+    if op_type.startswith(("Conv2D", "Conv3D", "DepthwiseConv2dNative")):
+        return 1
+    return 2
+
+
+def op_features(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(flops [num_ops] FLOP, bytes_accessed [num_ops] bytes, op_class [num_ops] int)`` of a graph."""
+    flops = np.array([op.flops for op in graph.ops], dtype=np.float64)
+    nbytes = np.array([op.bytes_accessed for op in graph.ops], dtype=np.float64)
+    cls = np.array([op_class(op.type) for op in graph.ops], dtype=np.int64)
+    return flops, nbytes, cls
+
+
+def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarray, spec: ClusterSpec) -> np.ndarray:
+    """:func:`op_time_matrix` from precomputed :func:`op_features` (for fits that vary the spec)."""
+    n, d = len(flops), len(spec.devices)
+    out = np.empty((n, d), dtype=np.float64)
+    for j, dev in enumerate(spec.devices):
+        eff = np.array([dev.dense_efficiency, dev.conv_efficiency, dev.other_efficiency])[cls]
+        if dev.half_efficiency_flops > 0:
+            sized = cls < 2
+            eff = np.where(sized, eff * flops / np.maximum(flops + dev.half_efficiency_flops, 1e-300), eff)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(flops > 0, flops / (dev.peak_flops * eff), 0.0)
+        memory = nbytes / (dev.memory_bandwidth * dev.memory_efficiency)
+        body = np.maximum(compute, memory) if spec.compute_memory_overlap else compute + memory
+        out[:, j] = body + dev.op_overhead_s
+    return out
 
 
 def op_time_matrix(graph: OpGraph, spec: ClusterSpec) -> np.ndarray:
-    """Seconds each op takes on each device: float64 array ``[num_ops, num_devices]``."""
-    flops = np.array([op.flops for op in graph.ops], dtype=np.float64)
-    nbytes = np.array([op.bytes_accessed for op in graph.ops], dtype=np.float64)
-    peak = np.array([d.peak_flops for d in spec.devices], dtype=np.float64)
-    bw = np.array([d.memory_bandwidth for d in spec.devices], dtype=np.float64)
-    overhead = np.array([d.op_overhead_s for d in spec.devices], dtype=np.float64)
-    return np.maximum(flops[:, None] / peak[None, :], nbytes[:, None] / bw[None, :]) + overhead[None, :]
+    """Seconds each op takes on each device: float64 array ``[num_ops, num_devices]`` (module docstring)."""
+    return op_times_from_features(*op_features(graph), spec)
+
+
+def effective_link(spec: ClusterSpec, a: int, b: int) -> LinkSpec:
+    """The effective link of a transfer from device ``a`` to ``b`` (``a != b``).
+
+    ``latency_s = send_recv_overhead_s + link latency``,
+    ``bandwidth = bandwidth_efficiency * link bandwidth``; between two GPUs without peer
+    access, the tensor goes GPU ``a`` -> first CPU -> GPU ``b``, two link transfers in
+    series: latencies add and ``1 / bandwidth`` adds (the two hops' links; the a-b link
+    twice if the spec has no CPU). With the default :class:`cluster.spec.TransferSpec` this
+    is :meth:`cluster.spec.ClusterSpec.raw_link` itself.
+    """
+    tr = spec.transfer
+    raw = spec.raw_link(a, b)
+    if tr.send_recv_overhead_s == 0 and tr.bandwidth_efficiency == 1 and tr.gpu_peer_access:
+        return raw
+    both_gpu = spec.devices[a].kind == "gpu" and spec.devices[b].kind == "gpu"
+    if both_gpu and not tr.gpu_peer_access:
+        cpus = spec.cpu_indices
+        hops = [spec.raw_link(a, cpus[0]), spec.raw_link(cpus[0], b)] if cpus else [raw, raw]
+    else:
+        hops = [raw]
+    latency = tr.send_recv_overhead_s + sum(h.latency_s for h in hops)
+    bandwidth = tr.bandwidth_efficiency / sum(1.0 / h.bandwidth for h in hops)
+    return LinkSpec(bandwidth=bandwidth, latency_s=latency)
 
 
 def transfer_time(nbytes: float, bandwidth: float, latency_s: float) -> float:

@@ -454,7 +454,7 @@ class FastSimulator:
                 if a != b:
                     link = spec.link(a, b)
                     self.link_bw[a, b], self.link_lat[a, b] = link.bandwidth, link.latency_s
-        self.capacity = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
+        self.capacity = np.array([dev.tensor_capacity_bytes for dev in spec.devices], dtype=np.float64)
         self.pool = np.array(spec.pool_indices, dtype=np.int64)  # device -> compute pool
         # int32 copies for the batch kernel; data-only predecessor lists (control inputs
         # hold no memory, so release_input skips them) and each successor edge's position there

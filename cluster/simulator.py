@@ -47,7 +47,8 @@ Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
   producer) is allocated on the destination when it arrives and freed when its last
   consumer there has finished. Aliasing ops (``alloc_bytes = 0``, e.g. ``Identity``)
   take no new memory. Control edges hold no memory. The peak is resident bytes plus
-  the highest live total reached; a device whose peak exceeds its ``memory_bytes`` is
+  the highest live total reached; a device whose peak exceeds its ``tensor_capacity_bytes``
+  (``memory_bytes / allocator_overhead``, :class:`cluster.spec.Device`) is
   out of memory (OOM); the step time is still reported.
 * **Kernels.** An op with no GPU kernel placed on a GPU runs on the first CPU (the
   lowest-index ``cpu`` device), as TensorFlow's soft placement does; with no CPU in the
@@ -187,7 +188,7 @@ class Simulator:
             [(0.0, 0.0) if a == b else (spec.link(a, b).bandwidth, spec.link(a, b).latency_s) for b in range(d)]
             for a in range(d)
         ]
-        self.capacity = [dev.memory_bytes for dev in spec.devices]
+        self.capacity = [dev.tensor_capacity_bytes for dev in spec.devices]
         self.pool = spec.pool_indices  # device index -> compute-pool index
         self.num_pools = max(self.pool) + 1
 

@@ -25,7 +25,20 @@ class Device(BaseModel):
         peak_flops: peak FP32 throughput (FLOP/s).
         memory_bandwidth: peak device-memory bandwidth (bytes/s).
         memory_bytes: memory capacity available to the graph (bytes).
-        op_overhead_s: fixed cost added to every op run on it (seconds): launch/dispatch.
+        op_overhead_s: fixed cost added to every op run on it (seconds): launch/dispatch
+            (TensorFlow's executor overhead per op on this device kind).
+        dense_efficiency: achieved fraction of ``peak_flops`` on a large ``MatMul`` /
+            ``BatchMatMul`` (:mod:`cluster.cost_model`); 1.0 = the datasheet peak.
+        conv_efficiency: the same for convolutions (``Conv2D*``, pooling).
+        other_efficiency: the same for the compute term of every other op (element-wise,
+            reductions, softmax, optimizer updates).
+        half_efficiency_flops: op size (FLOP) at which a dense op reaches half its
+            efficiency: ``eff(f) = eff * f / (f + half_efficiency_flops)``; 0 = no size effect.
+        memory_efficiency: achieved fraction of ``memory_bandwidth`` (1.0 = the datasheet).
+        allocator_overhead: bytes the allocator holds per byte of tensors (TensorFlow's BFC
+            allocator rounds and fragments; temporaries the graph does not show): a device is
+            out of memory when ``allocator_overhead * peak > memory_bytes``
+            (:attr:`tensor_capacity_bytes`). 1.0 = none.
         model: free-text hardware model (documentation only).
         tf_device: optional TensorFlow device string this device runs on in real execution
             (:mod:`cluster.real`), e.g. ``/device:CPU:1``; ``None`` lets the real environment
@@ -44,9 +57,20 @@ class Device(BaseModel):
     memory_bandwidth: PositiveFloat
     memory_bytes: PositiveFloat
     op_overhead_s: float = Field(0.0, ge=0)
+    dense_efficiency: float = Field(1.0, gt=0, le=1)
+    conv_efficiency: float = Field(1.0, gt=0, le=1)
+    other_efficiency: float = Field(1.0, gt=0, le=1)
+    half_efficiency_flops: float = Field(0.0, ge=0)
+    memory_efficiency: float = Field(1.0, gt=0, le=1)
+    allocator_overhead: float = Field(1.0, ge=1)
     model: str = ""
     tf_device: str | None = Field(None, pattern=r"^/(device:)?(CPU|GPU|cpu|gpu):\d+$")
     compute_pool: str | None = Field(None, pattern=r"^\S+$")
+
+    @property
+    def tensor_capacity_bytes(self) -> float:
+        """Bytes of tensors the device holds before it is out of memory: ``memory_bytes / allocator_overhead``."""
+        return self.memory_bytes / self.allocator_overhead
 
 
 class LinkSpec(BaseModel):
@@ -54,6 +78,30 @@ class LinkSpec(BaseModel):
 
     bandwidth: PositiveFloat  # bytes/s
     latency_s: float = Field(0.0, ge=0)
+
+
+class TransferSpec(BaseModel):
+    """How TensorFlow moves a tensor between devices (its ``_Send``/``_Recv`` pair), on top of the link.
+
+    A transfer of ``b`` bytes from ``a`` to ``c`` over link ``(bandwidth, latency_s)`` takes
+    ``send_recv_overhead_s + latency_s + b / (bandwidth_efficiency * bandwidth)`` seconds.
+    Between two GPUs without peer access (``gpu_peer_access: false``, as on the K80 boards of
+    2017 TensorFlow, which copied GPU to GPU through host memory) the tensor is staged:
+    device to host, then host to device, each a full link transfer, in series:
+    ``send_recv_overhead_s + 2 * latency_s + 2 * b / (bandwidth_efficiency * bandwidth)``.
+    :meth:`ClusterSpec.link` returns these effective figures, so both simulators use them.
+
+    Attributes:
+        send_recv_overhead_s: fixed seconds per transfer (rendezvous, Send/Recv dispatch, the
+            copy's set-up), on top of the link's ``latency_s``.
+        bandwidth_efficiency: achieved fraction of the link's bandwidth (pageable host memory,
+            small DMA chunks).
+        gpu_peer_access: GPUs copy to each other directly (``true``) or through the host (``false``).
+    """
+
+    send_recv_overhead_s: float = Field(0.0, ge=0)
+    bandwidth_efficiency: float = Field(1.0, gt=0, le=1)
+    gpu_peer_access: bool = True
 
 
 class Link(LinkSpec):
@@ -68,6 +116,14 @@ class ClusterSpec(BaseModel):
     Every pair of distinct devices needs a link: one listed in ``links`` or else
     ``default_link``.
 
+    Attributes (beyond devices and links):
+        transfer: TensorFlow's Send/Recv costs and GPU peer access (:class:`TransferSpec`).
+        compute_memory_overlap: an op's time is ``max(compute, memory)`` (the roofline,
+            ``true``) or ``compute + memory`` (``false``: grappler's OpLevelCostEstimator
+            default, ``compute_memory_overlap_ = false``); see :mod:`cluster.cost_model`.
+        fit: free-form record of the fit that produced the fitted parameters (script, rows,
+            loss); ``None`` for a spec of datasheet figures only.
+
     Raises:
         pydantic.ValidationError: duplicate device names, a link naming an unknown
             device, a device pair with no link and no ``default_link``, or a
@@ -80,6 +136,9 @@ class ClusterSpec(BaseModel):
     links: list[Link] = []
     default_link: LinkSpec | None = None
     sources: list[str] = []
+    transfer: TransferSpec = TransferSpec()
+    compute_memory_overlap: bool = True
+    fit: dict | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "ClusterSpec":
@@ -126,14 +185,24 @@ class ClusterSpec(BaseModel):
     def gpu_indices(self) -> list[int]:
         return [i for i, d in enumerate(self.devices) if d.kind == "gpu"]
 
-    def link(self, a: int, b: int) -> LinkSpec:
-        """The link between device indices ``a`` and ``b`` (``a != b``)."""
+    def raw_link(self, a: int, b: int) -> LinkSpec:
+        """The link listed for device indices ``a`` and ``b`` (``a != b``), else ``default_link``."""
         pair = {self.devices[a].name, self.devices[b].name}
         for link in self.links:
             if set(link.between) == pair:
                 return link
         assert self.default_link is not None
         return self.default_link
+
+    def link(self, a: int, b: int) -> LinkSpec:
+        """The effective cost of a transfer from device ``a`` to ``b`` (``a != b``): the link
+        (:meth:`raw_link`) with TensorFlow's Send/Recv overhead and host staging
+        (:class:`TransferSpec`) folded in, so ``latency_s + bytes / bandwidth`` is the
+        transfer's time (:func:`cluster.cost_model.transfer_time`). With the default
+        ``transfer`` it is the raw link itself."""
+        from cluster.cost_model import effective_link
+
+        return effective_link(self, a, b)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ClusterSpec":

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from cluster.spec import ClusterSpec, load_cluster, preset_names
 
 K80_FLOPS = 4.365e12  # 8.73 TFLOP/s per K80 board / 2 GK210
-K80_BYTES = 12 * 2**30  # 24 GB per board / 2 = 12 GiB = 12884901888
+K80_BYTES = 11441 * 2**20  # what a K80 GK210 shows with ECC on (nvidia-smi 11441 MiB)
 CPU_FLOPS = 1.3248e12  # 18 cores x 2.3 GHz x 32 FLOP/cycle
 
 
@@ -37,9 +37,10 @@ def test_presets_load_with_datasheet_figures(name, n_gpus):
         assert gpu.peak_flops == pytest.approx(K80_FLOPS)
         assert gpu.memory_bandwidth == pytest.approx(240e9)
         assert gpu.memory_bytes == K80_BYTES
-    link = spec.link(1, 2)
+    link = spec.raw_link(1, 2)  # the PCIe link itself; spec.link adds the fitted Send/Recv costs
     assert link.bandwidth == pytest.approx(15.75e9)
     assert link.latency_s == pytest.approx(10e-6)
+    assert spec.transfer.gpu_peer_access is False  # 2017 K80s: GPU to GPU through the host
 
 
 def _write(tmp_path, text: str, name: str = "spec.yaml"):
