@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.environment import Environment
+from cluster.op_placement import is_op_placement, measure_placement
 
 LEARNED = "rl"  #: the 2017 placer (seq2seq + REINFORCE)
 LEARNERS = ("rl", "post")  #: methods whose placement is searched for, not constructed
@@ -22,7 +23,9 @@ def evaluate_placements(env: Environment, placements: dict[str, np.ndarray | Non
 
     Args:
         env: the environment (the same for every method).
-        placements: method name -> ``[num_groups]`` device indices (``None``: no placement).
+        placements: method name -> ``[num_groups]`` device indices, or an
+            :class:`cluster.op_placement.OpPlacement` (``[num_ops]``, keyed by op name in
+            ``placement``), or ``None`` (no placement).
     Returns:
         method -> ``{"step_time_s": float | None, "oom": bool, "placement": {group: device}}``
         plus per-device ``compute_s``, ``transfer_s`` and ``peak_memory_bytes``.
@@ -33,11 +36,13 @@ def evaluate_placements(env: Environment, placements: dict[str, np.ndarray | Non
         if placement is None:
             out[method] = {"step_time_s": None, "oom": False, "placement": {}}
             continue
-        m = env.measure(placement)
+        m = measure_placement(env, placement)  # a group placement or an OpPlacement (cluster.op_placement)
         out[method] = {
             "step_time_s": m.step_time_s,
             "oom": m.oom,
-            "placement": {g: names[int(d)] for g, d in zip(env.grouping.names, placement)},
+            "placement": {g: names[int(d)] for g, d in zip(
+                [env.graph.ops[i].name for i in range(env.graph.num_ops)] if is_op_placement(placement) else env.grouping.names,
+                placement.ops if is_op_placement(placement) else placement)},
             "compute_s": dict(zip(names, m.compute_s)),
             "transfer_s": dict(zip(names, m.transfer_s)),
             "peak_memory_bytes": dict(zip(names, m.peak_memory_bytes)),
