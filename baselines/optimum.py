@@ -263,7 +263,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     ub = np.full(V, np.inf)
     ub[: nx_ + Y] = 1.0
     ub[oc + 1:] = 1.0
-    remaining = max(time_limit_s - (time.perf_counter() - start), 1.0)
+    remaining = max(0.75 * time_limit_s - (time.perf_counter() - start), 1.0)  # the rest for the polish
     res = milp(cost, constraints=LinearConstraint(A, np.array(lo), np.array(hi)), integrality=integrality,
                bounds=Bounds(np.zeros(V), ub), options={"time_limit": remaining, "disp": False})
     dual = getattr(res, "mip_dual_bound", None)

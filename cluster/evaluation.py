@@ -9,6 +9,7 @@ from cluster.op_placement import is_op_placement, measure_placement
 
 LEARNED = "rl"  #: the 2017 placer (seq2seq + REINFORCE)
 LEARNERS = ("rl", "post")  #: methods whose placement is searched for, not constructed
+REFERENCES = ("optimum",)  #: reference points, not baselines (baselines.optimum)
 
 
 def speedup(baseline_s: float | None, learned_s: float | None) -> float | None:
@@ -59,7 +60,8 @@ def summarize(results: dict[str, dict]) -> dict:
         ``speedup_over_expert``: those of ``best_learned``. A speedup is ``None`` when a
         step time is missing (OOM or no placement).
     """
-    baselines = {k: v["step_time_s"] for k, v in results.items() if k not in LEARNERS and v["step_time_s"] is not None}
+    baselines = {k: v["step_time_s"] for k, v in results.items()
+                 if k not in LEARNERS and k not in REFERENCES and v["step_time_s"] is not None}
     best = min(baselines, key=lambda k: (baselines[k], k)) if baselines else None
     learned = {k: v["step_time_s"] for k, v in results.items() if k in LEARNERS}
     speedups = {

@@ -9,7 +9,9 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 import tasks
+from baselines.report import add_ratio_columns
 from cluster.evaluation import LEARNERS
+from cluster.op_placement import is_op_placement
 from placer.post import PostConfig
 from placer.reinforce import ReinforceConfig
 from tracking import artifact_root, default_tracking_uri
@@ -52,7 +54,7 @@ def placement_experiment(
     spec = tasks.load_cluster_spec(cluster)
     placements: dict = {}
     for method in methods:
-        if method not in LEARNERS:
+        if method not in LEARNERS and method != "optimum":  # the optimum comes with the reference points below
             placements[method] = tasks.baseline_placement(method, prepared, spec)
     curves: dict = {}
     method_params: dict = {m: {} for m in methods}
@@ -78,7 +80,13 @@ def placement_experiment(
         placements[method] = found.best_placement
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)
+    # reference points (baselines.report): the lower bound, and the optimum when asked for
+    refs = tasks.reference_points(prepared, spec, placements, "optimum" in methods)
+    if "optimum" in methods:
+        placements["optimum"] = refs["optimum_placement"]
     results, summary = tasks.evaluate(prepared, spec, env, placements, env_options)
+    summary.update(add_ratio_columns(results, refs), lower_bound_s=refs["lower_bound_s"], optimum_s=refs["optimum_s"],
+                   optimum_proven=refs["optimum_proven"])
     # End-to-end training evaluation of the best learned and the best baseline placement:
     # trained for real with env "real", projected from the simulated step time with "sim".
     training = {}
@@ -86,7 +94,8 @@ def placement_experiment(
         from tasks.measure import train_placement
 
         for method in (summary.get("best_learned"), summary.get("best_baseline")):
-            if method is not None and method not in training and placements.get(method) is not None:
+            if method is not None and method not in training and placements.get(method) is not None \
+                    and not is_op_placement(placements[method]):  # op-level placements: not trained yet
                 training[method] = train_placement(prepared, spec, env, placements[method], train_steps, seed)
     summary["training"] = training
     flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
@@ -111,7 +120,11 @@ def placement_experiment(
         "env": env,
         "ops": prepared.graph.num_ops,
         "groups": prepared.grouping.num_groups,
-        "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"]} for m, r in results.items()},
+        "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"],
+                        "x_lower_bound": r["x_lower_bound"], "x_optimum": r["x_optimum"]} for m, r in results.items()},
+        "lower_bound_s": refs["lower_bound_s"],
+        "optimum_s": refs["optimum_s"],
+        "optimum_proven": refs["optimum_proven"],
         **summary,
         "mlflow_run_id": run_id,
         "mlflow_tracking_uri": uri,

@@ -51,6 +51,14 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
     return BASELINES[method](ctx)
 
 
+@task(name="reference-points", cache_policy=NONE)
+def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, want_optimum: bool) -> dict:
+    """The lower bound and, if asked, the optimum (:func:`baselines.report.reference_points`)."""
+    from baselines.report import reference_points as compute
+
+    return compute(prepared.graph, prepared.grouping, spec, placements, want_optimum)
+
+
 @task(name="placement-search", cache_policy=NONE)
 def placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path,
