@@ -85,8 +85,9 @@ def placement_experiment(
     if "optimum" in methods:
         placements["optimum"] = refs["optimum_placement"]
     results, summary = tasks.evaluate(prepared, spec, env, placements, env_options)
-    summary.update(add_ratio_columns(results, refs), lower_bound_s=refs["lower_bound_s"], optimum_s=refs["optimum_s"],
-                   optimum_proven=refs["optimum_proven"])
+    # MLflow parent metrics "<method>.x_lower_bound", "<method>.x_optimum", lower_bound_s, optimum_s
+    ref_metrics = {**add_ratio_columns(results, refs), "lower_bound_s": refs["lower_bound_s"], "optimum_s": refs["optimum_s"],
+                   "optimum_proven": refs["optimum_proven"]}
     # End-to-end training evaluation of the best learned and the best baseline placement:
     # trained for real with env "real", projected from the simulated step time with "sim".
     training = {}
@@ -107,7 +108,7 @@ def placement_experiment(
         artifact_location=artifact_root(out),
         params=params,
         results=results,
-        summary=summary,
+        summary={**summary, **ref_metrics},
         method_params=method_params,
         curves=curves,
         prefect_flow_run_id=flow_run_id,
