@@ -132,10 +132,11 @@ class _ListScheduler:
     Lee, "Scheduling precedence graphs in systems with interprocessor communication times",
     SIAM J. Comput. 1989): repeatedly start the (ready op, device) pair that can start earliest.
 
-    Implementation: a heap of (earliest start, topological rank, op, device) entries with lazy
-    re-evaluation: start times only grow as devices and channels fill, so an entry whose
-    recomputed start is later is pushed back and the first entry whose start is unchanged is
-    the earliest pair (Baechi recomputes every ready op's start on every event instead).
+    Implementation: per device, heaps of the ready ops by data-ready time (see
+    :meth:`proposal`); each step takes the device whose next op starts first (ties: the
+    topologically first op), with lazy re-evaluation (Baechi recomputes every ready op's
+    start on every event instead; the choices are the same up to channel-contention
+    estimates).
     """
 
     def __init__(self, p: _Problem, favorite: np.ndarray | None = None) -> None:
@@ -224,68 +225,117 @@ class _ListScheduler:
         if self.favorite is not None and self.favorite[op] >= 0:
             self.reserved[p.pool[d]] = int(self.favorite[op])
 
-    def blocked(self, op: int, d: int, ts: float) -> float | None:
-        """m-SCT: a pool waiting for its last op's favorite child runs only that child or an
-        urgent op; returns the time to look again, or ``None`` if ``op`` may start on ``d``."""
-        pl = self.p.pool[d]
-        f = self.reserved[pl]
-        if f < 0 or f == op or self.done[f]:
-            return None
-        if not self.is_ready[f]:
-            return None
-        cands_f = self.candidates(f)
-        if d not in cands_f:
-            return None
-        tf = {c: self.start_time(f, c) for c in cands_f}
-        if tf[d] > min(tf.values()):
-            return None  # the favorite child starts earlier elsewhere: the device is free
+    def favorite_waiting(self, d: int) -> int:
+        """m-SCT: the favorite child device ``d``'s pool waits for (Baechi's AWAKE state), else -1:
+        the last op run there has a favorite child that is ready, not yet run, and starts
+        earliest on ``d``."""
+        f = self.reserved[self.p.pool[d]]
+        if f < 0 or self.done[f] or not self.is_ready[f]:
+            return -1
+        cands = self.candidates(f)
+        if d not in cands:
+            return -1
+        tf = {c: self.start_time(f, c) for c in cands}
+        return f if tf[d] <= min(tf.values()) else -1
+
+    def proposal(self, d: int):
+        """Device ``d``'s next op: ``(start, rank, op)`` or ``None``.
+
+        Per device, ready ops wait in ``waiting[d]`` keyed by (data-ready time, rank) until the
+        device's pool is free at their data-ready time, then in ``avail[d]`` keyed by rank:
+        the op starting first on ``d``, ties to the topologically first (Baechi's
+        ``TimestampOpTuple`` order). Entries are validated lazily (unit placed elsewhere, no
+        room, data-ready time grown by channel contention)."""
+        p = self.p
+        waiting, avail = self.waiting[d], self.avail[d]
+        pf = self.pool_free[p.pool[d]]
+        while True:
+            while waiting and waiting[0][0] <= pf:
+                _, r, op = heapq.heappop(waiting)
+                heapq.heappush(avail, (r, op))
+            top = None
+            if avail:
+                r, op = avail[0]
+                if not self.valid(op, d):
+                    heapq.heappop(avail)
+                    self.drop(op)
+                    continue
+                dr = self.data_ready(op, d)
+                if dr > pf:
+                    heapq.heappop(avail)
+                    heapq.heappush(waiting, (dr, r, op))
+                    continue
+                top = (pf, r, op)
+            elif waiting:
+                dr0, r, op = waiting[0]
+                if not self.valid(op, d):
+                    heapq.heappop(waiting)
+                    self.drop(op)
+                    continue
+                dr = self.data_ready(op, d)
+                if dr > dr0:
+                    heapq.heapreplace(waiting, (dr, r, op))
+                    continue
+                top = (dr, r, op)
+            break
+        if self.favorite is not None:
+            f = self.favorite_waiting(d)
+            if f >= 0 and (top is None or top[2] != f):
+                if top is not None:  # an urgent op may still run: no device would start it later
+                    urgent = max(self.start_time(top[2], c) for c in self.candidates(top[2]))
+                    if urgent <= top[0]:
+                        return top
+                return (self.start_time(f, d), int(p.rank[f]), f)
+        return top
+
+    def valid(self, op: int, d: int) -> bool:
+        if self.done[op]:
+            return False
+        u = int(self.p.unit[op])
+        if self.unit_dev[u] >= 0:
+            return self.unit_dev[u] == d
+        return d in self.candidates(op)
+
+    def drop(self, op: int) -> None:
+        """An entry of ``op`` was dropped; if it was its last, queue it again where it may go now."""
+        self.live[op] -= 1
+        if self.live[op] <= 0 and not self.done[op]:
+            self.push(op)
+
+    def push(self, op: int) -> None:
         cands = self.candidates(op)
-        urgent = max(self.start_time(op, c) for c in cands)
-        if urgent <= ts:
-            return None
-        return max(ts, min(urgent, tf[d]))
+        self.live[op] = len(cands)
+        for d in cands:
+            heapq.heappush(self.waiting[d], (self.data_ready(op, d), int(self.p.rank[op]), op))
 
     def run(self) -> np.ndarray:
         p = self.p
         pending = np.array([len(x) for x in p.preds], dtype=np.int64)
         self.is_ready = pending == 0
-        heap: list = []
-
-        def push(op: int) -> None:
-            for d in self.candidates(op):
-                heapq.heappush(heap, (self.start_time(op, d), int(p.rank[op]), op, d))
-
+        self.live = np.zeros(p.n, dtype=np.int64)
+        self.waiting: list[list] = [[] for _ in range(p.D)]
+        self.avail: list[list] = [[] for _ in range(p.D)]
         for op in np.flatnonzero(pending == 0).tolist():
-            push(op)
+            self.push(op)
         scheduled = 0
-        while heap:
-            ts, r, op, d = heapq.heappop(heap)
-            if self.done[op]:
-                continue
-            u = int(p.unit[op])
-            if self.unit_dev[u] >= 0 and self.unit_dev[u] != d:
-                heapq.heappush(heap, (self.start_time(op, int(self.unit_dev[u])), r, op, int(self.unit_dev[u])))
-                continue
-            if self.unit_dev[u] < 0 and d not in self.candidates(op):
-                for c in self.candidates(op):
-                    heapq.heappush(heap, (self.start_time(op, c), r, op, c))
-                continue
-            t = self.start_time(op, d)
-            if t > ts:
-                heapq.heappush(heap, (t, r, op, d))
-                continue
-            if self.favorite is not None:
-                again = self.blocked(op, d, ts)
-                if again is not None:
-                    heapq.heappush(heap, (max(again, ts + 1e-12), r, op, d))
-                    continue
-            self.commit(op, d)
+        while scheduled < p.n:
+            best, best_d = None, -1
+            for d in range(p.D):
+                prop = self.proposal(d)
+                if prop is not None and (best is None or prop[:2] < best[:2]):
+                    best, best_d = prop, d
+            if best is None:
+                if any(self.waiting[d] or self.avail[d] for d in range(p.D)):
+                    continue  # a dropped entry was queued again on a device polled before
+                break
+            op = best[2]
+            self.commit(op, best_d)
             scheduled += 1
             for s in p.succs[op]:
                 pending[s] -= 1
                 if pending[s] == 0:
                     self.is_ready[s] = True
-                    push(s)
+                    self.push(s)
         if scheduled != p.n:
             raise RuntimeError(f"list scheduling stalled: {scheduled} of {p.n} ops scheduled")
         self.makespan = float(self.end.max(initial=0.0))
