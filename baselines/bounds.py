@@ -17,11 +17,13 @@ placement:
   compute pool ``P``: ``sum_o sum_{d in P} t(o, d) x[o, d] <= C`` (solved with HiGHS).
   A placement is an integral ``x``, and the busy time of each pool is at most the step
   time, so its step time is a feasible ``C``.
-* (c) **head/tail** -- for a threshold ``tau``, every op whose head (longest ``tmin`` path
-  *before* it) is ``>= tau`` cannot start before ``tau``, so the step time is at least
-  ``tau`` plus the load-balance LP of those ops alone; symmetrically for the ops whose
-  tail (longest ``tmin`` path *after* them) is ``>= tau``: they must all end by
-  ``step - tau``. The largest such value over a few thresholds is a bound.
+* (c) **head/tail window** -- an op whose head (longest ``tmin`` path *before* it) is
+  ``>= t1`` cannot start before ``t1``, and one whose tail (longest ``tmin`` path *after*
+  it) is ``>= t2`` must end by ``step - t2``, or the ops after it could not finish. So the
+  ops with head ``>= t1`` and tail ``>= t2`` all run inside ``[t1, step - t2]``, and, when
+  there is at least one, the step time is at least ``t1 + t2`` plus the load-balance LP of those ops alone. The
+  largest such value over a grid of thresholds (0 and ``thresholds`` quantiles of the
+  heads, times those of the tails) is a bound.
 
 And for every placement that fits in memory (the ones the environment gives a step time;
 an OOM placement has none):
@@ -198,11 +200,18 @@ def lower_bound(graph: OpGraph, spec: ClusterSpec, op_times: np.ndarray | None =
     load = load_lp(times, ok, pools)
     head_tail = 0.0
     if thresholds > 0 and graph.num_ops:
-        for arr in (head, tail):
-            taus = np.unique(np.quantile(arr[arr > 0], np.linspace(0.1, 0.9, thresholds))) if (arr > 0).any() else []
-            for tau in taus:
-                sel = np.flatnonzero(arr >= tau)
-                head_tail = max(head_tail, float(tau) + load_lp(times, ok, pools, sel))
+        def grid(arr):
+            pos = arr[arr > 0]
+            return [0.0, *np.unique(np.quantile(pos, np.linspace(0.1, 0.9, thresholds)))] if len(pos) else [0.0]
+
+        for t1 in grid(head):  # window: ops with head >= t1 and tail >= t2 run inside [t1, step - t2]
+            for t2 in grid(tail):
+                if t1 == 0.0 and t2 == 0.0:
+                    continue
+                sel = np.flatnonzero((head >= t1) & (tail >= t2))
+                if len(sel) == 0:  # no op in the window: nothing to bound
+                    continue
+                head_tail = max(head_tail, float(t1) + float(t2) + load_lp(times, ok, pools, sel))
     mem = 0.0
     if memory:
         param = np.array([op.param_bytes for op in graph.ops], dtype=np.float64)

@@ -137,6 +137,16 @@ def test_lower_bound_never_above_a_simulated_step_time():
     assert checked > 500
 
 
+def test_lower_bound_never_above_the_exact_optimum():
+    """The hardest placements for a bound: the enumerated optimum of small graphs (a window
+    bound that counted an empty window once passed the random placements above, not this)."""
+    for seed in range(20, 30):
+        graph, times = _random_graph(seed, n=14, units=7)
+        spec = _spec(pools=("host", "host", None) if seed % 2 else (None, None, None))
+        exact = enumerate_optimum(graph, colocation_grouping(graph), spec, times)
+        assert lower_bound(graph, spec, times).value_s <= exact.step_time_s, seed
+
+
 def test_optimum_is_never_above_any_baseline_and_the_milp_finds_it():
     """A small graph grouped by colocation units (9 groups on cpu + 2 GPUs: 3^9 placements):
     the enumerated optimum is at most every baseline, at least the bound, and the MILP
