@@ -15,6 +15,16 @@ the CPU (the paper: "if an operation lacks GPU implementation, it will be placed
   architecture of all devices, annotated with their compute capacities (peak FLOP/s)
   and the links' communication costs (:mod:`baselines.scotch_mapping`).
 * ``mincut``: the same without the CPU.
+* ``metis``: METIS k-way partition of the cost-weighted group graph into one part per GPU
+  (Post, Gao et al. 2018, Table 1), target part weights proportional to the GPUs' peak
+  FLOP/s (``tpwgts``).
+* ``m_topo``, ``m_etf``, ``m_sct``: Baechi's memory-constrained list schedulers (Jeon et al.,
+  SoCC 2020; :mod:`baselines.baechi`). They place the op graph, not the groups, and return
+  an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``), which
+  :func:`cluster.evaluation.evaluate_placements` measures as well.
+* ``optimum``: the best placement found by :mod:`baselines.optimum` (exact enumeration of
+  the group placements when there are at most 3^10 of them, else a time-limited MILP);
+  not run by default in the experiment (it can take a minute).
 
 Scotch sees the group graph, not the op graph: placements are per co-location group, so
 an op-level mapping would have to be folded back onto the groups anyway. A group's weight
@@ -32,10 +42,11 @@ import numpy as np
 from cluster.cost_model import op_time_matrix, transfer_time
 from cluster.kernels import cpu_fallback, group_gpu_ok
 from cluster.spec import ClusterSpec
+from cluster.op_placement import OpPlacement
 from compgraph.ir import Grouping, OpGraph
 from compgraph.models import Benchmark
 
-BaselineFn = Callable[["BaselineContext"], np.ndarray]
+BaselineFn = Callable[["BaselineContext"], "np.ndarray | OpPlacement"]
 
 
 class BaselineContext:
@@ -47,6 +58,7 @@ class BaselineContext:
         self.graph, self.grouping, self.spec = graph, grouping, spec
         self.benchmark, self.config = benchmark, config
         self.group_gpu_ok = group_gpu_ok(graph, grouping)
+        self.info: dict = {}  # what a baseline reports beside its placement (e.g. the optimum\'s bound)
 
     @property
     def cpu(self) -> int:
@@ -68,6 +80,13 @@ class BaselineContext:
     def cpu_fallback(self, placement: np.ndarray) -> np.ndarray:
         """Move groups with an op that has no GPU kernel to the CPU (:func:`cluster.kernels.cpu_fallback`)."""
         return cpu_fallback(placement, self.group_gpu_ok, self.spec, require_cpu=True)
+
+    def op_placement(self, ops: np.ndarray) -> OpPlacement:
+        """Wrap a per-op placement (``[num_ops]`` device indices) as an op-level baseline's result."""
+        ops = np.asarray(ops, dtype=np.int64)
+        if ops.shape != (self.graph.num_ops,):
+            raise ValueError(f"op placement: shape {ops.shape}, expected ({self.graph.num_ops},)")
+        return OpPlacement(ops)
 
 
 def single_cpu(ctx: BaselineContext) -> np.ndarray:
@@ -137,10 +156,97 @@ def mincut(ctx: BaselineContext) -> np.ndarray:
     return ctx.cpu_fallback(_scotch(ctx, ctx.gpus()))
 
 
+def metis(ctx: BaselineContext, seed: int = 0) -> np.ndarray:
+    """METIS k-way partition of the group graph into one part per GPU (Post, Gao et al. 2018,
+    Table 1 "METIS"), CPU-only groups on the CPU.
+
+    Vertex weights: each group's compute time on the fastest GPU (microseconds, roofline);
+    edge weights: bytes between groups (KiB, both directions summed); ``tpwgts``: the GPUs'
+    peak FLOP/s, normalised (equal for identical GPUs). Part ``k`` goes to the ``k``-th GPU.
+    Deterministic for a given ``seed`` (METIS' ``seed`` option).
+
+    Raises:
+        ValueError: the cluster has no GPU.
+    """
+    import pymetis
+
+    gpus = ctx.gpus()
+    g = ctx.grouping.num_groups
+    if len(gpus) == 1 or g <= 1:
+        return ctx.cpu_fallback(np.full(g, gpus[0], dtype=np.int64))
+    times = op_time_matrix(ctx.graph, ctx.spec)[:, gpus].min(axis=1)
+    group_us = np.zeros(g)
+    np.add.at(group_us, ctx.grouping.op_group, times * 1e6)
+    vweights = np.maximum(np.rint(group_us), 1).astype(np.int64)
+    adj: dict[tuple[int, int], int] = {}
+    for (a, b), nbytes in ctx.grouping.group_edges(ctx.graph).items():
+        key = (min(a, b), max(a, b))
+        adj[key] = adj.get(key, 0) + nbytes
+    nbrs: list[list[tuple[int, int]]] = [[] for _ in range(g)]
+    for (a, b), nbytes in adj.items():
+        w = max(int(round(nbytes / 1024)), 1)
+        nbrs[a].append((b, w))
+        nbrs[b].append((a, w))
+    xadj, adjncy, eweights = [0], [], []
+    for row in nbrs:
+        for b, w in sorted(row):
+            adjncy.append(b)
+            eweights.append(w)
+        xadj.append(len(adjncy))
+    peaks = np.array([ctx.spec.devices[d].peak_flops for d in gpus], dtype=np.float64)
+    if g <= len(gpus):
+        parts = np.arange(g) % len(gpus)
+    else:
+        from compgraph.grouping import _c_stdout_to_log
+
+        with _c_stdout_to_log():
+            _, parts = pymetis.part_graph(
+                len(gpus), adjacency=pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy), vweights=vweights.tolist(),
+                eweights=eweights, tpwgts=(peaks / peaks.sum()).tolist(), options=pymetis.Options(seed=int(seed)))
+    return ctx.cpu_fallback(np.asarray(gpus, dtype=np.int64)[np.asarray(parts, dtype=np.int64)])
+
+
+def _baechi(name: str) -> BaselineFn:
+    def run(ctx: BaselineContext) -> OpPlacement:
+        from baselines import baechi
+
+        return ctx.op_placement(getattr(baechi, name)(ctx.graph, ctx.spec))
+
+    run.__name__ = name
+    run.__doc__ = f"Baechi's {name} on the op graph (:func:`baselines.baechi.{name}`), as an OpPlacement ``[num_ops]``."
+    return run
+
+
+m_topo = _baechi("m_topo")
+m_etf = _baechi("m_etf")
+m_sct = _baechi("m_sct")
+
+
+def optimum(ctx: BaselineContext) -> np.ndarray:
+    """The best group placement :func:`baselines.optimum.optimum` finds (exact or time-limited);
+    its bound and whether it is proven go to ``ctx.info["optimum"]``."""
+    from baselines.optimum import optimum as solve
+
+    res = solve(ctx.graph, ctx.grouping, ctx.spec)
+    ctx.info["optimum"] = res
+    return res.placement
+
+
 BASELINES: dict[str, BaselineFn] = {
     "single_cpu": single_cpu,
     "single_gpu": single_gpu,
     "expert": expert,
     "scotch": scotch,
     "mincut": mincut,
+    "metis": metis,
+    "m_topo": m_topo,
+    "m_etf": m_etf,
+    "m_sct": m_sct,
+    "optimum": optimum,
 }
+
+GPU_BASELINES = ("single_gpu", "expert", "mincut", "metis", "m_topo", "m_etf", "m_sct")
+"""Baselines that need a GPU in the cluster."""
+
+DEFAULT_EXCLUDED = ("optimum",)
+"""Baselines the experiment runs only when asked (``--methods``): the optimum may take a minute."""

@@ -150,7 +150,7 @@ def experiment(
     resume: bool = typer.Option(False, "--resume", help="continue an interrupted run with the same settings from its placement logs and checkpoints (nothing measured twice)"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
-    from baselines import BASELINES
+    from baselines import BASELINES, DEFAULT_EXCLUDED, GPU_BASELINES
     from cli.learners import parse_learner_options
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
@@ -168,8 +168,9 @@ def experiment(
     valid = [*BASELINES, *LEARNERS]
     if methods is None:
         chosen = [m for m in valid if not (user_graph and m == "expert")]
+        chosen = [m for m in chosen if m not in DEFAULT_EXCLUDED]  # the optimum only when asked for
         if not spec.gpu_indices:
-            chosen = [m for m in chosen if m not in ("single_gpu", "expert", "mincut")]
+            chosen = [m for m in chosen if m not in GPU_BASELINES]
     else:
         chosen = [m.strip() for m in methods.split(",") if m.strip()]
     for m in chosen:
@@ -191,8 +192,8 @@ def experiment(
         _fail(f"--train-steps must be at least 0, got {train_steps}")
     if env not in ENVIRONMENTS:
         _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
-    if not spec.gpu_indices and any(m in ("single_gpu", "expert", "mincut") for m in chosen):
-        _fail(f"cluster {spec.name!r} has no GPU; drop single_gpu, expert and mincut from --methods")
+    if not spec.gpu_indices and any(m in GPU_BASELINES for m in chosen):
+        _fail(f"cluster {spec.name!r} has no GPU; drop {', '.join(m for m in chosen if m in GPU_BASELINES)} from --methods")
     from compgraph.grouping import GROUPERS
 
     if grouper is not None and grouper not in GROUPERS:
@@ -228,10 +229,17 @@ def _print_table(result: dict, to_stderr: bool) -> None:
     table.add_column("method")
     table.add_column("step time (s)", justify="right")
     table.add_column("devices used", justify="right")
+    table.add_column("x lower bound", justify="right")
+    table.add_column("x optimum", justify="right")
     for method, row in result["methods"].items():
         t = "OOM" if row["oom"] else ("-" if row["step_time_s"] is None else f"{row['step_time_s']:.5f}")
-        table.add_row(method, t, str(len(set(row["placement"].values()))))
+        ratios = ["-" if row.get(k) is None else f"{row[k]:.2f}" for k in ("x_lower_bound", "x_optimum")]
+        table.add_row(method, t, str(len(set(row["placement"].values()))), *ratios)
     console.print(table)
+    if result.get("lower_bound_s") is not None:
+        proven = {True: " (proven)", False: " (not proven)"}.get(result.get("optimum_proven"), "")
+        opt = "" if result.get("optimum_s") is None else f"; optimum {result['optimum_s']:.5f} s{proven}"
+        console.print(f"lower bound {result['lower_bound_s']:.5f} s{opt}")
 
     def pct(x):
         return "n/a" if x is None else f"{100 * x:+.1f}%"
@@ -259,6 +267,7 @@ def main() -> None:
 from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, train)
 from cli import learners  # noqa: E402,F401  (registers compare-learners)
 from cli import reproduce  # noqa: E402,F401  (registers reproduce)
+from cli import baselines  # noqa: E402,F401  (registers baselines)
 
 if __name__ == "__main__":
     main()

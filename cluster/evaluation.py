@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from cluster.environment import Environment
+from cluster.op_placement import is_op_placement, measure_placement
+
+REFERENCES = ("optimum",)  #: reference points, not baselines (baselines.optimum)
 
 
 def speedup(baseline_s: float | None, learned_s: float | None) -> float | None:
@@ -21,7 +24,9 @@ def evaluate_placements(
 
     Args:
         env: the environment (the same for every method).
-        placements: method name -> ``[num_groups]`` device indices (``None``: no placement).
+        placements: method name -> ``[num_groups]`` device indices, or an
+            :class:`cluster.op_placement.OpPlacement` (``[num_ops]``, keyed by op name in
+            ``placement``), or ``None`` (no placement).
         envs: method -> the environment to measure that method's placement in instead: one of
             the same kind, graph and cluster over the grouping its placement is over (a
             learner that groups ops itself places other units). Environments simulate or run
@@ -37,11 +42,14 @@ def evaluate_placements(
             out[method] = {"step_time_s": None, "oom": False, "placement": {}}
             continue
         menv = (envs or {}).get(method, env)
-        m = menv.measure(placement)
+        m = measure_placement(menv, placement)  # a group placement or an OpPlacement (cluster.op_placement)
+        op_level = is_op_placement(placement)
         out[method] = {
             "step_time_s": m.step_time_s,
             "oom": m.oom,
-            "placement": {g: names[int(d)] for g, d in zip(menv.grouping.names, placement)},
+            "placement": {g: names[int(d)] for g, d in zip(
+                [op.name for op in menv.graph.ops] if op_level else menv.grouping.names,
+                placement.ops if op_level else placement)},
             "compute_s": dict(zip(names, m.compute_s)),
             "transfer_s": dict(zip(names, m.transfer_s)),
             "peak_memory_bytes": dict(zip(names, m.peak_memory_bytes)),
@@ -62,7 +70,8 @@ def summarize(results: dict[str, dict], learners: list[str] | tuple[str, ...] = 
         ``speedup_over_expert``: those of ``best_learned``. A speedup is ``None`` when a
         step time is missing (OOM or no placement).
     """
-    baselines = {k: v["step_time_s"] for k, v in results.items() if k not in learners and v["step_time_s"] is not None}
+    baselines = {k: v["step_time_s"] for k, v in results.items()
+                 if k not in learners and k not in REFERENCES and v["step_time_s"] is not None}
     best = min(baselines, key=lambda k: (baselines[k], k)) if baselines else None
     learned = {k: v["step_time_s"] for k, v in results.items() if k in learners}
     speedups = {

@@ -91,6 +91,21 @@ class SimulatedEnvironment:
             return self._measurement(self.simulator.run_batch(ops[None, :])[0])
         return self._measurement(self.simulator.run(ops))
 
+    def measure_ops(self, op_placement: np.ndarray) -> Measurement:
+        """Simulate one step of a per-op placement (``[num_ops]`` device indices), which may
+        split groups (op-level placers, :class:`cluster.op_placement.OpPlacement`).
+
+        Raises:
+            ValueError: the ``contracted`` engine (it simulates whole groups only).
+        """
+        if self.engine == "contracted":
+            raise ValueError("engine 'contracted': cannot measure an op placement that splits groups; "
+                             "use the fast or reference engine")
+        ops = np.asarray(op_placement, dtype=np.int64)
+        if self.engine == "fast":
+            return self._measurement(self.simulator.run_batch(ops[None, :])[0])
+        return self._measurement(self.simulator.run(ops))
+
     def measure_batch(self, group_placements: np.ndarray) -> list[Measurement]:
         """Simulate ``K`` placements (``[K, num_groups]`` device indices) -> ``K`` measurements.
 

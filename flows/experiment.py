@@ -8,10 +8,13 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 import tasks
+from baselines import BASELINES
+from baselines.report import add_ratio_columns
+from cluster.op_placement import is_op_placement
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 
-METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", *LEARNERS)
+METHODS = (*BASELINES, *LEARNERS)
 
 
 @flow(name="placement-experiment")
@@ -56,7 +59,7 @@ def placement_experiment(
     spec = tasks.load_cluster_spec(cluster)
     placements: dict = {}
     for method in methods:
-        if method not in LEARNERS:
+        if method not in LEARNERS and method != "optimum":  # the optimum comes with the reference points below
             placements[method] = tasks.baseline_placement(method, prepared, spec)
     curves: dict = {}
     method_params: dict = {m: {} for m in methods}
@@ -83,7 +86,14 @@ def placement_experiment(
         placements[method] = found.best_placement
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)
+    # reference points (baselines.report): the lower bound, and the optimum when asked for
+    refs = tasks.reference_points(prepared, spec, placements, "optimum" in methods)
+    if "optimum" in methods:
+        placements["optimum"] = refs["optimum_placement"]
     results, summary = tasks.evaluate(prepared, spec, env, placements, env_options, groupings)
+    # MLflow parent metrics "<method>.x_lower_bound", "<method>.x_optimum", lower_bound_s, optimum_s
+    ref_metrics = {**add_ratio_columns(results, refs), "lower_bound_s": refs["lower_bound_s"], "optimum_s": refs["optimum_s"],
+                   "optimum_proven": refs["optimum_proven"]}
     # End-to-end training evaluation of the best learned and the best baseline placement:
     # trained for real with env "real", projected from the simulated step time with "sim".
     training = {}
@@ -91,8 +101,9 @@ def placement_experiment(
         from tasks.measure import train_placement
 
         for method in (summary.get("best_learned"), summary.get("best_baseline")):
-            own_units = method in groupings and groupings[method] is not prepared.grouping  # TODO: train op placements
-            if method is not None and method not in training and placements.get(method) is not None and not own_units:
+            own_units = method in groupings and groupings[method] is not prepared.grouping
+            if method is not None and method not in training and placements.get(method) is not None \
+                    and not own_units and not is_op_placement(placements[method]):  # op-level placements: not trained yet
                 training[method] = train_placement(prepared, spec, env, placements[method], train_steps, seed)
     summary["training"] = training
     flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
@@ -104,7 +115,7 @@ def placement_experiment(
         artifact_location=artifact_root(out),
         params=params,
         results=results,
-        summary=summary,
+        summary={**summary, **ref_metrics},
         method_params=method_params,
         curves=curves,
         prefect_flow_run_id=flow_run_id,
@@ -117,7 +128,11 @@ def placement_experiment(
         "env": env,
         "ops": prepared.graph.num_ops,
         "groups": prepared.grouping.num_groups,
-        "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"]} for m, r in results.items()},
+        "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"],
+                        "x_lower_bound": r["x_lower_bound"], "x_optimum": r["x_optimum"]} for m, r in results.items()},
+        "lower_bound_s": refs["lower_bound_s"],
+        "optimum_s": refs["optimum_s"],
+        "optimum_proven": refs["optimum_proven"],
         **summary,
         "mlflow_run_id": run_id,
         "mlflow_tracking_uri": uri,

@@ -49,6 +49,14 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
     return BASELINES[method](ctx)
 
 
+@task(name="reference-points", cache_policy=NONE)
+def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, want_optimum: bool) -> dict:
+    """The lower bound and, if asked, the optimum (:func:`baselines.report.reference_points`)."""
+    from baselines.report import reference_points as compute
+
+    return compute(prepared.graph, prepared.grouping, spec, placements, want_optimum)
+
+
 @task(name="distributed-placement-search", cache_policy=NONE)
 def distributed_placement_search(
     prepared: PreparedGraph,

@@ -59,8 +59,12 @@ def test_every_baseline_measures_on_k80x4(rnnlm_small):
     ctx = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, spec, rnnlm_small.benchmark, rnnlm_small.config)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, spec)
     times = {}
+    from cluster.op_placement import measure_placement
+
     for name, fn in BASELINES.items():
-        m = env.measure(fn(ctx))
+        if name == "optimum":  # a minute of MILP: tests/test_baselines_extra.py covers it on small graphs
+            continue
+        m = measure_placement(env, fn(ctx))
         assert not m.oom and m.step_time_s > 0
         times[name] = m.step_time_s
     assert times["single_gpu"] < times["single_cpu"]

@@ -1,0 +1,309 @@
+"""The best group placement: exact by enumeration when small, else a time-limited MILP.
+
+What is optimised: the **group placements** of the given grouping (``[num_groups]`` device
+indices, every group on any device; the search space of the group learners), measured
+by the fast simulator (:class:`cluster.fast_simulator.FastSimulator`, the semantics of
+:mod:`cluster.simulator`), among placements that fit in memory. Op-level placers (Baechi)
+search a larger space and may beat it.
+
+* **Enumeration** (``num_devices ** num_groups <= max_enumerate``, default 3^10): every
+  group placement is simulated in batches; the fastest that fits in memory is the exact
+  optimum (``proven=True``, ``bound_s = step_time_s``).
+* **MILP** (larger): HiGHS (``scipy.optimize.milp``) on a *relaxation* of the simulator:
+  binaries ``x[g, d]`` (group ``g`` on device ``d``), op finish times ``f_o`` and makespan
+  ``C``, minimising ``C`` subject to
+
+  - ``C >= load(P)`` for every compute pool ``P``: the seconds of the ops that effectively
+    run on its devices (soft placement applied: an op with no GPU kernel placed on a GPU
+    counts on the first CPU);
+  - ``f_o >= f_p + t_o(x) + c_e * y_gh`` for every edge ``e = p -> o`` (``t_o(x)`` the op's
+    time on its group's device; ``y_gh >= x[g, d] - x[h, d]`` is 1 when the two groups are
+    apart; ``c_e`` the cheapest link's ``latency + bytes / bandwidth``, 0 when an end has no
+    GPU kernel, since soft placement may bring both ends together), ``f_o >= t_o(x)``,
+    ``C >= f_o``;
+  - resident memory: ``sum_g x[g, d] * param_bytes(ops of g effectively on d) <= memory_bytes(d)``;
+  - on small graphs (``disjunctive``), two ops not ordered by the DAG that run in the same
+    compute pool do not overlap (a binary order per pair, big-M), in some order the model
+    chooses -- the simulator's FIFO order is one of them.
+
+  Every constraint holds for the simulated schedule of any placement that fits in memory
+  (queues, channel contention and the rest only delay), so the MILP's optimum -- and its
+  proven dual bound at the time limit -- is a **lower bound on the simulated optimum**;
+  it is *not* the simulated step time of its own placement. The reported placement is the
+  best, **as simulated**, of the MILP's incumbent and the ``candidates`` given (e.g. the
+  other baselines); ``bound_s`` is the larger of the MILP's dual bound and
+  :func:`baselines.bounds.lower_bound`; the best is then polished by local search, moving one
+  group (or, when ``(groups * devices)^2 <= 20000``, two groups) to other devices while the
+  simulated time improves (within the time limit);
+  ``proven`` is True when the simulated time of the
+  reported placement is within ``1e-9`` (relative) of ``bound_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.cost_model import op_time_matrix
+from cluster.fast_simulator import FastSimulator
+from cluster.spec import ClusterSpec
+from compgraph.ir import Grouping, OpGraph
+
+MAX_ENUMERATE = 3**10  #: group placements enumerated at most
+DEFAULT_TIME_LIMIT_S = 60.0  #: MILP time limit (seconds)
+
+
+@dataclass
+class OptimumResult:
+    """The best group placement found.
+
+    Attributes:
+        placement: int64 ``[num_groups]`` device indices, or ``None`` if none fits in memory.
+        step_time_s: its simulated step time (seconds), ``None`` if none.
+        bound_s: a proven lower bound on the best step time of any group placement that fits
+            in memory (seconds); equal to ``step_time_s`` when enumerated.
+        proven: ``step_time_s`` is the optimum (enumerated, or the bound closed the gap).
+        method: ``"enumeration"`` or ``"milp"``.
+        evaluated: placements simulated.
+        seconds: time taken.
+        milp_status: HiGHS' message (MILP only).
+    """
+
+    placement: np.ndarray | None
+    step_time_s: float | None
+    bound_s: float | None
+    proven: bool
+    method: str
+    evaluated: int
+    seconds: float
+    milp_status: str = ""
+
+
+def enumerate_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
+                      batch: int = 4096) -> OptimumResult:
+    """Exact optimum by simulating all ``num_devices ** num_groups`` group placements.
+
+    Ties go to the placement that comes first in mixed-radix order (group 0 the most
+    significant digit). Raises ValueError above :data:`MAX_ENUMERATE` placements.
+    """
+    start = time.perf_counter()
+    G, D = grouping.num_groups, len(spec.devices)
+    total = D**G
+    if total > MAX_ENUMERATE:
+        raise ValueError(f"enumeration: {D}^{G} = {total} group placements, more than {MAX_ENUMERATE}")
+    sim = FastSimulator(graph, spec, op_times=op_times)
+    op_group = np.asarray(grouping.op_group, dtype=np.int64)
+    best_t, best_p = np.inf, None
+    radix = D ** np.arange(G - 1, -1, -1, dtype=np.int64)
+    for lo in range(0, total, batch):
+        idx = np.arange(lo, min(lo + batch, total), dtype=np.int64)
+        places = (idx[:, None] // radix[None, :]) % D
+        r = sim.run_group_arrays(places, op_group)
+        t = np.where(r.oom, np.inf, r.step_time_s)
+        k = int(np.argmin(t))
+        if t[k] < best_t:
+            best_t, best_p = float(t[k]), places[k].copy()
+    ok = best_p is not None
+    return OptimumResult(best_p, best_t if ok else None, best_t if ok else None, ok, "enumeration", total,
+                         time.perf_counter() - start)
+
+
+def _neighbours(p: np.ndarray, D: int, pairs: bool) -> np.ndarray:
+    """Every placement that moves one group of ``p`` to another device (and, with ``pairs``, two groups)."""
+    G = len(p)
+    one = np.repeat(p[None, :], G * D, axis=0)
+    one[np.arange(G * D), np.repeat(np.arange(G), D)] = np.tile(np.arange(D), G)
+    if not pairs:
+        return one
+    gi, gj = np.triu_indices(G, 1)
+    k = len(gi)
+    two = np.repeat(p[None, :], k * D * D, axis=0)
+    di = np.tile(np.repeat(np.arange(D), D), k)
+    dj = np.tile(np.arange(D), k * D)
+    rows = np.arange(k * D * D)
+    two[rows, np.repeat(gi, D * D)] = di
+    two[rows, np.repeat(gj, D * D)] = dj
+    return np.concatenate([one, two])
+
+
+def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
+                 time_limit_s: float = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
+                 lower_bound_s: float | None = None, disjunctive: bool | None = None) -> OptimumResult:
+    """The time-limited MILP of the module docstring; see there for what is proven.
+
+    Args:
+        graph, grouping, spec: what is placed where.
+        op_times: optional ``[num_ops, num_devices]`` seconds replacing the roofline.
+        time_limit_s: HiGHS' time limit (seconds).
+        candidates: group placements (``[num_groups]``) to compare the MILP's incumbent with.
+        lower_bound_s: a bound already computed (:func:`baselines.bounds.lower_bound`), else computed.
+        disjunctive: add the pairwise no-overlap constraints per compute pool (default: for
+            graphs of at most 60 ops; ``O(num_ops^2)`` binaries).
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    start = time.perf_counter()
+    n, G, D = graph.num_ops, grouping.num_groups, len(spec.devices)
+    times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)
+    og = np.asarray(grouping.op_group, dtype=np.int64)
+    is_gpu = np.array([d.kind == "gpu" for d in spec.devices])
+    gpu_ok = np.array([op.gpu_kernel for op in graph.ops], dtype=bool)
+    fallback = spec.cpu_indices[0] if spec.cpu_indices else -1
+    eff = np.tile(np.arange(D), (n, 1))  # effective device of op o when its group is on d
+    if fallback >= 0:
+        eff[np.ix_(~gpu_ok, is_gpu)] = fallback
+    t_eff = np.take_along_axis(times, eff, axis=1)  # [n, D] seconds of op o when its group is on d
+    param = np.array([op.param_bytes for op in graph.ops], dtype=np.float64)
+    pools = np.asarray(spec.pool_indices)
+    P = int(pools.max()) + 1
+    # cross-group edges (group pair) for the y variables
+    pair_index: dict[tuple[int, int], int] = {}
+    edges = []
+    min_lat = min((spec.link(a, b).latency_s for a in range(D) for b in range(D) if a != b), default=0.0)
+    max_bw = max((spec.link(a, b).bandwidth for a in range(D) for b in range(D) if a != b), default=1.0)
+    for e in graph.edges:
+        g, h = int(og[e.src]), int(og[e.dst])
+        c = 0.0
+        if g != h and gpu_ok[e.src] and gpu_ok[e.dst] and D > 1:
+            key = (min(g, h), max(g, h))
+            pair_index.setdefault(key, len(pair_index))
+            c = min_lat + e.bytes / max_bw
+        edges.append((e.src, e.dst, pair_index.get((min(g, h), max(g, h)), -1) if c > 0 else -1, c))
+    Y = len(pair_index)
+    # variable layout: x [G*D] | y [Y] | f [n] | C
+    nx_, oy, of, oc = G * D, G * D, G * D + Y, G * D + Y + n
+    V = oc + 1
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+
+    def add(cs, vs, lb, ub):
+        nonlocal r
+        rows.extend([r] * len(cs))
+        cols.extend(cs)
+        vals.extend(vs)
+        lo.append(lb)
+        hi.append(ub)
+        r += 1
+
+    for g in range(G):  # each group on one device
+        add([g * D + d for d in range(D)], [1.0] * D, 1.0, 1.0)
+    for (g, h), k in pair_index.items():  # y >= x[g,d] - x[h,d] and y >= x[h,d] - x[g,d]
+        for d in range(D):
+            add([oy + k, g * D + d, h * D + d], [1.0, -1.0, 1.0], 0.0, np.inf)
+            add([oy + k, h * D + d, g * D + d], [1.0, -1.0, 1.0], 0.0, np.inf)
+    # pool loads: sum over ops, for each placement device d of the op's group, the time on eff device
+    load = np.zeros((P, G, D))
+    for d in range(D):
+        np.add.at(load, (pools[eff[:, d]], og, d), t_eff[:, d])
+    for p in range(P):
+        nz = np.nonzero(load[p])
+        add([int(g) * D + int(d) for g, d in zip(*nz)] + [oc], list(load[p][nz]) + [-1.0], -np.inf, 0.0)
+    # memory: resident bytes on device m
+    cap = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
+    mem = np.zeros((D, G, D))
+    for d in range(D):
+        np.add.at(mem, (eff[:, d], og, d), param)
+    for m in range(D):
+        nz = np.nonzero(mem[m])
+        if len(nz[0]):
+            add([int(g) * D + int(d) for g, d in zip(*nz)], list(mem[m][nz] / cap[m]), -np.inf, 1.0)
+    # op finish times: f_o - sum_d t_eff[o,d] x[g(o),d] >= 0 ; f_o - f_p - t_o(x) - c y >= 0 ; C - f_o >= 0
+    for o in range(n):
+        g = int(og[o])
+        add([of + o] + [g * D + d for d in range(D)], [1.0] + list(-t_eff[o]), 0.0, np.inf)
+        add([oc, of + o], [1.0, -1.0], 0.0, np.inf)
+    for src, dst, k, c in edges:
+        g = int(og[dst])
+        cs = [of + dst, of + src] + [g * D + d for d in range(D)]
+        vs = [1.0, -1.0] + list(-t_eff[dst])
+        if k >= 0:
+            cs.append(oy + k)
+            vs.append(-c)
+        add(cs, vs, 0.0, np.inf)
+    # disjunctive constraints (small graphs): two ops that share a compute pool do not overlap.
+    # b_ij = 1: i before j. With z_iP = sum of x[g(i), d] over the d that put i in pool P:
+    #   f_i - s_j <= M (1 - b_ij) + M (2 - z_iP - z_jP),  f_j - s_i <= M b_ij + M (2 - z_iP - z_jP)
+    pairs = []
+    if disjunctive is None:
+        disjunctive = n <= 60
+    if disjunctive and n > 1:
+        import networkx as nx
+
+        closure = nx.transitive_closure_dag(graph.to_networkx())
+        pairs = [(i, j) for i in range(n) for j in range(i + 1, n)
+                 if not closure.has_edge(i, j) and not closure.has_edge(j, i)]
+    B = len(pairs)
+    if B:
+        big = float(t_eff.max(axis=1).sum() + sum(c for *_, c in edges)) + 1.0
+        for k, (i, j) in enumerate(pairs):
+            gi, gj = int(og[i]), int(og[j])
+            for p_ in range(P):
+                zi = [gi * D + d for d in range(D) if pools[eff[i, d]] == p_]
+                zj = [gj * D + d for d in range(D) if pools[eff[j, d]] == p_]
+                if not zi or not zj:
+                    continue
+                # f_i - f_j + t_j(x) + M b + M z_iP + M z_jP <= 3M
+                cs = [of + i, of + j] + [gj * D + d for d in range(D)] + [V + k] + zi + zj
+                vs = [1.0, -1.0] + list(t_eff[j]) + [big] + [big] * len(zi) + [big] * len(zj)
+                add(cs, vs, -np.inf, 3 * big)
+                # f_j - f_i + t_i(x) - M b + M z_iP + M z_jP <= 2M
+                cs = [of + j, of + i] + [gi * D + d for d in range(D)] + [V + k] + zi + zj
+                vs = [1.0, -1.0] + list(t_eff[i]) + [-big] + [big] * len(zi) + [big] * len(zj)
+                add(cs, vs, -np.inf, 2 * big)
+        V += B
+    A = coo_matrix((vals, (rows, cols)), shape=(r, V)).tocsr()
+    cost = np.zeros(V)
+    cost[oc] = 1.0
+    integrality = np.zeros(V)
+    integrality[:nx_] = 1
+    integrality[oc + 1:] = 1
+    ub = np.full(V, np.inf)
+    ub[: nx_ + Y] = 1.0
+    ub[oc + 1:] = 1.0
+    remaining = max(0.75 * time_limit_s - (time.perf_counter() - start), 1.0)  # the rest for the polish
+    res = milp(cost, constraints=LinearConstraint(A, np.array(lo), np.array(hi)), integrality=integrality,
+               bounds=Bounds(np.zeros(V), ub), options={"time_limit": remaining, "disp": False})
+    dual = getattr(res, "mip_dual_bound", None)
+    dual = float(dual) * (1 - 1e-9) if dual is not None and np.isfinite(dual) else None
+    pool_of = list(candidates or [])
+    if res.x is not None:
+        pool_of.append(np.argmax(res.x[:nx_].reshape(G, D), axis=1))
+    best_p, best_t, evaluated = None, None, 0
+    if pool_of:
+        sim = FastSimulator(graph, spec, op_times=op_times)
+        places = np.array([np.asarray(c, dtype=np.int64) for c in pool_of])
+        rr = sim.run_group_arrays(places, og)
+        evaluated = len(places)
+        t = np.where(rr.oom, np.inf, rr.step_time_s)
+        k = int(np.argmin(t))
+        if np.isfinite(t[k]):
+            best_p, best_t = places[k], float(t[k])
+        # polish: move one group at a time while that improves the simulated time (within the time limit)
+        while best_p is not None and time.perf_counter() - start < time_limit_s:
+            moves = _neighbours(best_p, D, pairs=(G * D) ** 2 <= 20000)
+            rr = sim.run_group_arrays(moves, og)
+            evaluated += len(moves)
+            t = np.where(rr.oom, np.inf, rr.step_time_s)
+            k = int(np.argmin(t))
+            if not t[k] < best_t:
+                break
+            best_p, best_t = moves[k], float(t[k])
+    if lower_bound_s is None:
+        from baselines.bounds import lower_bound
+
+        lower_bound_s = lower_bound(graph, spec, op_times).value_s
+    bound = max([b for b in (dual, lower_bound_s) if b is not None], default=None)
+    proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
+    return OptimumResult(best_p, best_t, bound, proven, "milp", evaluated, time.perf_counter() - start, str(res.message))
+
+
+def optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
+            time_limit_s: float = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
+            max_enumerate: int = MAX_ENUMERATE, lower_bound_s: float | None = None) -> OptimumResult:
+    """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else :func:`milp_optimum`."""
+    if len(spec.devices) ** grouping.num_groups <= min(max_enumerate, MAX_ENUMERATE):
+        return enumerate_optimum(graph, grouping, spec, op_times)
+    return milp_optimum(graph, grouping, spec, op_times, time_limit_s, candidates, lower_bound_s)

@@ -1,0 +1,132 @@
+"""Reference points beside every result: the lower bound, the optimum, and the ratios to them.
+
+Used by the experiment flow (``lower_bound_s``, ``optimum_s``, ``optimum_proven`` and the
+per-method ``x_lower_bound`` / ``x_optimum`` columns) and by ``placement baselines``
+(:func:`run_baselines`: every baseline with its step time, OOM, devices used and seconds).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from baselines import BASELINES, GPU_BASELINES, BaselineContext
+from baselines.bounds import lower_bound
+from baselines.optimum import DEFAULT_TIME_LIMIT_S, optimum
+from cluster.op_placement import is_op_placement
+
+
+def reference_points(graph, grouping, spec, placements: dict | None = None, want_optimum: bool = False,
+                     time_limit_s: float = DEFAULT_TIME_LIMIT_S, op_times: np.ndarray | None = None) -> dict:
+    """The lower bound (:func:`baselines.bounds.lower_bound`) and, if asked, the optimum
+    (:func:`baselines.optimum.optimum`, given the group placements among ``placements`` as
+    MILP candidates).
+
+    Returns:
+        ``{"lower_bound_s", "lower_bound": {...components}, "optimum_s", "optimum_proven",
+        "optimum_bound_s", "optimum_method", "optimum_seconds", "optimum_placement"}``
+        (seconds; the optimum keys are ``None`` when not computed; ``optimum_placement`` is
+        ``[num_groups]`` device indices or ``None``).
+    """
+    lb = lower_bound(graph, spec, op_times)
+    out = {"lower_bound_s": lb.value_s if np.isfinite(lb.value_s) else None, "lower_bound": lb.as_dict(),
+           "optimum_s": None, "optimum_proven": None, "optimum_bound_s": None, "optimum_method": None,
+           "optimum_seconds": None, "optimum_placement": None}
+    if want_optimum:
+        candidates = [np.asarray(p, dtype=np.int64) for p in (placements or {}).values()
+                      if p is not None and not is_op_placement(p)]
+        res = optimum(graph, grouping, spec, op_times, time_limit_s=time_limit_s, candidates=candidates,
+                      lower_bound_s=out["lower_bound_s"])
+        out.update(optimum_s=res.step_time_s, optimum_proven=res.proven, optimum_bound_s=res.bound_s,
+                   optimum_method=res.method, optimum_seconds=res.seconds, optimum_placement=res.placement)
+    return out
+
+
+def ratio(step_time_s: float | None, reference_s: float | None) -> float | None:
+    """``step_time_s / reference_s`` ("x lower bound", "x optimum"); ``None`` if either is missing."""
+    if step_time_s is None or not reference_s:
+        return None
+    return step_time_s / reference_s
+
+
+def add_ratio_columns(results: dict[str, dict], refs: dict) -> dict[str, float]:
+    """Add ``x_lower_bound`` and ``x_optimum`` to every method row of ``results`` (in place).
+
+    Returns:
+        flat ``{"<method>.x_lower_bound": float, "<method>.x_optimum": float}`` for MLflow
+        parent-run metrics (only the ratios that exist).
+    """
+    flat = {}
+    for method, row in results.items():
+        row["x_lower_bound"] = ratio(row.get("step_time_s"), refs.get("lower_bound_s"))
+        row["x_optimum"] = ratio(row.get("step_time_s"), refs.get("optimum_s"))
+        for key in ("x_lower_bound", "x_optimum"):
+            if row[key] is not None:
+                flat[f"{method}.{key}"] = float(row[key])
+    return flat
+
+
+def applicable_baselines(spec, user_graph: bool) -> list[str]:
+    """Every baseline that applies: no GPU baselines on a cluster without GPUs, no ``expert`` for a user's graph."""
+    out = list(BASELINES)
+    if user_graph:
+        out.remove("expert")
+    if not spec.gpu_indices:
+        out = [m for m in out if m not in GPU_BASELINES]
+    return out
+
+
+def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                  env_kind: str = "sim", env_options: dict | None = None) -> dict:
+    """Run baselines, measure them in one environment and add the reference points.
+
+    Args:
+        prepared: a :class:`compgraph.prepare.PreparedGraph`.
+        spec: the cluster.
+        methods: baseline names (default: :func:`applicable_baselines`); ``optimum`` is
+            computed last, with the others' group placements as MILP candidates.
+        time_limit_s: the optimum's MILP time limit (seconds).
+        env_kind, env_options: the measurement environment (:func:`cluster.environment.make_environment`).
+    Returns:
+        ``{"methods": {m: {"step_time_s", "oom", "devices_used", "seconds", "placement",
+        "x_lower_bound", "x_optimum"}}, "lower_bound_s", "lower_bound", "optimum_s",
+        "optimum_proven", "optimum_bound_s", "optimum_method", "best_baseline"}`` (seconds).
+    Raises:
+        ValueError: an unknown method (lists the valid ones).
+    """
+    from cluster.environment import make_environment
+    from cluster.evaluation import evaluate_placements
+
+    methods = list(methods) if methods is not None else applicable_baselines(spec, prepared.benchmark is None)
+    for m in methods:
+        if m not in BASELINES:
+            raise ValueError(f"unknown method {m!r}; valid: {', '.join(BASELINES)}")
+    ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
+    placements, seconds = {}, {}
+    for m in methods:
+        if m == "optimum":
+            continue
+        start = time.perf_counter()
+        placements[m] = BASELINES[m](ctx)
+        seconds[m] = time.perf_counter() - start
+    start = time.perf_counter()
+    refs = reference_points(prepared.graph, prepared.grouping, spec, placements, want_optimum="optimum" in methods,
+                            time_limit_s=time_limit_s)
+    if "optimum" in methods:
+        placements["optimum"] = refs["optimum_placement"]
+        seconds["optimum"] = refs["optimum_seconds"]
+    refs["lower_bound_seconds"] = time.perf_counter() - start - (refs["optimum_seconds"] or 0.0)
+    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
+                           **(env_options or {}))
+    results = evaluate_placements(env, {m: placements[m] for m in methods})
+    add_ratio_columns(results, refs)
+    rows = {}
+    for m in methods:
+        r = results[m]
+        rows[m] = {"step_time_s": r["step_time_s"], "oom": r["oom"], "devices_used": len(set(r["placement"].values())),
+                   "seconds": seconds[m], "x_lower_bound": r["x_lower_bound"], "x_optimum": r["x_optimum"],
+                   "op_level": is_op_placement(placements[m]), "placement": r["placement"]}
+    ran = {m: r["step_time_s"] for m, r in rows.items() if r["step_time_s"] is not None and m != "optimum"}
+    refs.pop("optimum_placement", None)
+    return {"methods": rows, **refs, "best_baseline": min(ran, key=lambda k: (ran[k], k)) if ran else None}

@@ -1,0 +1,68 @@
+"""Every baseline, the lower bound and the optimum on the paper graphs; prints JSON.
+
+For each model (rnnlm, nmt, inception_v3 at paper size, 2017 grouping) and cluster (k80x2,
+k80x4): each baseline's simulated step time, OOM flag, devices used and the seconds it
+took to compute; the lower bound (and its components) with its seconds; the optimum
+(MILP with ``--time-limit`` seconds: these graphs have too many groups to enumerate) with
+its proven bound. Resumable: results go to ``--out`` after each (model, cluster) and the
+pairs already there are skipped (``--fresh`` starts over).
+
+    PYTHONPATH=. python benchmarks/baselines.py --out placement-runs/baselines-bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="rnnlm,nmt,inception_v3")
+    ap.add_argument("--clusters", default="k80x2,k80x4")
+    ap.add_argument("--size", default="paper")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="the optimum's MILP time limit (seconds)")
+    ap.add_argument("--cache-dir", default="placement-runs/graph-cache")
+    ap.add_argument("--out", default="placement-runs/baselines-bench.json")
+    ap.add_argument("--fresh", action="store_true", help="ignore the results already in --out")
+    args = ap.parse_args()
+
+    from baselines.report import run_baselines
+    from cluster.spec import load_cluster
+    from compgraph.prepare import prepare
+
+    out = Path(args.out)
+    done = {} if args.fresh or not out.exists() else json.loads(out.read_text())
+    results = done.get("results", {})
+    for model in args.models.split(","):
+        prepared = None
+        for cluster in args.clusters.split(","):
+            key = f"{model}/{args.size}/{cluster}"
+            if key in results:
+                continue
+            if prepared is None:
+                t = time.perf_counter()
+                prepared = prepare(model, args.size, cache_dir=args.cache_dir)
+                prepare_s = time.perf_counter() - t
+            start = time.perf_counter()
+            r = run_baselines(prepared, load_cluster(cluster), time_limit_s=args.time_limit)
+            for row in r["methods"].values():
+                row.pop("placement", None)
+            results[key] = {"ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
+                            "prepare_s": prepare_s, "seconds": time.perf_counter() - start, **r}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"results": results}, indent=2, default=float) + "\n")
+            print(f"{key}: {results[key]['seconds']:.1f} s", file=sys.stderr, flush=True)
+    report = {"load_average": os.getloadavg(), "time_limit_s": args.time_limit, "results": results}
+    out.write_text(json.dumps(report, indent=2, default=float) + "\n")
+    print(json.dumps(report, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()

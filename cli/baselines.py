@@ -1,0 +1,99 @@
+"""``placement baselines``: every baseline, the lower bound and the optimum on one graph and cluster.
+
+Prints a rich table (method, step time, OOM, devices used, seconds to compute, x lower
+bound, x optimum) and, with ``--json PATH``, writes the same ``methods`` shape as
+``placement experiment --json`` plus ``seconds``, ``devices_used``, ``lower_bound_s``,
+``optimum_s`` and ``optimum_proven``. No Prefect flow, no MLflow run: a quick look.
+"""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from cli.main import _fail, _prepare_graph, _write_json, app
+
+
+@app.command("baselines")
+def baselines_command(
+    model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
+    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes)"),
+    cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
+    methods: str = typer.Option(None, help="comma-separated baselines (default: every one that applies, optimum included)"),
+    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION returning (keras model, input specs) instead of --model"),
+    grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
+    num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
+    cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
+    out_dir: str = typer.Option("placement-runs", help="folder for the graph cache"),
+    time_limit: float = typer.Option(60.0, help="time limit of the optimum's MILP (seconds), when it cannot enumerate"),
+    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+) -> None:
+    """Run every baseline (and the optimum) on one graph and cluster; measure them in the simulator."""
+    from pathlib import Path
+
+    from baselines import BASELINES, GPU_BASELINES
+    from baselines.report import applicable_baselines, run_baselines
+    from cluster.spec import load_cluster
+    from compgraph.grouping import GROUPERS
+
+    try:
+        spec = load_cluster(cluster)
+    except ValueError as exc:
+        _fail(str(exc))
+    if grouper is not None and grouper not in GROUPERS:
+        _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
+    if num_groups is not None and num_groups < 1:
+        _fail(f"--num-groups must be at least 1, got {num_groups}")
+    if time_limit <= 0:
+        _fail(f"--time-limit must be positive, got {time_limit}")
+    user_graph = graph_def is not None or keras is not None
+    if methods is None:
+        chosen = applicable_baselines(spec, user_graph)
+    else:
+        chosen = [m.strip() for m in methods.split(",") if m.strip()]
+        for m in chosen:
+            if m not in BASELINES:
+                _fail(f"unknown method {m!r}; valid: {', '.join(BASELINES)}")
+        if not chosen:
+            _fail(f"--methods is empty; valid: {', '.join(BASELINES)}")
+        if user_graph and "expert" in chosen:
+            _fail("method 'expert' needs a benchmark's layer rules; drop it from --methods for --graph-def/--keras")
+        if not spec.gpu_indices and any(m in GPU_BASELINES for m in chosen):
+            _fail(f"cluster {spec.name!r} has no GPU; drop {', '.join(m for m in chosen if m in GPU_BASELINES)} from --methods")
+    cache = cache_dir or str(Path(out_dir) / "graph-cache")
+    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0)
+    start = time.perf_counter()
+    result = run_baselines(prepared, spec, chosen, time_limit_s=time_limit)
+    result = {"model": prepared.name, "size": prepared.size, "cluster": spec.name, "env": "sim",
+              "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups, **result,
+              "wall_time_s": time.perf_counter() - start}
+    print_baselines_table(result, to_stderr=json_path == "-")
+    if json_path:
+        _write_json(result, json_path)
+
+
+def print_baselines_table(result: dict, to_stderr: bool = False) -> None:
+    """The rich table of :func:`baselines.report.run_baselines`' result."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=to_stderr)
+    table = Table(title=f"{result['model']} ({result['size']}, {result['ops']} ops, {result['groups']} groups) "
+                        f"on {result['cluster']} [{result['env']}]")
+    for col in ("method", "step time (s)", "devices used", "seconds", "x lower bound", "x optimum"):
+        table.add_column(col, justify="left" if col == "method" else "right")
+    for method, row in result["methods"].items():
+        t = "OOM" if row["oom"] else ("-" if row["step_time_s"] is None else f"{row['step_time_s']:.5f}")
+        ratios = ["-" if row.get(k) is None else f"{row[k]:.2f}" for k in ("x_lower_bound", "x_optimum")]
+        name = method + (" (ops)" if row.get("op_level") else "")
+        table.add_row(name, t, str(row["devices_used"]), f"{row['seconds']:.2f}", *ratios)
+    console.print(table)
+    lb = result.get("lower_bound_s")
+    console.print(f"lower bound: {'-' if lb is None else f'{lb:.5f} s'} ({result['lower_bound_seconds']:.2f} s to compute)")
+    if result.get("optimum_s") is not None:
+        how = "proven" if result["optimum_proven"] else f"not proven; proven bound {result['optimum_bound_s']:.5f} s"
+        console.print(f"optimum: {result['optimum_s']:.5f} s ({result['optimum_method']}, {how})")
+    if result.get("best_baseline"):
+        console.print(f"best baseline: {result['best_baseline']}")
