@@ -97,9 +97,25 @@ class PreparedGraph:
         return {f"import_{k}": self.import_info[k] for k in keys if k in self.import_info}
 
 
+def canonical_control_inputs(graph_def) -> None:
+    """Sort every node's control inputs (``^name``) by name, in place, after its data inputs.
+
+    TensorFlow's builders (``tf.group``, optimizers' ``minimize``) list control inputs in
+    an order that varies between builds of the same model in one process, which would
+    make two builds of one step differ; the order of control inputs has no meaning."""
+    for node in graph_def.node:
+        data = [i for i in node.input if not i.startswith("^")]
+        ctrl = sorted(i for i in node.input if i.startswith("^"))
+        if list(node.input) != data + ctrl:
+            del node.input[:]
+            node.input.extend(data + ctrl)
+
+
 def build_benchmark_graph(bench: Benchmark, config: BaseModel):
-    """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``."""
+    """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``
+    (control inputs in a canonical order: :func:`canonical_control_inputs`)."""
     graph_def, fetches = bench.build(config)
+    canonical_control_inputs(graph_def)
     graph = import_graph_def(graph_def, fetches, name=bench.name)
     return graph_def, list(fetches), graph
 
