@@ -74,6 +74,12 @@ class UserStep:
     fetches: list
     info: dict = field(default_factory=dict)
 
+    @property
+    def init_op(self) -> str | None:
+        """The op that initializes the step's variables (``None``: none added; a TF1 graph's
+        own ``init`` op, if any, is not reported here)."""
+        return self.info.get("init_op") or None
+
 
 def _flatten(graph_def, fetches: list[str], source: str, variables: dict | None = None) -> UserStep:
     """A TF2 graph (function library) made flat by :func:`compgraph.tf2.flatten_step`."""
