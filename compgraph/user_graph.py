@@ -468,7 +468,10 @@ def _keras3_step(tf, model, specs, spec: str) -> UserStep:
             outputs = model(xs[0] if n_in == 1 else list(xs), training=True)
             if isinstance(outputs, (list, tuple, dict)):
                 raise UserGraphError(f"keras {spec!r}: the model has several outputs; give a model with one output")
-            value = tf.reduce_mean(loss_fn(label, outputs))
+            # Loss.call, not __call__: __call__ casts integer labels to float first, which hides
+            # their class range from --env real's synthetic inputs (cluster.real.SyntheticInputs)
+            per_sample = loss_fn.call(label, outputs) if isinstance(loss_fn, keras.losses.Loss) else loss_fn(label, outputs)
+            value = tf.reduce_mean(per_sample)
             if model.losses:
                 value = value + tf.math.add_n(list(model.losses))
         variables = model.trainable_variables

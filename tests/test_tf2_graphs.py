@@ -250,3 +250,22 @@ def test_experiment_end_to_end_saved_model_and_keras3(prefect_harness, saved_tra
     result, out = runs["saved"]
     params = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}").get_run(result["mlflow_run_id"]).data.params
     assert params["import_format"] == "tf2" and params["model"] == "step_model:train_step"
+
+
+def test_env_real_runs_a_keras3_step_on_two_devices(tmp_path, monkeypatch):
+    """--env real on a Keras 3 model: variables made real, the label's class range inferred,
+    a placement over two logical CPUs measured."""
+    from cluster.environment import make_environment
+    from cluster.spec import load_cluster
+    from compgraph.prepare import prepare_user_graph
+
+    (tmp_path / "user_k3_real.py").write_text(KERAS3_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "user_k3_real", raising=False)
+    prep = prepare_user_graph(keras="user_k3_real:build")
+    assert prep.import_info["init_op"] == "init"
+    env = make_environment("real", prep.graph, prep.grouping, load_cluster("cpu4"), prep.graph_def, prep.fetches,
+                           steps=3, warmup=1)
+    placement = np.arange(prep.grouping.num_groups) % 2
+    m = env.measure(placement)
+    assert m.oom is False and m.step_time_s > 0
