@@ -74,17 +74,21 @@ def _prepare_graph(
     num_groups: int | None,
     cache_dir: str | None,
     seed: int,
+    saved_model: str | None = None,
+    signature: str | None = None,
 ):
-    """The prepared graph of a benchmark or of a user's GraphDef / Keras model; bad input -> one line, exit 2."""
+    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad input -> one line, exit 2."""
     from compgraph.prepare import prepare, prepare_user_graph
     from compgraph.user_graph import UserGraphError
 
-    if graph_def is not None and keras is not None:
-        _fail("give one of --graph-def and --keras, not both")
+    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
+        _fail("give one of --graph-def, --saved-model and --keras, not several")
+    if signature is not None and saved_model is None:
+        _fail("--signature needs --saved-model")
     try:
-        if graph_def is not None or keras is not None:
+        if graph_def is not None or keras is not None or saved_model is not None:
             return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                      num_groups=num_groups, seed=seed)
+                                      num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature)
         _check_model(model, size)
         return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
     except UserGraphError as exc:
@@ -98,7 +102,9 @@ def graph_stats(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
     size: str = typer.Option("small", help="small | paper (| large for rnnlm, nmt)"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of a benchmark"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION returning (keras model, input specs) instead of a benchmark"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of a benchmark"),
+    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of a benchmark"),
+    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
     grouper: str = typer.Option(None, help="grouper of the reported grouping: heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(256, help="target number of groups of the automatic groupers (metis, fluid)"),
     cache_dir: str = typer.Option(None, help="folder of the preprocessed-graph cache (read if it matches, else written)"),
@@ -110,7 +116,8 @@ def graph_stats(
     if num_groups < 1:
         _fail(f"--num-groups must be at least 1, got {num_groups}")
     automatic = grouper in GROUPERS and GROUPERS[grouper].automatic
-    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups if automatic else None, cache_dir, 0)
+    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups if automatic else None, cache_dir, 0,
+                              saved_model, signature)
     stats = prepared.stats()
     rule = prepared.benchmark.model_rule if prepared.benchmark is not None else None
     per = grouping_stats(prepared.graph, rule, num_groups)
@@ -131,7 +138,9 @@ def experiment(
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
     methods: str = typer.Option(None, help="comma-separated methods (default: every baseline that applies, rl and post)"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION returning (keras model, input specs) instead of --model"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
+    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
+    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
     grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
@@ -156,9 +165,9 @@ def experiment(
     from cluster.spec import load_cluster
     from placer import LEARNERS
 
-    user_graph = graph_def is not None or keras is not None
-    if graph_def is not None and keras is not None:
-        _fail("give one of --graph-def and --keras, not both")
+    user_graph = graph_def is not None or keras is not None or saved_model is not None
+    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
+        _fail("give one of --graph-def, --saved-model and --keras, not several")
     if not user_graph:
         _check_model(model, size)
     try:
@@ -203,7 +212,7 @@ def experiment(
     options = parse_learner_options(learner_option, chosen, budget, seed, _fail)
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:
-        _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed)
+        _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature)
 
     from flows.experiment import placement_experiment
 
@@ -213,6 +222,7 @@ def experiment(
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
         ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume,
+        **({"saved_model": saved_model, "signature": signature} if saved_model is not None else {}),
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")

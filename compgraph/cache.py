@@ -2,7 +2,7 @@
 
 An entry is a folder ``<cache_dir>/<model>-<size>-<grouper>-<num_groups>-s<seed>-<hash>/``:
 
-* ``meta.json``: the key (below) and the format version;
+* ``meta.json``: the key (below), the format version and the entry's content hashes;
 * ``graph.json``: the :class:`OpGraph` (ops, edges, fetches), the :class:`Grouping` and the
   step's fetches, as plain JSON (:func:`graph_to_dict`, :func:`grouping_to_dict`);
 * ``graph_def.pb``: the TensorFlow ``GraphDef``'s protobuf bytes, read back with
@@ -15,6 +15,14 @@ source, so any change to the models, the importer, the cost rules or the grouper
 misses), the TensorFlow version and the format version. A read checks the whole key
 stored in ``meta.json``; a missing, unreadable or different entry is a miss. Entries are
 written to a temporary folder and renamed into place, so a reader never sees half an entry.
+
+An entry cannot be poisoned silently: ``meta.json`` stores the SHA-256 of ``graph.json`` and
+of ``graph_def.pb`` and an entry hash over both and the code version
+(:func:`content_hash`). A read recomputes them; any mismatch (an edited ``graph.json``, a
+flipped byte of the GraphDef that ``--env real`` would execute, an entry written by other
+code) is logged as one warning line and is a miss, so the caller rebuilds and rewrites the
+entry. (This detects tampering and damage, not an attacker who also rewrites the hashes in
+``meta.json``: the cache folder must be as trusted as the code.)
 """
 
 from __future__ import annotations
@@ -33,7 +41,9 @@ import numpy as np
 
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: the entry's files covered by its content hash, in hashing order
+CONTENT_FILES = ("graph.json", "graph_def.pb")
 _log = logging.getLogger(__name__)
 _SOURCE_ROOT = Path(__file__).resolve().parent
 
@@ -184,9 +194,16 @@ def save_entry(cache_dir: str | Path, key: dict, graph: OpGraph, grouping: Group
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
     try:
         body = {"graph": graph_to_dict(graph), "grouping": grouping_to_dict(grouping), "fetches": list(fetches)}
-        (tmp / "graph.json").write_text(json.dumps(body, separators=(",", ":")))
-        (tmp / "graph_def.pb").write_bytes(graph_def.SerializeToString() if graph_def is not None else b"")
-        meta = {"key": key, "has_graph_def": graph_def is not None}
+        files = {
+            "graph.json": json.dumps(body, separators=(",", ":")).encode(),
+            "graph_def.pb": graph_def.SerializeToString(deterministic=True) if graph_def is not None else b"",
+        }
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        hashes = file_hashes(tmp, files)
+        version = code_version()
+        content = {"files": hashes, "code_version": version, "entry_sha256": content_hash(hashes, version)}
+        meta = {"key": key, "has_graph_def": graph_def is not None, "content": content}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
         if final.exists():
             shutil.rmtree(final)
@@ -197,9 +214,52 @@ def save_entry(cache_dir: str | Path, key: dict, graph: OpGraph, grouping: Group
     return final
 
 
+def file_hashes(folder: Path, files: dict[str, bytes] | None = None) -> dict[str, str]:
+    """SHA-256 hex digest of each of :data:`CONTENT_FILES` (from ``files`` if given, else read
+    from ``folder``)."""
+    out = {}
+    for name in CONTENT_FILES:
+        data = files[name] if files is not None else (folder / name).read_bytes()
+        out[name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def content_hash(hashes: dict[str, str], version: str) -> str:
+    """The entry hash: SHA-256 over the code version and the files' digests, in
+    :data:`CONTENT_FILES` order (64 hex digits)."""
+    h = hashlib.sha256(version.encode() + b"\0")
+    for name in CONTENT_FILES:
+        h.update(name.encode() + b"\0" + hashes[name].encode() + b"\0")
+    return h.hexdigest()
+
+
+class CacheIntegrityError(ValueError):
+    """A cache entry's content does not match the hashes stored with it."""
+
+
+def verify_entry(folder: Path, meta: dict, files: dict[str, bytes]) -> None:
+    """Check ``files`` (name -> bytes) against ``meta``'s hashes and the current code version.
+
+    Raises:
+        CacheIntegrityError: a file's digest, the code version or the entry hash differ
+            (the message names the first mismatch).
+    """
+    stored = meta.get("content") or {}
+    hashes = file_hashes(folder, files)
+    for name in CONTENT_FILES:
+        if stored.get("files", {}).get(name) != hashes[name]:
+            raise CacheIntegrityError(f"{name} does not match its stored SHA-256")
+    version = code_version()
+    if stored.get("code_version") != version:
+        raise CacheIntegrityError(f"written by code version {stored.get('code_version')!r}, this is {version!r}")
+    if stored.get("entry_sha256") != content_hash(hashes, version):
+        raise CacheIntegrityError("the entry hash over its files and the code version does not match")
+
+
 def load_entry(cache_dir: str | Path, key: dict) -> CacheEntry | None:
-    """Read ``key``'s entry; ``None`` on a miss (no entry, a different stored key, or an
-    unreadable entry, which is logged as a warning)."""
+    """Read ``key``'s entry; ``None`` on a miss: no entry, a different stored key, an entry
+    whose content does not match its hashes (:func:`verify_entry`), or an unreadable entry;
+    the last two are logged as one warning line each (``cache entry ...: ...; rebuilding``)."""
     folder = entry_dir(cache_dir, key)
     meta_path = folder / "meta.json"
     if not meta_path.is_file():
@@ -208,12 +268,18 @@ def load_entry(cache_dir: str | Path, key: dict) -> CacheEntry | None:
         meta = json.loads(meta_path.read_text())
         if meta.get("key") != key:
             return None
-        body = json.loads((folder / "graph.json").read_text())
+        files = {name: (folder / name).read_bytes() for name in CONTENT_FILES}
+        try:
+            verify_entry(folder, meta, files)
+        except CacheIntegrityError as e:
+            _log.warning("cache entry %s: %s (tampered or damaged); rebuilding", folder, e)
+            return None
+        body = json.loads(files["graph.json"].decode())
         graph = graph_from_dict(body["graph"])
         grouping = grouping_from_dict(body["grouping"])
         if grouping.op_group.shape != (graph.num_ops,):
             raise ValueError(f"grouping covers {grouping.op_group.shape[0]} ops, graph has {graph.num_ops}")
-        graph_def_bytes = (folder / "graph_def.pb").read_bytes() if meta.get("has_graph_def") else None
+        graph_def_bytes = files["graph_def.pb"] if meta.get("has_graph_def") else None
         return CacheEntry(graph, grouping, graph_def_bytes, tuple(body["fetches"]))
     except Exception as e:  # a damaged entry is a miss, rebuilt and rewritten by the caller
         _log.warning("cache entry %s unreadable (%s: %s); rebuilding", folder, type(e).__name__, e)

@@ -7,7 +7,7 @@ Keras model (:mod:`compgraph.user_graph`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -53,6 +53,9 @@ class PreparedGraph:
         graph_def: the TensorFlow ``GraphDef`` the graph was imported from (for real
             execution); may be given as its protobuf bytes, parsed on first access.
         fetches: op names one training step runs.
+        import_info: how a user's graph was imported (:attr:`compgraph.user_graph.UserStep.info`:
+            format, inlined calls, unrolled loops, loops kept as one iteration); empty for
+            a benchmark.
     """
 
     benchmark: Benchmark | None
@@ -62,6 +65,7 @@ class PreparedGraph:
     grouping: Grouping
     graph_def: object = _LazyGraphDef()
     fetches: tuple[str, ...] = ()
+    import_info: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -83,12 +87,35 @@ class PreparedGraph:
             "param_bytes": self.graph.total_param_bytes(),
             "ops_without_gpu_kernel": sum(not op.gpu_kernel for op in self.graph.ops),
             "op_types_without_flops_rule": unknown_flop_types([op.type for op in self.graph.ops]),
+            **({"import": dict(self.import_info)} if self.import_info else {}),
         }
+
+    def run_params(self) -> dict:
+        """MLflow params saying how a user's graph was imported (``import_*``: format, loops
+        unrolled, loops kept as one iteration); empty for a benchmark."""
+        keys = ("format", "unrolled_loops", "unrolled_iterations", "one_iteration_loops", "inlined_calls")
+        return {f"import_{k}": self.import_info[k] for k in keys if k in self.import_info}
+
+
+def canonical_control_inputs(graph_def) -> None:
+    """Sort every node's control inputs (``^name``) by name, in place, after its data inputs.
+
+    TensorFlow's builders (``tf.group``, optimizers' ``minimize``) list control inputs in
+    an order that varies between builds of the same model in one process, which would
+    make two builds of one step differ; the order of control inputs has no meaning."""
+    for node in graph_def.node:
+        data = [i for i in node.input if not i.startswith("^")]
+        ctrl = sorted(i for i in node.input if i.startswith("^"))
+        if list(node.input) != data + ctrl:
+            del node.input[:]
+            node.input.extend(data + ctrl)
 
 
 def build_benchmark_graph(bench: Benchmark, config: BaseModel):
-    """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``."""
+    """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``
+    (control inputs in a canonical order: :func:`canonical_control_inputs`)."""
     graph_def, fetches = bench.build(config)
+    canonical_control_inputs(graph_def)
     graph = import_graph_def(graph_def, fetches, name=bench.name)
     return graph_def, list(fetches), graph
 
@@ -146,44 +173,61 @@ def prepare_user_graph(
     num_groups: int | None = None,
     fetches: list[str] | None = None,
     seed: int = 0,
+    saved_model: str | Path | None = None,
+    signature: str | None = None,
 ) -> PreparedGraph:
-    """Import and group a user's training step: a ``GraphDef`` file or a Keras model.
+    """Import and group a user's training step: a ``GraphDef`` file, a SavedModel signature
+    or a Keras model.
 
     Args:
-        graph_def_path: a ``.pb``/``.pbtxt`` ``GraphDef`` (:func:`compgraph.user_graph.load_graph_def`).
-        keras: ``"module:function"`` (:func:`compgraph.user_graph.load_keras`).
+        graph_def_path: a ``.pb``/``.pbtxt`` ``GraphDef``, flat or TF2 with a function
+            library (:func:`compgraph.user_graph.load_graph_def_step`).
+        keras: ``"module:function"`` (:func:`compgraph.user_graph.load_keras_step`).
         grouper: ``heuristic``, ``metis`` or ``fluid`` (a user's graph has no model rule).
         num_groups: as :func:`prepare` (``None``: 256 for ``metis``/``fluid``).
         fetches: op names one step runs (``GraphDef`` files only); default: the graph's
             sinks without initializers (:func:`compgraph.user_graph.default_fetches`).
         seed: seed of the automatic groupers.
+        saved_model: a SavedModel folder (:func:`compgraph.user_graph.load_saved_model_step`).
+        signature: the SavedModel signature of the training step (``None``: its only one).
     Returns:
-        A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None``;
-        the graph is named after the file's stem or the Keras spec.
+        A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None``,
+        ``import_info`` set; the graph is named after the file's stem, the SavedModel
+        folder's name (``:signature`` added when given) or the Keras spec.
     Raises:
-        ValueError: not exactly one of ``graph_def_path`` and ``keras``; ``fetches`` with
-            ``keras``; a bad grouper or ``num_groups`` (``2017`` needs a model rule).
+        ValueError: not exactly one of ``graph_def_path``, ``saved_model`` and ``keras``;
+            ``fetches`` without ``graph_def_path``; ``signature`` without ``saved_model``;
+            a bad grouper or ``num_groups`` (``2017`` needs a model rule).
         compgraph.user_graph.UserGraphError: the file or model is unusable, or the importer
             rejects the graph (the message names the file).
     """
-    from compgraph.user_graph import UserGraphError, load_graph_def, load_keras
+    from compgraph.user_graph import UserGraphError, load_graph_def_step, load_keras_step, load_saved_model_step
 
-    if (graph_def_path is None) == (keras is None):
-        raise ValueError("give exactly one of graph_def_path (a .pb/.pbtxt GraphDef) and keras ('module:function')")
-    if keras is not None and fetches is not None:
-        raise ValueError("fetches is for GraphDef files; a Keras model's step fetches its train op and loss")
+    if sum(x is not None for x in (graph_def_path, keras, saved_model)) != 1:
+        raise ValueError("give exactly one of graph_def_path (a .pb/.pbtxt GraphDef), saved_model (a folder) and keras ('module:function')")
+    if graph_def_path is None and fetches is not None:
+        raise ValueError("fetches is for GraphDef files; a Keras model's or SavedModel signature's step fetches its outputs and updates")
+    if signature is not None and saved_model is None:
+        raise ValueError("signature is for saved_model")
     if num_groups is None:
         num_groups = default_num_groups(grouper)
-    source = str(graph_def_path) if graph_def_path is not None else f"keras {keras!r}"
-    name = Path(graph_def_path).stem if graph_def_path is not None else keras
+    if graph_def_path is not None:
+        source, name = str(graph_def_path), Path(graph_def_path).stem
+    elif saved_model is not None:
+        source = f"saved model {str(saved_model)!r}"
+        name = Path(saved_model).resolve().name + (f":{signature}" if signature else "")
+    else:
+        source, name = f"keras {keras!r}", keras
     check_grouper(grouper, None, num_groups, name)
     if graph_def_path is not None:
-        graph_def, fetch_names = load_graph_def(graph_def_path, fetches)
+        step = load_graph_def_step(graph_def_path, fetches)
+    elif saved_model is not None:
+        step = load_saved_model_step(saved_model, signature)
     else:
-        graph_def, fetch_names = load_keras(keras)
+        step = load_keras_step(keras)
     try:
-        graph = import_graph_def(graph_def, fetch_names, name=name)
+        graph = import_graph_def(step.graph_def, step.fetches, name=name)
     except Exception as e:  # TensorFlow's import errors (unknown op types, bad attrs) and ours
         raise UserGraphError(f"{source}: import failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
     grouping = group(graph, grouper, None, num_groups, seed)
-    return PreparedGraph(None, "user", None, graph, grouping, graph_def, tuple(fetch_names))
+    return PreparedGraph(None, "user", None, graph, grouping, step.graph_def, tuple(step.fetches), dict(step.info))

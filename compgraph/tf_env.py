@@ -4,7 +4,8 @@ TensorFlow 2 hides loops and conditionals in a function library (``While``/``If`
 turns variables into resource placeholders, so its ``tf.function`` graphs cannot be
 placed op by op. The TF1-style path gives a flat, runnable training-step graph
 (see ``shared/notes/stack.md``): legacy Keras, control flow v1, graphs built inside
-an explicit :class:`tf.Graph`.
+an explicit :class:`tf.Graph`. TF2 graphs that users bring are made flat by
+:mod:`compgraph.tf2`.
 """
 
 from __future__ import annotations
@@ -47,11 +48,14 @@ def _import_quietly():
 def import_tensorflow():
     """Return the ``tensorflow`` module configured for flat graph-mode building.
 
-    Sets ``TF_USE_LEGACY_KERAS=1`` and quiets TensorFlow's C++ log before the first import
+    Sets ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is then the legacy Keras 2; ``import keras``
+    still gives Keras 3, whose backend is set to ``tensorflow`` unless ``KERAS_BACKEND`` is
+    set) and quiets TensorFlow's C++ log before the first import
     (:func:`_import_quietly`), then disables control flow v2 so that loops are unrolled
     into the graph.
     """
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")  # users' Keras 3 models are traced as tf.functions
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     tf = _import_quietly()
 

@@ -60,7 +60,8 @@ def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGr
     """Turn a training-step ``GraphDef`` into an :class:`OpGraph`.
 
     Args:
-        graph_def: a ``tf.compat.v1.GraphDef`` with no function library.
+        graph_def: a ``tf.compat.v1.GraphDef`` with no function library (a TF2 graph is
+            flattened first: :func:`compgraph.tf2.flatten_step`).
         fetches: names of the ops one step runs (e.g. the train op and the loss);
             the graph is pruned to their ancestors.
         name: name recorded on the OpGraph.
@@ -110,7 +111,7 @@ def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGr
             edges.append(Edge(src, i, b, t.value_index))
             if t.dtype.name == "resource" or t.dtype._is_ref_dtype:
                 coloc.add(t.op.name)
-        for c in op.control_inputs:
+        for c in sorted(op.control_inputs, key=lambda c: index[c.name]):  # a canonical order
             edges.append(Edge(index[c.name], i, 0, -1, control=True))
         for grp in op.colocation_groups():
             other = grp.decode()[len("loc:@"):]
@@ -122,6 +123,10 @@ def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGr
                 attrs[key] = op.node_def.attr[key].b
         if "ksize" in op.node_def.attr:
             attrs["ksize"] = list(op.node_def.attr["ksize"].list.i)
+        if "equation" in op.node_def.attr:
+            attrs["equation"] = op.node_def.attr["equation"].s.decode()
+        if "fused_ops" in op.node_def.attr:
+            attrs["fused_ops"] = [f.decode() for f in op.node_def.attr["fused_ops"].list.s]
         param_bytes = 0
         if op.type in VARIABLE_TYPES:
             shape = tuple(tf.TensorShape(op.get_attr("shape")).as_list())

@@ -1,15 +1,24 @@
 """Users' own graphs: a TensorFlow ``GraphDef`` file or a Keras model, checked and loaded.
 
-Two ways in, both giving ``(graph_def, fetches)`` for :func:`compgraph.tf_import.import_graph_def`:
+Three ways in, each giving a :class:`UserStep` (``graph_def``, ``fetches``, ``info``) for
+:func:`compgraph.tf_import.import_graph_def`:
 
-* :func:`load_graph_def`: a ``GraphDef`` saved as ``.pb`` (binary protobuf, e.g.
+* :func:`load_graph_def_step`: a ``GraphDef`` saved as ``.pb`` (binary protobuf, e.g.
   ``tf.io.write_graph(graph_def, dir, "step.pb", as_text=False)``) or ``.pbtxt`` (protobuf
-  text format, parsed with ``google.protobuf.text_format``). It must be a flat, TF1-style
-  graph (``shared/notes/stack.md``): no function library, no call ops.
-* :func:`load_keras`: ``"module:function"``; the function returns ``(model, input_specs)``
-  and the model's training step is built here in TF1 graph mode (legacy Keras, control
-  flow v1; :mod:`compgraph.tf_env`): placeholders, the loss, Adam under the model's
-  update ops.
+  text format, parsed with ``google.protobuf.text_format``). A flat TF1-style graph is used
+  as it is; a TF2 graph with a function library (``tf.function``'s
+  ``get_concrete_function(...).graph.as_graph_def()``) is flattened by
+  :func:`compgraph.tf2.flatten_step` (calls inlined, static loops unrolled, ``If``/``Case``
+  lowered to ``Switch``/``Merge``, resource placeholders made variables).
+* :func:`load_saved_model_step`: a SavedModel folder and the name of a signature whose
+  function is the training step (``tf.saved_model.save(module, dir, signatures={"train_step":
+  module.step.get_concrete_function(...)})``), flattened the same way.
+* :func:`load_keras_step`: ``"module:function"``, the module imported from the current
+  folder as Python imports a script's modules. The function returns a Keras 3 model
+  (``import keras``), ``(keras 3 model, input_specs)``, or ``(legacy tf.keras model,
+  input_specs)``: see :func:`load_keras_step` for the step each gets.
+
+:func:`load_graph_def` and :func:`load_keras` return the ``(graph_def, fetches)`` pair only.
 
 Every problem with a user's graph raises :class:`UserGraphError` (a ``ValueError``) with
 a one-line message that names the file (or the Keras spec) and the problem.
@@ -18,7 +27,11 @@ a one-line message that names the file (or the Keras spec) and the problem.
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
@@ -43,6 +56,46 @@ _INITIALIZER = re.compile(r"^(init(_\d+)?|save(_\d+)?/.*|report_uninitialized.*)
 
 class UserGraphError(ValueError):
     """A user's graph file or Keras model cannot be used; the message names the source and the problem."""
+
+
+@dataclass
+class UserStep:
+    """A user's training step ready for import.
+
+    Attributes:
+        graph_def: a flat ``tf.compat.v1.GraphDef`` (no function library).
+        fetches: op names one step runs.
+        info: how it was obtained, JSON-able: ``format`` (``tf1``, ``tf2``, ``keras2``,
+            ``keras3``), and for TF2 graphs :meth:`compgraph.tf2.FlattenReport.as_params`
+            (inlined calls, unrolled loops, loops kept as one iteration) and the ``init_op``.
+    """
+
+    graph_def: object
+    fetches: list
+    info: dict = field(default_factory=dict)
+
+    @property
+    def init_op(self) -> str | None:
+        """The op that initializes the step's variables (``None``: none added; a TF1 graph's
+        own ``init`` op, if any, is not reported here)."""
+        return self.info.get("init_op") or None
+
+
+def _flatten(graph_def, fetches: list[str], source: str, variables: dict | None = None) -> UserStep:
+    """A TF2 graph (function library) made flat by :func:`compgraph.tf2.flatten_step`."""
+    from compgraph import tf2
+
+    try:
+        step = tf2.flatten_step(graph_def, fetches, variables)
+    except Exception as e:  # grappler's and our errors
+        raise UserGraphError(f"{source}: cannot inline the function library: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
+    return _from_flat(step, source, "tf2")
+
+
+def _from_flat(step, source: str, fmt: str) -> UserStep:
+    check_graph_def(step.graph_def, source)
+    info = {"format": fmt, "init_op": step.init_op or "", **step.report.as_params()}
+    return UserStep(step.graph_def, list(step.fetches), info)
 
 
 def _node_name(inp: str) -> str:
@@ -83,7 +136,7 @@ def check_graph_def(graph_def, source: str) -> None:
         source: the file name or Keras spec named in error messages.
     Raises:
         UserGraphError: no nodes; a node without a name or op type; an input naming no node;
-            a function library or call ops (named; the message suggests the TF1-style export);
+            a function library or call ops left (named; the loaders inline them first);
             a cycle other than a TensorFlow v1 loop's ``NextIteration -> Merge`` back edge (the
             message names an op on it).
     """
@@ -104,7 +157,10 @@ def check_graph_def(graph_def, source: str) -> None:
             parts.append(f"{len(funcs)} function(s) in its library: {', '.join(funcs[:3])}{', ...' if len(funcs) > 3 else ''}")
         if calls:
             parts.append(f"{len(calls)} call op(s): {', '.join(calls[:3])}{', ...' if len(calls) > 3 else ''}")
-        raise UserGraphError(f"{source}: ops are hidden in a function library ({'; '.join(parts)}); {_TF1_EXPORT_HINT}")
+        raise UserGraphError(
+            f"{source}: ops are hidden in a function library ({'; '.join(parts)}); load it with load_graph_def or "
+            f"--graph-def, which inline the library{'' if funcs else ' (this graph lacks it)'}, or {_TF1_EXPORT_HINT}"
+        )
     g = nx.DiGraph()
     g.add_nodes_from(names)
     for node in graph_def.node:
@@ -171,25 +227,93 @@ def _resolve_fetches(graph_def, fetches, source: str) -> list[str]:
     return out
 
 
-def load_graph_def(path: str | Path, fetches: list[str] | str | None = None):
-    """Load and check a user's training-step ``GraphDef``.
+def load_graph_def_step(path: str | Path, fetches: list[str] | str | None = None) -> UserStep:
+    """Load and check a user's training-step ``GraphDef``; a TF2 graph (function library) is
+    flattened (:func:`compgraph.tf2.flatten_step`).
 
     Args:
         path: a ``.pb`` (binary) or ``.pbtxt`` (text format) ``GraphDef`` file.
         fetches: the op (or tensor, ``name:0``) names one step runs; default
-            :func:`default_fetches` (the graph's sinks, initializers left out).
+            :func:`default_fetches` of the graph as saved (the graph's sinks, initializers
+            left out).
     Returns:
-        ``(graph_def, fetches)``: the ``tf.compat.v1.GraphDef`` and a list of op names.
+        A :class:`UserStep`.
     Raises:
         UserGraphError: the file is missing or unreadable, has an unknown suffix, does not
-            parse, or fails :func:`check_graph_def`; a fetch names no op.
+            parse, cannot be flattened, or fails :func:`check_graph_def`; a fetch names no op.
     """
     path = Path(path)
     if not path.is_file():
         raise UserGraphError(f"{path}: no such file")
     graph_def = _parse(path)
+    if len(graph_def.node) and len(graph_def.library.function):
+        return _flatten(graph_def, _resolve_fetches(graph_def, fetches, str(path)), str(path))
     check_graph_def(graph_def, str(path))
-    return graph_def, _resolve_fetches(graph_def, fetches, str(path))
+    from compgraph.tf2 import loop_frames
+
+    frames = loop_frames(graph_def)
+    info = {"format": "tf1", "one_iteration_loops": len(frames), "one_iteration_loop_names": ",".join(frames)[:240]}
+    return UserStep(graph_def, _resolve_fetches(graph_def, fetches, str(path)), info)
+
+
+def load_graph_def(path: str | Path, fetches: list[str] | str | None = None):
+    """:func:`load_graph_def_step` as ``(graph_def, fetches)``: the flat
+    ``tf.compat.v1.GraphDef`` and a list of op names. Raises as :func:`load_graph_def_step`."""
+    step = load_graph_def_step(path, fetches)
+    return step.graph_def, step.fetches
+
+
+def load_saved_model_step(directory: str | Path, signature: str | None = None) -> UserStep:
+    """The training step saved as a SavedModel signature, flattened.
+
+    Args:
+        directory: the SavedModel folder (``saved_model.pb`` and ``variables/``).
+        signature: the signature's name; ``None`` if the SavedModel has exactly one.
+    Returns:
+        A :class:`UserStep` (:func:`compgraph.tf2.concrete_function_step`: the signature's
+        outputs and a ``NoOp`` on its side effects are fetched; its variables become
+        ``VarHandleOp`` variables with an ``init`` op, filled with random values, not the
+        saved ones).
+    Raises:
+        UserGraphError: no such folder, not a SavedModel, no such signature (the message
+            lists them), or the function cannot be flattened.
+    """
+    directory = Path(directory)
+    source = f"saved model {str(directory)!r}"
+    if not directory.is_dir():
+        raise UserGraphError(f"{source}: no such folder")
+    if not (directory / "saved_model.pb").is_file() and not (directory / "saved_model.pbtxt").is_file():
+        raise UserGraphError(f"{source}: not a SavedModel (no saved_model.pb in it)")
+    tf = import_tensorflow()
+    try:
+        loaded = tf.saved_model.load(str(directory))
+    except Exception as e:
+        raise UserGraphError(f"{source}: cannot load: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
+    names = sorted(loaded.signatures.keys())
+    if signature is None:
+        if len(names) != 1:
+            raise UserGraphError(f"{source}: has {len(names)} signatures; name one with --signature: {', '.join(names) or 'none'}")
+        signature = names[0]
+    if signature not in loaded.signatures:
+        raise UserGraphError(f"{source}: no signature {signature!r}; valid: {', '.join(names) or 'none'}")
+    return _concrete_step(loaded.signatures[signature], f"{source} signature {signature!r}", "tf2")
+
+
+def _concrete_step(fn, source: str, fmt: str) -> UserStep:
+    from compgraph import tf2
+
+    try:
+        step = tf2.concrete_function_step(fn)
+    except Exception as e:
+        raise UserGraphError(f"{source}: cannot flatten the function: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
+    return _from_flat(step, source, fmt)
+
+
+def load_concrete_function_step(fn, name: str = "function") -> UserStep:
+    """A ``tf.function`` training step given as a ``ConcreteFunction``
+    (``step.get_concrete_function(tf.TensorSpec(...), ...)``), flattened as
+    :func:`load_saved_model_step` does. Raises :class:`UserGraphError`."""
+    return _concrete_step(fn, name, "tf2")
 
 
 def _input_specs(tf, specs, spec: str):
@@ -246,28 +370,164 @@ def _loss(tf, model, label, outputs, spec: str):
     return loss
 
 
-def load_keras(spec: str):
-    """Build the training step of a user's Keras model as a flat TF1-style ``GraphDef``.
+#: batch size of a Keras 3 model's inputs whose batch dimension is not given
+KERAS_DEFAULT_BATCH = 8
 
-    ``spec`` is ``"module:function"``: the module is imported and the function called with
-    no arguments inside a fresh ``tf.Graph`` (legacy Keras, control flow v1: see
-    :mod:`compgraph.tf_env`); it returns ``(model, input_specs)``, ``input_specs`` listing
-    the model's inputs then the label, each a ``tf.TensorSpec`` or ``(shape, dtype)`` with
-    every dimension given. The step: a placeholder per spec (``input_0``..., ``label``),
-    ``model(inputs, training=True)`` (batch norm in training mode, no conditionals), the
-    loss (the model's compiled loss if any, else sparse categorical cross-entropy; plus
-    regularization losses), ``tf.compat.v1.train.AdamOptimizer().minimize(loss)`` under
+
+@contextmanager
+def _cwd_on_path():
+    """The current folder first on ``sys.path`` while importing, as ``python script.py``
+    resolves the script's own modules (an installed ``placement`` command otherwise has
+    only its own folder there)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        importlib.invalidate_caches()
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _is_keras3_model(obj) -> bool:
+    """True for a Keras 3 (``import keras``, version 3) model, not a legacy ``tf.keras`` one."""
+    if "keras" not in sys.modules:
+        return False
+    keras = sys.modules["keras"]
+    try:
+        return int(str(getattr(keras, "__version__", "0")).split(".")[0]) >= 3 and isinstance(obj, keras.Model)
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _keras3_specs(tf, model, spec: str):
+    """Input specs ``[(shape, dtype, name)]`` of a Keras 3 model returned alone: its
+    ``inputs`` (batch :data:`KERAS_DEFAULT_BATCH` when not given), then the label: sparse
+    integer labels of the output's shape without its last axis, or the output's shape for a
+    compiled non-sparse loss."""
+    inputs = list(getattr(model, "inputs", None) or [])
+    outputs = list(getattr(model, "outputs", None) or [])
+    if not inputs or not outputs:
+        raise UserGraphError(
+            f"keras {spec!r}: the Keras 3 model has no symbolic inputs/outputs (a subclassed model?); "
+            f"return (model, input_specs) instead"
+        )
+    if len(outputs) != 1:
+        raise UserGraphError(f"keras {spec!r}: the model has {len(outputs)} outputs; give a model with one output")
+
+    def full(shape, what):
+        dims = list(shape)
+        if dims and dims[0] is None:
+            dims[0] = KERAS_DEFAULT_BATCH
+        if any(d is None for d in dims):
+            raise UserGraphError(f"keras {spec!r}: {what} has shape {tuple(shape)}; give every dimension but the batch, "
+                                 f"or return (model, input_specs)")
+        return tuple(int(d) for d in dims)
+
+    out = [(full(t.shape, f"input {i}"), tf.as_dtype(t.dtype), None) for i, t in enumerate(inputs)]
+    oshape = full(outputs[0].shape, "the output")
+    loss = getattr(model, "loss", None)
+    sparse = loss is None or "sparse" in (loss if isinstance(loss, str) else type(loss).__name__ + getattr(loss, "name", "")).lower()
+    out.append((oshape[:-1], tf.int32, None) if sparse else (oshape, tf.float32, None))
+    return out
+
+
+def _keras3_step(tf, model, specs, spec: str) -> UserStep:
+    """The training step of a Keras 3 model as a ``tf.function``, flattened.
+
+    The step: ``model(inputs, training=True)``, the compiled loss (``model.loss``) or sparse
+    categorical cross-entropy (from logits unless the last layer's activation is
+    ``softmax``), plus ``model.losses``; ``tape.gradient`` over the trainable variables;
+    the compiled optimizer (``model.optimizer``) or ``keras.optimizers.Adam()``, ``apply``.
+    """
+    import keras
+
+    loss = getattr(model, "loss", None)
+    try:
+        if loss is None:
+            act = getattr(getattr(model.layers[-1], "activation", None), "__name__", "") if model.layers else ""
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=act != "softmax")
+        else:
+            loss_fn = keras.losses.get(loss) if isinstance(loss, str) else loss
+    except (ValueError, TypeError) as e:
+        raise UserGraphError(f"keras {spec!r}: unknown compiled loss {loss!r}") from e
+    if not callable(loss_fn):
+        raise UserGraphError(f"keras {spec!r}: compiled loss {loss!r} is not one loss; compile with one loss")
+    opt = getattr(model, "optimizer", None)
+    if not isinstance(opt, keras.optimizers.Optimizer):
+        opt = keras.optimizers.Adam()
+    n_in = len(specs) - 1
+    signature = [tf.TensorSpec(shape, dtype, name=name or f"input_{i}") for i, (shape, dtype, name) in enumerate(specs[:-1])]
+    signature.append(tf.TensorSpec(specs[-1][0], specs[-1][1], name="label"))
+
+    def train_step(*args):
+        xs, label = args[:n_in], args[n_in]
+        with tf.GradientTape() as tape:
+            outputs = model(xs[0] if n_in == 1 else list(xs), training=True)
+            if isinstance(outputs, (list, tuple, dict)):
+                raise UserGraphError(f"keras {spec!r}: the model has several outputs; give a model with one output")
+            # Loss.call, not __call__: __call__ casts integer labels to float first, which hides
+            # their class range from --env real's synthetic inputs (cluster.real.SyntheticInputs)
+            per_sample = loss_fn.call(label, outputs) if isinstance(loss_fn, keras.losses.Loss) else loss_fn(label, outputs)
+            value = tf.reduce_mean(per_sample)
+            if model.losses:
+                value = value + tf.math.add_n(list(model.losses))
+        variables = model.trainable_variables
+        grads = tape.gradient(value, variables)
+        opt.apply(grads, variables)
+        return value
+
+    try:
+        if not opt.built:
+            opt.build(model.trainable_variables)
+        fn = tf.function(train_step, autograph=False).get_concrete_function(*signature)
+    except UserGraphError:
+        raise
+    except Exception as e:
+        raise UserGraphError(f"keras {spec!r}: building the training step failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
+    return _concrete_step(fn, f"keras {spec!r}", "keras3")
+
+
+def load_keras_step(spec: str) -> UserStep:
+    """Build the training step of a user's Keras model.
+
+    ``spec`` is ``"module:function"``; the module is imported with the current folder first
+    on ``sys.path`` (as Python resolves a script's modules; no ``PYTHONPATH`` needed) and the
+    function called with no arguments inside a fresh ``tf.Graph``. Accepted returns:
+
+    * a **Keras 3 model** (``import keras``, ``keras.Model``, functional or sequential with
+      known input shapes): inputs from ``model.inputs`` (an unknown batch dimension becomes
+      :data:`KERAS_DEFAULT_BATCH`), sparse integer labels (or labels of the output's shape
+      for a compiled non-sparse loss). The function is called a second time outside the
+      ``tf.Graph`` (eagerly), since Keras 3 builds its variables eagerly.
+    * ``(keras 3 model, input_specs)``: the same with the given specs.
+    * ``(legacy tf.keras model, input_specs)`` (``TF_USE_LEGACY_KERAS=1`` makes ``tf.keras``
+      the legacy Keras 2; :mod:`compgraph.tf_env`): the TF1 step described below.
+
+    ``input_specs`` lists the model's inputs then the label, each a ``tf.TensorSpec`` or
+    ``(shape, dtype)`` with every dimension given.
+
+    Keras 3 step (:func:`_keras3_step`): a ``tf.function`` (forward in training mode, loss,
+    ``GradientTape`` gradients, the optimizer's ``apply``), flattened by
+    :func:`compgraph.tf2.concrete_function_step` (the RNN layers' loops unrolled); inputs
+    are placeholders ``input_0``... and ``label``.
+
+    Legacy step: a placeholder per spec (``input_0``..., ``label``), ``model(inputs,
+    training=True)`` (batch norm in training mode, no conditionals), the loss (the model's
+    compiled loss if any, else sparse categorical cross-entropy; plus regularization
+    losses), ``tf.compat.v1.train.AdamOptimizer().minimize(loss)`` under
     ``control_dependencies`` on the model's update ops (batch-norm moving averages),
-    gradients colocated with their ops.
+    gradients colocated with their ops; fetches ``[train op, loss op]``.
 
     Returns:
-        ``(graph_def, fetches)``: the ``GraphDef`` (``_output_shapes`` on every node) and
-        ``[train op name, loss op name]``.
+        A :class:`UserStep` (``_output_shapes`` on every node of a legacy step).
     Raises:
         UserGraphError: the spec is not ``module:function``; the module cannot be imported;
-            it has no such function; the function fails or returns something else than
-            ``(model, input_specs)``; a spec is malformed or has an unknown dimension; the
-            model has several outputs; building the step fails; or the graph fails
+            it has no such function; the function fails or returns something else than the
+            accepted shapes; a spec is malformed or has an unknown dimension; the model has
+            several outputs; building the step fails; or the graph fails
             :func:`check_graph_def`.
     """
     m = re.fullmatch(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)", spec or "")
@@ -277,9 +537,10 @@ def load_keras(spec: str):
     tf = import_tensorflow()
     v1 = tf.compat.v1
     try:
-        module = importlib.import_module(module_name)
+        with _cwd_on_path():
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        raise UserGraphError(f"keras {spec!r}: no module {module_name!r} ({e})") from e
+        raise UserGraphError(f"keras {spec!r}: no module {module_name!r} in {os.getcwd()} or on sys.path ({e})") from e
     except Exception as e:  # the user's module raised while importing
         raise UserGraphError(f"keras {spec!r}: importing {module_name!r} failed: {type(e).__name__}: {e}") from e
     fn = getattr(module, func_name, None)
@@ -291,12 +552,31 @@ def load_keras(spec: str):
             result = fn()
         except Exception as e:
             raise UserGraphError(f"keras {spec!r}: {func_name}() failed: {type(e).__name__}: {e}") from e
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise UserGraphError(f"keras {spec!r}: {func_name}() must return (model, input_specs); got {type(result).__name__}")
-        model, specs = result
-        if not callable(model):
-            raise UserGraphError(f"keras {spec!r}: {func_name}() returned a model that is not callable: {model!r}")
-        specs = _input_specs(tf, specs, spec)
+        first = result[0] if isinstance(result, tuple) and len(result) == 2 else result
+        keras3 = _is_keras3_model(first)
+        if not keras3:
+            if not (isinstance(result, tuple) and len(result) == 2):
+                raise UserGraphError(
+                    f"keras {spec!r}: {func_name}() must return a Keras 3 model or (model, input_specs); "
+                    f"got {type(result).__name__}"
+                )
+            model, specs = result
+            if not callable(model):
+                raise UserGraphError(f"keras {spec!r}: {func_name}() returned a model that is not callable: {model!r}")
+            specs = _input_specs(tf, specs, spec)
+    if keras3:
+        try:
+            result = fn()  # eagerly: Keras 3 makes eager variables, captured by the tf.function
+        except Exception as e:
+            raise UserGraphError(f"keras {spec!r}: {func_name}() failed: {type(e).__name__}: {e}") from e
+        if isinstance(result, tuple):
+            model, specs = result
+            specs = _input_specs(tf, specs, spec)
+        else:
+            model = result
+            specs = _keras3_specs(tf, model, spec)
+        return _keras3_step(tf, model, specs, spec)
+    with graph.as_default():
         xs = [
             v1.placeholder(dtype, shape, name=name or f"input_{i}") for i, (shape, dtype, name) in enumerate(specs[:-1])
         ]
@@ -318,4 +598,10 @@ def load_keras(spec: str):
             raise UserGraphError(f"keras {spec!r}: building the training step failed: {type(e).__name__}: {e}") from e
     graph_def = graph.as_graph_def(add_shapes=True)
     check_graph_def(graph_def, f"keras {spec!r}")
-    return graph_def, [train_op.name, loss.op.name]
+    return UserStep(graph_def, [train_op.name, loss.op.name], {"format": "keras2"})
+
+
+def load_keras(spec: str):
+    """:func:`load_keras_step` as ``(graph_def, fetches)``. Raises as :func:`load_keras_step`."""
+    step = load_keras_step(spec)
+    return step.graph_def, step.fetches

@@ -40,6 +40,8 @@ def placement_experiment(
     soft_placement: bool = False,
     learner_options: dict[str, dict] | None = None,
     resume: bool = False,
+    saved_model: str | None = None,
+    signature: str | None = None,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
@@ -54,7 +56,8 @@ def placement_experiment(
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
     env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
     uri = tracking_uri or default_tracking_uri(out)
-    prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras)
+    prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras,
+                                saved_model, signature)
     model = prepared.name
     spec = tasks.load_cluster_spec(cluster)
     placements: dict = {}
@@ -110,6 +113,7 @@ def placement_experiment(
     params = {"model": model, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
               "k": k, "seed": seed, "env": env, "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
               "grouper": prepared.grouping.grouper}
+    params.update(prepared.run_params())  # a user's graph: how it was imported (loops unrolled or kept as one iteration)
     run_id = tasks.record(
         tracking_uri=uri,
         artifact_location=artifact_root(out),

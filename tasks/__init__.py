@@ -26,13 +26,15 @@ def preprocess(
     seed: int = 0,
     graph_def: str | None = None,
     keras: str | None = None,
+    saved_model: str | None = None,
+    signature: str | None = None,
 ) -> PreparedGraph:
     """Build (or read from the cache), import and group the training step: a benchmark
     (:func:`compgraph.prepare.prepare`) or a user's GraphDef / Keras model
     (:func:`compgraph.prepare.prepare_user_graph`)."""
-    if graph_def is not None or keras is not None:
+    if graph_def is not None or keras is not None or saved_model is not None:
         return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                  num_groups=num_groups, seed=seed)
+                                  num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature)
     return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
 
 
