@@ -10,11 +10,11 @@ For each model of ``--models`` (default ``rnnlm,nmt,inception_v3``) registered i
   its group's device), :meth:`cluster.fast_simulator.FastSimulator.run_group_arrays`;
   ``grouped_run_arrays_per_s``: the same through ``run_arrays`` on the expanded
   ``[K, num_ops]`` placements (expansion included); ``grouped_measure_batch_per_s``: the
-  same through :meth:`cluster.environment.SimulatedEnvironment.measure_batch` (Python
+  same through :meth:`cluster.simulated.SimulatedEnvironment.measure_batch` (Python
   results included);
 * ``contracted_grouped_per_s``: random group placements on the cluster graph of
   :func:`cluster.fast_simulator.contract_groups` (an approximation, see there), with its
-  step-time ratio to the exact simulation;
+  step-time ratio to the exact simulation (min, median, max, Pearson r, Kendall tau, MAPE);
 * ``reference_per_s``: :class:`cluster.simulator.Simulator` on ``--reference-placements``
   group placements, whose results must equal the fast ones exactly (``matches_reference``).
 
@@ -56,11 +56,18 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.cost_model import op_time_matrix  # noqa: E402
-from cluster.environment import SimulatedEnvironment  # noqa: E402
 from cluster.fast_simulator import FastSimulator, contract_groups  # noqa: E402
+from cluster.simulated import SimulatedEnvironment  # noqa: E402
 from cluster.simulator import Simulator  # noqa: E402
 from cluster.spec import ClusterSpec, load_cluster  # noqa: E402
 from compgraph.ir import Edge, Grouping, Op, OpGraph  # noqa: E402
+
+
+def _kendall(a, b) -> float:
+    """Kendall tau-b of two samples (scipy.stats.kendalltau)."""
+    from scipy.stats import kendalltau
+
+    return kendalltau(a, b).statistic
 
 
 REPEATS = 3  #: timed runs per figure (best kept); set by --repeats
@@ -148,6 +155,8 @@ def measure_graph(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, placeme
         "min": round(float(ratio.min()), 4), "median": round(float(np.median(ratio)), 4),
         "max": round(float(ratio.max()), 4),
         "pearson_r": round(float(np.corrcoef(cres["b"].step_time_s, res["b"].step_time_s)[0, 1]), 4),
+        "kendall_tau": round(float(_kendall(cres["b"].step_time_s, res["b"].step_time_s)), 4),
+        "mape": round(float(np.mean(np.abs(ratio - 1))), 4),
     }
     ref = Simulator(graph, spec)
     k = reference_placements
