@@ -130,8 +130,7 @@ def test_checkpoint_is_loaded_with_weights_only(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-@pytest.mark.parametrize("name", ["rl", "post"])
-def test_resume_after_a_signal_equals_the_uninterrupted_search(name, sig, tmp_path):
+def test_resume_after_a_signal_equals_the_uninterrupted_search(sig, tmp_path, name="rl"):
     """A child process searching (0.03 s per measurement) is stopped by ``sig`` after >= 30
     logged placements; the resumed child measures only the rest and prints the same result."""
     script = Path(__file__).resolve().parent / "learner_toy.py"
