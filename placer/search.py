@@ -259,6 +259,7 @@ def run_name(model: str, size: str, cluster: str, grouper: str, learner: str, se
 def _save_checkpoint(path: Path, learner: Learner, book: dict) -> None:
     import torch
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"sampled": book["sampled"], "learner": learner.state_dict()}, tmp)
     os.replace(tmp, path)

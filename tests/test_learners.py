@@ -122,10 +122,10 @@ def test_resume_equals_the_uninterrupted_search(name, with_checkpoint, tmp_path)
 
 def test_checkpoint_is_loaded_with_weights_only(tmp_path):
     learner, env = make_learner("rl", 0, budget=16)
-    run_search(learner, env, log_path=tmp_path / "l.jsonl", checkpoint_path=tmp_path / "c.pt")
-    state = torch.load(tmp_path / "c.pt", weights_only=True)
+    run_search(learner, env, log_path=tmp_path / "l.jsonl", checkpoint_path=tmp_path / "new" / "c.pt")
+    state = torch.load(tmp_path / "new" / "c.pt", weights_only=True)
     assert state["sampled"] == 16 and "policy" in state["learner"]
-    book = json.loads((tmp_path / "c.json").read_text())
+    book = json.loads((tmp_path / "new" / "c.json").read_text())
     assert book["sampled"] == 16 and len(book["step_times"]) == 16
 
 
@@ -158,3 +158,57 @@ def test_resume_after_a_signal_equals_the_uninterrupted_search(sig, tmp_path, na
     assert resumed["step_times"] == whole.step_times and resumed["curve"] == whole.curve
     assert resumed["best"] == [int(x) for x in whole.best_placement]
     assert np.isfinite(whole.best_step_time_s)
+
+
+def test_compare_summary_plot_and_mlflow_record(tmp_path):
+    """Two learners x two seeds on the toy: summary figures, one PNG, curves in a real SQLite MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from placer.compare import summarize_runs
+    from tracking.learners import plot_learner_curves, record_comparison
+
+    runs = {}
+    for name in ("ce", "post"):
+        for seed in (0, 1):
+            learner, env = make_learner(name, seed, budget=120)
+            runs.setdefault(name, []).append(run_search(learner, env))
+    summary = summarize_runs(runs)
+    for name, results in runs.items():
+        bests = [r.best_step_time_s for r in results]
+        assert summary[name]["best_step_time_s"]["median"] == pytest.approx(float(np.median(bests)))
+        assert summary[name]["best_step_time_s"]["min"] == min(bests)
+        for r, n in zip(results, summary[name]["placements_to_within_5pct"]["values"]):
+            assert min(t for t in r.step_times[:n] if t is not None) <= 1.05 * r.best_step_time_s
+            assert n == 1 or min(t for t in r.step_times[: n - 1] if t is not None) > 1.05 * r.best_step_time_s
+    png = plot_learner_curves(runs, tmp_path / "curves.png", "toy")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    pid = record_comparison(tracking_uri=uri, artifact_location=str(tmp_path / "artifacts"), params={"model": "toy"},
+                            summary=summary, runs=runs, plot_path=png, seeds=[0, 1], prefect_flow_run_id=None)
+    client = MlflowClient(tracking_uri=uri)
+    assert [a.path for a in client.list_artifacts(pid)] == ["curves.png", "summary.json"]
+    children = client.search_runs([client.get_run(pid).info.experiment_id], f"tags.mlflow.parentRunId = '{pid}'")
+    assert sorted(c.info.run_name for c in children) == ["ce-seed0", "ce-seed1", "post-seed0", "post-seed1"]
+    child = next(c for c in children if c.info.run_name == "post-seed1")
+    hist = client.get_metric_history(child.info.run_id, "best_step_time_s")
+    assert [m.step for m in hist] == [p["placements"] for p in runs["post"][1].curve]
+    by_wall = client.get_metric_history(child.info.run_id, "best_step_time_s_vs_wall_ms")
+    r = runs["post"][1]
+    assert {(m.step, m.value) for m in by_wall} == {(int(1000 * u["wall_s"]), p["best_step_time_s"])
+                                                    for p, u in zip(r.curve, r.updates)}
+
+
+@pytest.mark.parametrize("option, needle", [
+    ("rl.hidden_size=-3", "--learner-option for rl: "),
+    ("rl.nope=1", "rl.nope: unknown"),
+    ("magic.k=1", "unknown learner 'magic'"),
+    ("rl-k=1", "expected METHOD.FIELD=VALUE"),
+])
+def test_cli_learner_options_are_validated_by_the_learner_config(option, needle):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    res = CliRunner().invoke(app, ["experiment", "--methods", "rl,post", "--learner-option", option])
+    assert res.exit_code == 2
+    assert needle in res.output and len(res.output.strip().splitlines()) == 1, res.output
