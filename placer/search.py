@@ -323,6 +323,9 @@ def run_search(
     result = SearchResult(None, None, failing_signal=float(getattr(learner, "failing_signal", 0.0) or 0.0),
                           learner=learner.name, settings=settings)
     sampled, wall_before = 0, 0.0
+    if ckpt is not None and not resume:  # a fresh search: an older checkpoint of these settings is stale
+        ckpt.unlink(missing_ok=True)
+        ckpt.with_suffix(".json").unlink(missing_ok=True)
     if ckpt is not None and resume and log is not None:
         loaded = _load_checkpoint(ckpt, settings, len(log.records))
         if loaded is not None:
