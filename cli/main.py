@@ -259,5 +259,7 @@ def main() -> None:
 from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, train)
 from cli import learners  # noqa: E402,F401  (registers compare-learners)
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m cli.main`: run the module whose app the sub-modules registered on
+    from cli.main import main as _main
+
+    _main()
