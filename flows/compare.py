@@ -58,7 +58,7 @@ def compare_learners(
         for seed in seeds:
             config = tasks.learner_config(method, budget, seed, (learner_options or {}).get(method))
             log_path, ckpt_path = tasks.run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
-                                                  seed, budget)
+                                                  seed, config.budget)
             runs.setdefault(method, []).append(
                 tasks.learner_search(method, prepared, spec, env, config, log_path, ckpt_path, resume))
     summary = summarize_runs(runs)

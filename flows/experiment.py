@@ -73,7 +73,7 @@ def placement_experiment(
             continue
         options = {**({"k": k} if method == "rl" else {}), **(learner_options or {}).get(method, {})}
         config = tasks.learner_config(method, budget, seed, options)
-        log_path, ckpt_path = tasks.run_paths(out, model, size, spec.name, prepared.grouping.grouper, method, seed, budget)
+        log_path, ckpt_path = tasks.run_paths(out, model, size, spec.name, prepared.grouping.grouper, method, seed, config.budget)
         if method == "rl" and controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
             log_path = log_path.with_name(log_path.name.replace("-rl-", f"-rl-ray{controllers}-"))
             if not resume:

@@ -259,6 +259,7 @@ def run_name(model: str, size: str, cluster: str, grouper: str, learner: str, se
 def _save_checkpoint(path: Path, learner: Learner, book: dict) -> None:
     import torch
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"sampled": book["sampled"], "learner": learner.state_dict()}, tmp)
     os.replace(tmp, path)
@@ -322,6 +323,9 @@ def run_search(
     result = SearchResult(None, None, failing_signal=float(getattr(learner, "failing_signal", 0.0) or 0.0),
                           learner=learner.name, settings=settings)
     sampled, wall_before = 0, 0.0
+    if ckpt is not None and not resume:  # a fresh search: an older checkpoint of these settings is stale
+        ckpt.unlink(missing_ok=True)
+        ckpt.with_suffix(".json").unlink(missing_ok=True)
     if ckpt is not None and resume and log is not None:
         loaded = _load_checkpoint(ckpt, settings, len(log.records))
         if loaded is not None:

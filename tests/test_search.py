@@ -123,3 +123,48 @@ def test_distributed_search_refuses_the_ppo_option(rnnlm_small, k80x2):
 
     with pytest.raises(ValueError, match="ppo_epochs=4"):
         distributed_reinforce_search(rnnlm_small, k80x2, ReinforceConfig(budget=8, k=4, ppo_epochs=4))
+
+
+def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_small):
+    """The recomputing attention node gives the scores, log-probabilities and gradients of
+    the plain ``attn_v(tanh(keys + attn_dec(dec)))`` formula (2017 Sec. 3.2's attention)."""
+    import torch
+
+    from placer.seq2seq import _AdditiveScores
+
+    torch.manual_seed(0)
+    keys, query, v = torch.randn(61, 16, requires_grad=True), torch.randn(5, 16, requires_grad=True), torch.randn(16, requires_grad=True)
+    fused = _AdditiveScores.apply(keys, query, v)
+    plain = (torch.tanh(keys.unsqueeze(0) + query.unsqueeze(1)) * v).sum(2)
+    w = torch.randn(5, 61)
+    g1 = torch.autograd.grad((fused * w).sum(), (keys, query, v))
+    g2 = torch.autograd.grad((plain * w).sum(), (keys, query, v))
+    assert torch.allclose(fused, plain, atol=1e-5)
+    for a, b in zip(g1, g2):
+        assert torch.allclose(a, b, atol=1e-5)
+
+    # the whole policy: log-probabilities of given placements and the REINFORCE gradient match
+    # a copy whose attention is the plain formula
+    f = group_features(rnnlm_small.graph, rnnlm_small.grouping)
+    torch.manual_seed(0)
+    policy = Seq2SeqPlacer(f, 3, hidden_size=32)
+    actions, logp, _ = policy(4, generator=torch.Generator().manual_seed(1))
+    grads = torch.autograd.grad(logp.sum(), list(policy.parameters()))
+    import placer.seq2seq as s2s
+
+    real = s2s._AdditiveScores
+
+    class Plain:
+        @staticmethod
+        def apply(k, q, vv):
+            return (torch.tanh(k.unsqueeze(0) + q.unsqueeze(1)) * vv).sum(2)
+
+    s2s._AdditiveScores = Plain
+    try:
+        _, logp_plain, _ = policy(4, actions=actions)
+        grads_plain = torch.autograd.grad(logp_plain.sum(), list(policy.parameters()))
+    finally:
+        s2s._AdditiveScores = real
+    assert torch.allclose(logp, logp_plain, atol=1e-5)
+    for a, b in zip(grads, grads_plain):
+        assert torch.allclose(a, b, atol=1e-5)
