@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from compgraph.ir import OpGraph
 
-#: name fragments of optimizer slot variables (TensorFlow's ``Optimizer._zeros_slot`` names).
-SLOT_MARKERS = ("/Adam", "/RMSProp", "/Momentum", "/Adagrad", "/Ftrl")
+#: name fragments of optimizer state variables: slots (TensorFlow's ``Optimizer._zeros_slot``
+#: names) and Adam's two scalar accumulators ``beta1_power`` / ``beta2_power``.
+SLOT_MARKERS = ("/Adam", "/RMSProp", "/Momentum", "/Adagrad", "/Ftrl", "beta1_power", "beta2_power")
 
 
 def memory_breakdown(graph: OpGraph) -> dict[str, int]:
