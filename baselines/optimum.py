@@ -282,15 +282,21 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
         if np.isfinite(t[k]):
             best_p, best_t = places[k], float(t[k])
         # polish: move one group at a time while that improves the simulated time (within the time limit)
-        while best_p is not None and time.perf_counter() - start < time_limit_s:
+        improved = True
+        while best_p is not None and improved and time.perf_counter() - start < time_limit_s:
+            improved = False
             moves = _neighbours(best_p, D, pairs=(G * D) ** 2 <= 20000)
-            rr = sim.run_group_arrays(moves, og)
-            evaluated += len(moves)
-            t = np.where(rr.oom, np.inf, rr.step_time_s)
-            k = int(np.argmin(t))
-            if not t[k] < best_t:
-                break
-            best_p, best_t = moves[k], float(t[k])
+            for lo_ in range(0, len(moves), 512):  # chunks: take the best improving move of the first chunk that has one
+                if time.perf_counter() - start >= time_limit_s:
+                    break
+                chunk = moves[lo_:lo_ + 512]
+                rr = sim.run_group_arrays(chunk, og)
+                evaluated += len(chunk)
+                t = np.where(rr.oom, np.inf, rr.step_time_s)
+                k = int(np.argmin(t))
+                if t[k] < best_t:
+                    best_p, best_t, improved = chunk[k].copy(), float(t[k]), True
+                    break
     if lower_bound_s is None:
         from baselines.bounds import lower_bound
 

@@ -22,6 +22,41 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+PAPER_TABLE_2 = {  # 2017 Table 2, measured seconds: Scotch, MinCut, Expert, RL-based
+    ("rnnlm", "k80x2"): (13.43, 11.94, 3.81, 1.57), ("rnnlm", "k80x4"): (11.52, 10.44, 4.46, 1.57),
+    ("nmt", "k80x2"): (14.19, 11.54, 4.99, 4.04), ("nmt", "k80x4"): (11.23, 11.78, 4.73, 3.92),
+    ("inception_v3", "k80x2"): (25.24, 22.88, 11.22, 4.60), ("inception_v3", "k80x4"): (23.41, 24.52, 10.65, 3.85),
+}
+METHODS = ("single_cpu", "single_gpu", "scotch", "mincut", "expert", "metis", "m_topo", "m_etf", "m_sct", "optimum")
+
+
+def markdown(report: dict) -> str:
+    """The README tables: step times (x lower bound) beside 2017 Table 2, and seconds per placer."""
+    lines = ["| model, cluster | " + " | ".join(METHODS) + " | lower bound | best / bound | 2017 Table 2 (Scotch, MinCut, Expert, RL) |",
+             "|---|" + "---|" * (len(METHODS) + 3)]
+    for key, r in report["results"].items():
+        model, _, cluster = key.split("/")
+        cells = []
+        for m in METHODS:
+            row = r["methods"].get(m)
+            if row is None:
+                cells.append("-")
+                continue
+            t = "OOM" if row["oom"] else ("-" if row["step_time_s"] is None else f"{row['step_time_s']:.3f}")
+            cells.append(f"{t} ({row['x_lower_bound']:.2f}x)" if row.get("x_lower_bound") else t)
+        times = [row["step_time_s"] for row in r["methods"].values() if row["step_time_s"] is not None]
+        lb = r["lower_bound_s"]
+        paper = ", ".join(f"{x:.2f}" for x in PAPER_TABLE_2.get((model, cluster), ()))
+        lines.append(f"| {model}, {cluster} | " + " | ".join(cells) + f" | {lb:.3f} | {min(times) / lb:.2f}x | {paper} |")
+    lines += ["", "| model, cluster (ops / groups) | " + " | ".join(METHODS) + " | lower bound |",
+              "|---|" + "---|" * (len(METHODS) + 1)]
+    for key, r in report["results"].items():
+        model, _, cluster = key.split("/")
+        secs = " | ".join("-" if m not in r["methods"] else f"{r['methods'][m]['seconds']:.2f}" for m in METHODS)
+        lines.append(f"| {model}, {cluster} ({r['ops']:,} / {r['groups']}) | {secs} | {r['lower_bound_seconds']:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="rnnlm,nmt,inception_v3")
@@ -31,7 +66,11 @@ def main() -> None:
     ap.add_argument("--cache-dir", default="placement-runs/graph-cache")
     ap.add_argument("--out", default="placement-runs/baselines-bench.json")
     ap.add_argument("--fresh", action="store_true", help="ignore the results already in --out")
+    ap.add_argument("--markdown", action="store_true", help="print the README tables of the results in --out and exit")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return
 
     from baselines.report import run_baselines
     from cluster.spec import load_cluster
