@@ -38,9 +38,10 @@ paper) takes one ratio per group (one ratio for the joint probability of ~6,000 
 is clipped for every sample after the first step); entropy bonus 0.01 on the mean entropy
 per decision (the units' group distributions and the groups' device distributions),
 10 placements a mini-batch, 4 updates each, Adam (0.01), gradient norm clipped at 1.0.
-Eq. 4: ``R = -sqrt(step time)``, ``B`` = exponential moving average of ``R`` (decay
-``baseline_decay``, 0.9: the paper gives none; updated with the batch before the
-advantages ``A = R - B`` are taken, as Eq. 4 writes ``B_t = ExpMovAvg(R_t)``). An OOM
+Eq. 4: ``R_t = -sqrt(step time)`` of the ``t``-th placement, ``B_t`` the exponential moving
+average of ``R_1..R_t`` (decay ``baseline_decay`` per placement, 0.9: the paper gives none),
+``A_t = R_t - B_t``. (An average moved once per mini-batch lagged the improving rewards so
+that nearly every advantage was positive on the test graph.) An OOM
 placement gets the step time ``10 x T_serial`` (the paper gives none).
 
 **eagle_ce** (Sec. III-D "PPO joint with cross-entropy minimization", IV-C): every 50
@@ -66,6 +67,7 @@ from placer.hierarchical import (
     clip_and_step,
     failing_time,
     group_embeddings,
+    policy_compute,
     sample_categorical,
     seeded_init,
     unit_inputs,
@@ -168,6 +170,8 @@ class EagleConfig(LearnerConfig):
             ``column_max`` and ``mean`` (ours: the paper says only that EAGLE optimised the
             network inputs; with the grappler's raw ``sum`` the grouper's logits are in the
             thousands and every PPO ratio is clipped); ``raw``/``sum`` is the grappler's.
+        threads: torch intra-op threads while sampling and updating
+            (:func:`placer.hierarchical.policy_compute`).
     """
 
     k: int = Field(10, ge=1)
@@ -190,6 +194,7 @@ class EagleConfig(LearnerConfig):
     failing_time_s: float | None = Field(None, gt=0)
     input_scaling: Literal["raw", "column_max"] = "column_max"
     unit_pooling: Literal["sum", "mean"] = "mean"
+    threads: int = Field(1, ge=1)
 
 
 class EagleCEConfig(EagleConfig):
@@ -262,7 +267,8 @@ class Eagle(Learner):
 
     def sample(self, k: int) -> Samples:
         """Sample ``k`` (grouping, placement) pairs; placements are ``[k, U]`` unit devices."""
-        with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
+        c = self.config
+        with torch.no_grad(), policy_compute(c.threads):
             glp = torch.log_softmax(self.grouper(self._x), dim=1)  # [U, G], the same for all k
             groups = torch.multinomial(glp.exp(), k, replacement=True, generator=self.generator).T.contiguous()
             glogp = glp.gather(1, groups.T).T  # [k, U]
@@ -281,13 +287,16 @@ class Eagle(Learner):
                      np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=self.failing_time_s))
         r = -np.sqrt(t)
         self.sampled += len(t)
-        mean_r = float(r.mean())
-        self.baseline = mean_r if self.baseline is None else (
-            c.baseline_decay * self.baseline + (1 - c.baseline_decay) * mean_r)
-        adv = torch.from_numpy(r - self.baseline).float()
+        # Eq. 4, t indexing placements: B_t = ExpMovAvg(R_1..R_t), A_t = R_t - B_t
+        b = np.empty_like(r)
+        for i, ri in enumerate(r):
+            self.baseline = float(ri) if self.baseline is None else (
+                c.baseline_decay * self.baseline + (1 - c.baseline_decay) * float(ri))
+            b[i] = self.baseline
+        adv = torch.from_numpy(r - b).float()
         ex = samples.extra
         old = ex["log_prob"]
-        with torch.backends.mkldnn.flags(enabled=False):
+        with policy_compute(c.threads):
             for _ in range(c.ppo_epochs):
                 self.optimizer.zero_grad()
                 logp, ent = self._log_prob(ex["groups"], ex["actions"], ex["embeddings"])
