@@ -34,8 +34,9 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
            "optimum_s": None, "optimum_proven": None, "optimum_bound_s": None, "optimum_method": None,
            "optimum_seconds": None, "optimum_placement": None}
     if want_optimum:
+        # only placements over these groups (not op placements, nor learners' own units)
         candidates = [np.asarray(p, dtype=np.int64) for p in (placements or {}).values()
-                      if p is not None and not is_op_placement(p)]
+                      if p is not None and not is_op_placement(p) and len(p) == grouping.num_groups]
         res = optimum(graph, grouping, spec, op_times, time_limit_s=time_limit_s, candidates=candidates,
                       lower_bound_s=out["lower_bound_s"])
         out.update(optimum_s=res.step_time_s, optimum_proven=res.proven, optimum_bound_s=res.bound_s,
