@@ -21,6 +21,9 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+from cli.runtime import configure_environment, run_flow  # noqa: E402  (Prefect API that does not fall over)
+
+configure_environment()
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help="Device placement experiments.")
 
@@ -203,7 +206,8 @@ def experiment(
     from flows.experiment import placement_experiment
 
     start = time.perf_counter()
-    result = placement_experiment(
+    result = run_flow(
+        placement_experiment, _fail,
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=None):  # None: the 180 s of conftest
         yield
 
 
