@@ -21,15 +21,16 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-from cli.runtime import configure_environment, run_flow  # noqa: E402  (Prefect API that does not fall over)
+from cli.runtime import configure_environment, one_line_errors_group, preflight, run_flow  # noqa: E402
 
 configure_environment()
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help="Device placement experiments.")
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help="Device placement experiments.",
+                  cls=one_line_errors_group())
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)  # one line, whatever the message
     raise typer.Exit(2)
 
 
@@ -149,6 +150,7 @@ def experiment(
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
     from baselines import BASELINES
@@ -199,6 +201,7 @@ def experiment(
         _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
     if num_groups is not None and num_groups < 1:
         _fail(f"--num-groups must be at least 1, got {num_groups}")
+    preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed)
@@ -211,7 +214,7 @@ def experiment(
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
-        ray_address=ray_address, soft_placement=soft_placement,
+        ray_address=ray_address, soft_placement=soft_placement, spool=spool,
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")
@@ -245,6 +248,10 @@ def _print_table(result: dict, to_stderr: bool) -> None:
             f"over expert: {pct(sp['over_expert'])}"
         )
     console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
+    console.print(f"run folder: {result.get('run_dir')}", soft_wrap=True)
+    if result["mlflow_run_id"] is None:
+        console.print(f"not in MLflow yet: log it with `placement log-run {result.get('run_dir')}`", soft_wrap=True)
+        return
     console.print(f"MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}")
     from tracking import ui_command
 
@@ -257,6 +264,7 @@ def main() -> None:
 
 
 from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, train)
+from cli import compare  # noqa: E402,F401  (registers compare, log-run)
 
 if __name__ == "__main__":
     main()

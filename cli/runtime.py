@@ -206,3 +206,41 @@ def run_flow(flow_fn, fail, **kwargs):
             return flow_fn(**kwargs)
     except PrefectServerError as exc:
         fail(str(exc))
+
+
+def preflight(out_dir: str, tracking_uri: str | None, spool: bool, fail) -> None:
+    """Before any work: ``out_dir`` writable, and (unless ``spool``) the MLflow store usable
+    (a tracking server must answer ``/health`` within 5 s). Failures go to ``fail(message)``."""
+    from tracking import default_tracking_uri
+    from tracking.live import TrackingUnavailable, check_tracking, check_writable
+
+    try:
+        check_writable(out_dir, "--out-dir")
+        if not spool:
+            check_tracking(tracking_uri or default_tracking_uri(out_dir))
+    except TrackingUnavailable as exc:
+        fail(str(exc))
+
+
+def one_line_errors_group():
+    """A typer group class whose usage errors (``--seed abc``, a missing option) are one line,
+    ``error: ...``, exit code 2, instead of click's usage box."""
+    import click
+    import typer
+    from typer.core import TyperGroup
+
+    class OneLineErrors(TyperGroup):
+        def main(self, *args, standalone_mode: bool = True, **kwargs):
+            if not standalone_mode:
+                return super().main(*args, standalone_mode=False, **kwargs)
+            try:
+                rv = super().main(*args, standalone_mode=False, **kwargs)
+            except click.ClickException as exc:
+                typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+                sys.exit(exc.exit_code)
+            except click.exceptions.Abort:
+                typer.echo("aborted", err=True)
+                sys.exit(1)
+            sys.exit(rv if isinstance(rv, int) else 0)
+
+    return OneLineErrors

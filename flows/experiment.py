@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 import tasks
@@ -13,11 +13,12 @@ from cluster.evaluation import LEARNERS
 from placer.post import PostConfig
 from placer.reinforce import ReinforceConfig
 from tracking import artifact_root, default_tracking_uri
+from tracking.live import ExperimentRecorder, mark_failed, mark_killed, run_folder, save_run_folder
 
 METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", *LEARNERS)
 
 
-@flow(name="placement-experiment")
+@flow(name="placement-experiment", on_failure=[mark_failed], on_crashed=[mark_killed], on_cancellation=[mark_killed])
 def placement_experiment(
     model: str = "rnnlm",
     size: str = "small",
@@ -38,18 +39,29 @@ def placement_experiment(
     controllers: int = 0,
     ray_address: str | None = None,
     soft_placement: bool = False,
+    spool: bool = False,
+    mlflow_parent_run_id: str | None = None,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
     Returns the result object of ``placement experiment --json`` (see the README).
+    The MLflow runs are created at the start and the searches logged as they go
+    (:class:`tracking.live.ExperimentRecorder`); the results are written to the run folder
+    ``<out_dir>/runs/...`` before MLflow; ``spool``: nothing goes to MLflow (``placement log-run``
+    logs the folder later). ``mlflow_parent_run_id``: nest the experiment's run under it (a sweep).
     """
     out = Path(out_dir)
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
     env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
     uri = tracking_uri or default_tracking_uri(out)
+    flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
+    recorder = ExperimentRecorder(uri, artifact_root(out), {"methods": ",".join(methods), "budget": budget, "k": k, "seed": seed,
+                                  "env": env}, methods, spool, mlflow_parent_run_id, flow_run_id)
     prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras)
     model = prepared.name
     spec = tasks.load_cluster_spec(cluster)
+    recorder.log_params({"model": model, "size": size, "cluster": spec.name, "ops": prepared.graph.num_ops,
+                         "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper})
     placements: dict = {}
     for method in methods:
         if method not in LEARNERS:
@@ -66,14 +78,16 @@ def placement_experiment(
             config = ReinforceConfig(budget=budget, k=k, seed=seed)
             if controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
                 found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
-                                                           env_options)
+                                                           env_options, recorder.callback(method, budget, get_run_logger()))
             else:
-                found = tasks.placement_search(prepared, spec, env, config, log_path, env_options)
+                found = tasks.placement_search(prepared, spec, env, config, log_path, env_options,
+                                               recorder.callback(method, budget, get_run_logger()))
             method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017",
                                      "controllers": controllers, "ray_address": ray_address or ("local" if controllers else "")}
         else:
             config = PostConfig(budget=budget, seed=seed)
-            found = tasks.post_placement_search(prepared, spec, env, config, log_path, env_options)
+            found = tasks.post_placement_search(prepared, spec, env, config, log_path, env_options,
+                                                recorder.callback(method, budget, get_run_logger()))
             method_params[method] = {**config.model_dump(), "failing_time_s": found.failing_signal, "placer": "post-softmax"}
         placements[method] = found.best_placement
         curves[method] = found.curve
@@ -89,22 +103,12 @@ def placement_experiment(
             if method is not None and method not in training and placements.get(method) is not None:
                 training[method] = train_placement(prepared, spec, env, placements[method], train_steps, seed)
     summary["training"] = training
-    flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
     params = {"model": model, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
               "k": k, "seed": seed, "env": env, "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
               "grouper": prepared.grouping.grouper}
-    run_id = tasks.record(
-        tracking_uri=uri,
-        artifact_location=artifact_root(out),
-        params=params,
-        results=results,
-        summary=summary,
-        method_params=method_params,
-        curves=curves,
-        prefect_flow_run_id=flow_run_id,
-        extra_artifacts=extra,
-    )
-    return {
+    record = dict(params=params, results=results, summary=summary, method_params=method_params, curves=curves,
+                  prefect_flow_run_id=flow_run_id, extra_artifacts=extra)
+    result = {
         "model": model,
         "size": size,
         "cluster": spec.name,
@@ -113,7 +117,16 @@ def placement_experiment(
         "groups": prepared.grouping.num_groups,
         "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"]} for m, r in results.items()},
         **summary,
-        "mlflow_run_id": run_id,
+        "mlflow_run_id": None,
         "mlflow_tracking_uri": uri,
         "prefect_flow_run_id": flow_run_id,
     }
+    # the run folder first (results.json, table.md, placements.json, plots/), then MLflow
+    run_dir = result["run_dir"] = str(save_run_folder(run_folder(out, stamp, model, size, spec.name, seed), record, result,
+                                                      prepared, spec))
+    if not spool:
+        result["mlflow_run_id"] = tasks.record(tracking_uri=uri, artifact_location=artifact_root(out), run_ids=recorder.run_ids,
+                                               run_dir=run_dir, **record)
+    recorder.finish(result["mlflow_run_id"] if not spool else "spooled")
+    tasks.publish_experiment(result)
+    return result

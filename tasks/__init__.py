@@ -54,12 +54,12 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
 @task(name="placement-search", cache_policy=NONE)
 def placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path,
-    env_options: dict | None = None,
+    env_options: dict | None = None, on_update=None,
 ) -> SearchResult:
     """The 2017 REINFORCE search (:func:`placer.reinforce.reinforce_search`)."""
     env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
                            **(env_options or {}))
-    return reinforce_search(env, config, log_path=log_path)
+    return reinforce_search(env, config, log_path=log_path, on_update=on_update)
 
 
 @task(name="distributed-placement-search", cache_policy=NONE)
@@ -71,25 +71,26 @@ def distributed_placement_search(
     log_path: Path,
     num_controllers: int,
     ray_address: str | None,
-    env_options: dict | None = None,
+    env_options: dict | None = None, on_update=None,
 ) -> SearchResult:
     """The 2017 search on Ray: controllers, workers and a parameter server
     (:func:`placer.distributed.distributed_reinforce_search`; synchronous, reproducible by seed)."""
     from placer.distributed import distributed_reinforce_search
 
     return distributed_reinforce_search(prepared, spec, config, num_controllers=num_controllers, env_kind=env_kind,
-                                        ray_address=ray_address, log_path=log_path, env_options=env_options)
+                                        ray_address=ray_address, log_path=log_path, env_options=env_options,
+                                        on_update=on_update)
 
 
 @task(name="post-search", cache_policy=NONE)
 def post_placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path,
-    env_options: dict | None = None,
+    env_options: dict | None = None, on_update=None,
 ) -> SearchResult:
     """The Post search, cross-entropy + PPO (:func:`placer.post.post_search`)."""
     env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
                            **(env_options or {}))
-    return post_search(env, config, log_path=log_path)
+    return post_search(env, config, log_path=log_path, on_update=on_update)
 
 
 @task(name="evaluate-placements", cache_policy=NONE)
@@ -104,6 +105,18 @@ def evaluate(
 
 
 @task(name="record-mlflow", cache_policy=NONE)
-def record(**kwargs) -> str:
-    """Log the experiment to MLflow (:func:`tracking.record_experiment`); returns the parent run id."""
-    return record_experiment(**kwargs)
+def record(**kwargs) -> str | None:
+    """Log the experiment to MLflow (:func:`tracking.record_experiment`); returns the parent run id,
+    or ``None`` if MLflow failed (the run folder ``kwargs["run_dir"]`` keeps the results: ``placement log-run DIR``)."""
+    try:
+        return record_experiment(**kwargs)
+    except Exception as exc:
+        from prefect import get_run_logger
+
+        run_dir = kwargs.get("run_dir")
+        get_run_logger().error(f"MLflow logging failed ({type(exc).__name__}: {exc}); the results are in {run_dir}: "
+                               f"log them later with `placement log-run {run_dir}`")
+        return None
+
+
+from tasks.publish import publish_experiment  # noqa: E402,F401  (Prefect artifacts)
