@@ -16,8 +16,8 @@ the same server (Prefect's own ``prefect.server.api.server:create_app`` under uv
   SIGTERM (turned into ``SystemExit``), and on SIGKILL of the command through Linux's
   parent-death signal (``prctl(PR_SET_PDEATHSIG, SIGTERM)`` in the server process).
 
-With ``PREFECT_API_URL`` set (a persistent ``prefect server start`` or Prefect Cloud) that
-server is used instead; it is checked first and, if it does not answer, the command fails
+With ``PREFECT_API_URL`` set (in the environment or the Prefect profile: a persistent
+``prefect server start``, Prefect Cloud, or ``prefect_test_harness``) that server is used instead; it is checked first and, if it does not answer, the command fails
 with one line (exit 2) before any work.
 """
 
@@ -172,7 +172,9 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
     """
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    given = os.environ.get("PREFECT_API_URL")
+    from prefect.settings import get_current_settings
+
+    given = os.environ.get("PREFECT_API_URL") or get_current_settings().api.url  # env, profile or test harness
     if given:
         if not _healthy(given, check_timeout_s):
             raise PrefectServerError(f"PREFECT_API_URL={given} does not answer (start it with "
@@ -229,16 +231,30 @@ def one_line_errors_group():
     import typer
     from typer.core import TyperGroup
 
+    click_errors, aborts = (click.ClickException,), (click.exceptions.Abort,)
+    try:  # typer 0.29 vendors its own click (typer._click) and has its own Abort
+        from typer._click.exceptions import ClickException as VendoredClickException
+        from typer.exceptions import Abort as TyperAbort
+
+        click_errors, aborts = (*click_errors, VendoredClickException), (*aborts, TyperAbort)
+    except ImportError:
+        pass
+
     class OneLineErrors(TyperGroup):
         def main(self, *args, standalone_mode: bool = True, **kwargs):
             if not standalone_mode:
                 return super().main(*args, standalone_mode=False, **kwargs)
             try:
                 rv = super().main(*args, standalone_mode=False, **kwargs)
-            except click.ClickException as exc:
-                typer.echo(f"error: {' '.join(exc.format_message().split())}", err=True)
+            except click_errors as exc:
+                argv = list(kwargs.get("args") or (args[0] if args else None) or sys.argv[1:])
+                message = " ".join(exc.format_message().split())
+                for opt in getattr(getattr(exc, "param", None), "opts", None) or []:
+                    if opt in argv[:-1] and "got " not in message:  # name the value as well as the field
+                        message += f" (got {argv[argv.index(opt) + 1]!r})"
+                typer.echo(f"error: {message}", err=True)
                 sys.exit(exc.exit_code)
-            except click.exceptions.Abort:
+            except aborts:
                 typer.echo("aborted", err=True)
                 sys.exit(1)
             sys.exit(rv if isinstance(rv, int) else 0)

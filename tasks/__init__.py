@@ -119,4 +119,4 @@ def record(**kwargs) -> str | None:
         return None
 
 
-from tasks.publish import publish_experiment  # noqa: E402,F401  (Prefect artifacts)
+from tasks.publish import publish_experiment, publish_sweep  # noqa: E402,F401  (Prefect artifacts)

@@ -70,7 +70,7 @@ def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_
     assert len(bad) == 2 and "unknown model 'no_such_model'" in bad[0]["error"]
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id], max_results=50)
-    parents = {r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    parents = {r.info.run_id for r in runs if r.data.tags.get("placement.kind") == "experiment"}
     assert parents == {r["mlflow_run_id"] for r in ok}
     # the second experiment read the preprocessed graph from the cache the first one wrote
     assert any((out / "graph-cache").iterdir())

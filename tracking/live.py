@@ -285,3 +285,48 @@ def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None, artifac
                                run_dir=str(run_dir), **{**record, "extra_artifacts": extra})
     (run_dir / "mlflow_run_id").write_text(run_id + "\n")
     return run_id
+
+
+def start_sweep(tracking_uri: str, artifact_location: str, params: dict) -> str:
+    """Create the sweep's MLflow parent run (tag ``placement.kind=sweep``); the sweep's experiments
+    nest under it (``mlflow_parent_run_id``). Returns its run id."""
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    from tracking import EXPERIMENT_NAME, experiment_id
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
+    run = client.create_run(exp_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", tags={"placement.kind": "sweep"})
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    return run.info.run_id
+
+
+def finish_sweep(tracking_uri: str, sweep_run_id: str, folder: str | Path, failed: int = 0) -> list[dict]:
+    """Read the sweep's experiments back (:func:`tracking.compare.compare_rows`), write
+    ``compare.json``, ``compare.md`` and ``compare.png`` to ``folder`` and log them to the sweep run,
+    which ends FINISHED (FAILED if ``failed`` experiments failed and none finished). Returns the rows."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    from tracking.compare import compare_markdown, compare_rows, experiment_runs
+    from tracking.plots import plot_comparison
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp_id = client.get_run(sweep_run_id).info.experiment_id
+    runs = experiment_runs(tracking_uri, client.get_experiment(exp_id).name, sweep_run_id)
+    rows = compare_rows(runs)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (folder / "compare.md").write_text(compare_markdown(rows) + "\n")
+    paths = [folder / "compare.json", folder / "compare.md"]
+    if rows:
+        paths.append(plot_comparison(rows, folder / "compare.png"))
+    for p in paths:
+        client.log_artifact(sweep_run_id, str(p))
+    now = int(time.time() * 1000)
+    client.log_batch(sweep_run_id, metrics=[Metric("experiments_finished", len(runs), now, 0),
+                                            Metric("experiments_failed", failed, now, 0)])
+    client.set_terminated(sweep_run_id, status="FAILED" if failed and not runs else "FINISHED")
+    return rows
