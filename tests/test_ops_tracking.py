@@ -87,7 +87,7 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
     assert by_method[best]["x_best_baseline_median"] == pytest.approx(1.0)
     assert by_method["post"]["learner"] is True
 
-    r = CliRunner().invoke(app, ["compare", "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")])
+    r = CliRunner().invoke(app, ["compare", "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    assert "rnnlm/small" in r.output and "post *" in r.output  # (rich wraps cells at 80 columns)
+    assert "rnnlm/small on k80x2" in r.output and "post *" in r.output
     assert json.loads((tmp_path / "cmp.json").read_text())["rows"] == table
