@@ -9,6 +9,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 import tasks
+from flows.choices import ClusterName, EnvName, GrouperName, ModelName, SizeName
 from cluster.evaluation import LEARNERS
 from placer.post import PostConfig
 from placer.reinforce import ReinforceConfig
@@ -20,19 +21,19 @@ METHODS = ("single_cpu", "single_gpu", "expert", "scotch", "mincut", *LEARNERS)
 
 @flow(name="placement-experiment", on_failure=[mark_failed], on_crashed=[mark_killed], on_cancellation=[mark_killed])
 def placement_experiment(
-    model: str = "rnnlm",
-    size: str = "small",
-    cluster: str = "k80x2",
+    model: ModelName = "rnnlm",
+    size: SizeName = "small",
+    cluster: ClusterName = "k80x2",
     methods: list[str] = list(METHODS),
     budget: int = 1000,
     k: int = 8,
     seed: int = 0,
-    env: str = "sim",
+    env: EnvName = "sim",
     out_dir: str = "placement-runs",
     tracking_uri: str | None = None,
     graph_def: str | None = None,
     keras: str | None = None,
-    grouper: str | None = None,
+    grouper: GrouperName | None = None,
     num_groups: int | None = None,
     cache_dir: str | None = None,
     train_steps: int = 100,
@@ -43,6 +44,29 @@ def placement_experiment(
     mlflow_parent_run_id: str | None = None,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
+
+    Args:
+        model: benchmark model (2017 Table 2: rnnlm, nmt, inception_v3); ignored with graph_def or keras.
+        size: benchmark size: small (a demo in seconds) or paper (the 2017 sizes).
+        cluster: preset cluster (k80x2: 2 K80 GPUs and a CPU, as in 2017) or the path of a YAML cluster spec.
+        methods: baselines (single_cpu, single_gpu, expert, scotch, mincut) and learners (rl: 2017, post) to run.
+        budget: placements each learner samples.
+        k: placements per policy update of rl (2017: K).
+        seed: seed of the searches.
+        env: where placements are measured: sim (simulator) or real (TensorFlow on this machine).
+        out_dir: folder of the run folders, the MLflow store (when tracking_uri is empty) and the graph cache.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        graph_def: path of a user's training-step GraphDef (.pb/.pbtxt) instead of a benchmark.
+        keras: MODULE:FUNCTION returning (keras model, input specs) instead of a benchmark.
+        grouper: how ops are grouped (empty: 2017 for benchmarks, heuristic for users' graphs).
+        num_groups: target number of groups of metis and fluid (empty: 256).
+        cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
+        train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
+        controllers: rl on Ray with this many controllers (2017 Sec. 3.4); 0: in-process.
+        ray_address: an existing Ray cluster; empty: a local Ray.
+        soft_placement: with env real, move ops without a kernel on their device to the CPU.
+        spool: log nothing to MLflow; the run folder is logged later with `placement log-run DIR`.
+        mlflow_parent_run_id: nest the MLflow run under this run (set by the sweep).
 
     Returns the result object of ``placement experiment --json`` (see the README).
     The MLflow runs are created at the start and the searches logged as they go

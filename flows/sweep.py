@@ -14,6 +14,7 @@ from pathlib import Path
 from prefect import flow
 
 import tasks
+from flows.choices import ClusterName, ModelName, SizeName
 from flows.experiment import placement_experiment
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import finish_sweep, start_sweep
@@ -21,9 +22,9 @@ from tracking.live import finish_sweep, start_sweep
 
 @flow(name="placement-sweep")
 def placement_sweep(
-    models: list[str] = ["rnnlm", "nmt", "inception_v3"],
-    size: str = "paper",
-    clusters: list[str] = ["k80x2", "k80x4"],
+    models: list[ModelName] = ["rnnlm", "nmt", "inception_v3"],
+    size: SizeName = "paper",
+    clusters: list[ClusterName] = ["k80x2", "k80x4"],
     seeds: list[int] = [0],
     budget: int = 1000,
     methods: list[str] | None = None,
@@ -31,6 +32,16 @@ def placement_sweep(
     tracking_uri: str | None = None,
 ) -> list[dict]:
     """Run :func:`flows.experiment.placement_experiment` for every (model, cluster, seed).
+
+    Args:
+        models: benchmark models (2017 Table 2: rnnlm, nmt, inception_v3).
+        size: benchmark size of every model (paper: the 2017 sizes; small: a quick check).
+        clusters: preset clusters or paths of YAML cluster specs.
+        seeds: one experiment per seed; the comparison table gives the median and spread over them.
+        budget: placements each learner samples.
+        methods: methods of every experiment (empty: every method that applies).
+        out_dir: folder of the run folders, the MLflow store (when tracking_uri is empty) and the graph cache.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
 
     Returns:
         One summary per run: ``model``, ``cluster``, ``seed``, ``best_baseline``,

@@ -44,14 +44,14 @@ def load_cluster_spec(cluster: str) -> ClusterSpec:
     return load_cluster(cluster)
 
 
-@task(name="baseline-placement", cache_policy=NONE)
+@task(name="baseline-placement", task_run_name="baseline-{method}", cache_policy=NONE)
 def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) -> np.ndarray:
     """One baseline's group placement (:data:`baselines.BASELINES`)."""
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
     return BASELINES[method](ctx)
 
 
-@task(name="placement-search", cache_policy=NONE)
+@task(name="placement-search", task_run_name="search-rl", cache_policy=NONE)
 def placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: ReinforceConfig, log_path: Path,
     env_options: dict | None = None, on_update=None,
@@ -62,7 +62,7 @@ def placement_search(
     return reinforce_search(env, config, log_path=log_path, on_update=on_update)
 
 
-@task(name="distributed-placement-search", cache_policy=NONE)
+@task(name="distributed-placement-search", task_run_name="search-rl-ray", cache_policy=NONE)
 def distributed_placement_search(
     prepared: PreparedGraph,
     spec: ClusterSpec,
@@ -82,7 +82,7 @@ def distributed_placement_search(
                                         on_update=on_update)
 
 
-@task(name="post-search", cache_policy=NONE)
+@task(name="post-search", task_run_name="search-post", cache_policy=NONE)
 def post_placement_search(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, config: PostConfig, log_path: Path,
     env_options: dict | None = None, on_update=None,
@@ -93,7 +93,7 @@ def post_placement_search(
     return post_search(env, config, log_path=log_path, on_update=on_update)
 
 
-@task(name="evaluate-placements", cache_policy=NONE)
+@task(name="evaluate-placements", task_run_name="evaluate-{env_kind}", cache_policy=NONE)
 def evaluate(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict, env_options: dict | None = None
 ) -> tuple[dict, dict]:

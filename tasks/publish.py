@@ -40,9 +40,9 @@ def publish_experiment(result: dict) -> None:
     if run_id:
         experiment_id = None
         try:
-            from mlflow.tracking import MlflowClient
+            from tracking import mlflow_client
 
-            experiment_id = MlflowClient(tracking_uri=uri).get_run(run_id).info.experiment_id
+            experiment_id = mlflow_client(uri).get_run(run_id).info.experiment_id
         except Exception:
             pass
         create_link_artifact(key=f"{key}-mlflow", link=mlflow_run_link(uri, experiment_id, run_id),

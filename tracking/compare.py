@@ -58,9 +58,9 @@ def experiment_runs(tracking_uri: str, experiment: str = "placement-experiment",
     Raises:
         ValueError: no such MLflow experiment.
     """
-    import mlflow
+    from tracking import mlflow_client
 
-    client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")

@@ -102,11 +102,11 @@ class ExperimentRecorder:
         if spool:
             return
         from mlflow.entities import Param, RunTag
-        from mlflow.tracking import MlflowClient
+        from tracking import mlflow_client
 
         from tracking import EXPERIMENT_NAME, experiment_id
 
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.client = mlflow_client(tracking_uri)
         exp_id = experiment_id(self.client, EXPERIMENT_NAME, artifact_location)
         tags = {"prefect.flow_run_id": prefect_flow_run_id or "", "placement.kind": "experiment"}
         if parent_run_id:
@@ -291,11 +291,11 @@ def start_sweep(tracking_uri: str, artifact_location: str, params: dict) -> str:
     """Create the sweep's MLflow parent run (tag ``placement.kind=sweep``); the sweep's experiments
     nest under it (``mlflow_parent_run_id``). Returns its run id."""
     from mlflow.entities import Param
-    from mlflow.tracking import MlflowClient
+    from tracking import mlflow_client
 
     from tracking import EXPERIMENT_NAME, experiment_id
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
     run = client.create_run(exp_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", tags={"placement.kind": "sweep"})
     client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
@@ -307,12 +307,12 @@ def finish_sweep(tracking_uri: str, sweep_run_id: str, folder: str | Path, faile
     ``compare.json``, ``compare.md`` and ``compare.png`` to ``folder`` and log them to the sweep run,
     which ends FINISHED (FAILED if ``failed`` experiments failed and none finished). Returns the rows."""
     from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
+    from tracking import mlflow_client
 
     from tracking.compare import compare_markdown, compare_rows, experiment_runs
     from tracking.plots import plot_comparison
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     exp_id = client.get_run(sweep_run_id).info.experiment_id
     runs = experiment_runs(tracking_uri, client.get_experiment(exp_id).name, sweep_run_id)
     rows = compare_rows(runs)
