@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.main import _fail, _write_json, app
+from cli.common import _fail, _write_json, app
 
 
 @app.command()

@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.main import _check_model, _fail, _write_json, app
+from cli.common import _check_model, _fail, _write_json, app
 from cli.runtime import run_flow
 
 
