@@ -62,7 +62,8 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
     from flows.sweep import placement_sweep
 
     out = tmp_path / "sweep"
-    rows = placement_sweep(models=["rnnlm", "no_such_model"], size="small", clusters=["k80x2"], seeds=[0, 1], budget=8,
+    missing = str(tmp_path / "missing.yaml")  # a cluster that fails after the experiment's MLflow runs exist
+    rows = placement_sweep(models=["rnnlm"], size="small", clusters=["k80x2", missing], seeds=[0, 1], budget=8,
                            methods=["single_gpu", "scotch", "post"], out_dir=str(out))
     assert sum("error" in r for r in rows) == 2
     client = _client(out)
@@ -72,7 +73,7 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
     assert len(sweep) == 1 and sweep[0].info.status == "FINISHED"
     sid = sweep[0].info.run_id
     experiments = [r for r in runs if r.data.tags.get("placement.kind") == "experiment"]
-    # two finished under the sweep; the unknown model's runs were created at the start and ended FAILED
+    # two finished under the sweep; the missing cluster's runs were created at the start and ended FAILED
     assert all(r.data.tags["mlflow.parentRunId"] == sid for r in experiments)
     assert sorted(r.info.status for r in experiments) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
     # the learner's points were logged as the search went: one timestamp per point, not one for all
