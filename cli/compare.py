@@ -39,9 +39,11 @@ def compare(
     if not rows:
         _fail(f"no finished experiment runs in MLflow experiment {experiment!r} of {uri}")
     console = Console(stderr=json_path == "-")
+    if not console.is_terminal:
+        console = Console(stderr=json_path == "-", width=160)  # a file or pipe: no wrapped cells
     table = Table(title=f"{experiment}: {len({r['task'] for r in rows})} tasks ({uri})")
     with_bound = any(r["x_lower_bound_median"] is not None for r in rows)
-    for col in ("task", "method", "seeds", "step time (s) median", "[min, max]", "x best baseline", "[min, max]"):
+    for col in ("task", "method", "seeds", "step time (s): median [min, max]", "x best baseline: median [min, max]"):
         table.add_column(col, justify="left" if col in ("task", "method") else "right")
     if with_bound:
         table.add_column("x lower bound", justify="right")
@@ -50,9 +52,9 @@ def compare(
         return "-" if x is None else f"{x:.{d}g}"
 
     for r in rows:
-        cells = [r["task"], r["method"] + (" *" if r["learner"] else ""), str(r["seeds"]), f(r["step_time_s_median"]),
-                 f"[{f(r['step_time_s_min'])}, {f(r['step_time_s_max'])}]", f(r["x_best_baseline_median"], 3),
-                 f"[{f(r['x_best_baseline_min'], 3)}, {f(r['x_best_baseline_max'], 3)}]"]
+        cells = [r["task"], r["method"] + (" *" if r["learner"] else ""), str(r["seeds"]),
+                 f"{f(r['step_time_s_median'])} [{f(r['step_time_s_min'])}, {f(r['step_time_s_max'])}]",
+                 f"{f(r['x_best_baseline_median'], 3)} [{f(r['x_best_baseline_min'], 3)}, {f(r['x_best_baseline_max'], 3)}]"]
         if with_bound:
             cells.append(f(r["x_lower_bound_median"], 3))
         table.add_row(*cells)

@@ -126,3 +126,40 @@ def test_two_experiment_runs_at_once_share_prefect_home_and_out_dir(tmp_path):
     for run_id in ids:
         assert client.get_run(run_id).info.status == "FINISHED"
     assert not any(_children(p.pid) for p in procs)
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_running_experiment_ends_its_mlflow_runs_killed_and_its_server(tmp_path):
+    """The MLflow runs exist from the start; SIGTERM mid-search ends them KILLED and stops the server."""
+    import sqlite3
+
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "experiment", "--methods", "single_gpu,rl", "--budget", "100000",
+                             "--train-steps", "0", "--out-dir", str(out)], env=_env(tmp_path / "home"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    db = out / "mlflow.db"
+    try:
+        deadline = time.monotonic() + 400
+        points = 0
+        while time.monotonic() < deadline and proc.poll() is None and not points:
+            time.sleep(1)
+            if db.exists():
+                with sqlite3.connect(db) as con:
+                    try:
+                        points = con.execute("select count(*) from metrics where key = 'best_step_time_s'").fetchone()[0]
+                    except sqlite3.OperationalError:
+                        pass
+        assert points, "no learning-curve point reached MLflow while the search ran"
+        servers = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        text = proc.communicate(timeout=120)[0]
+        assert proc.returncode != 0
+        _wait_gone(servers, 0)
+        assert not any(_alive(p) for p in servers), text[-2000:]
+        with sqlite3.connect(db) as con:
+            statuses = {name: status for name, status in con.execute("select name, status from runs")}
+        assert statuses and set(statuses.values()) <= {"KILLED", "FINISHED"} and statuses["rl"] == "KILLED", statuses
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
