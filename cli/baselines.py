@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.main import _fail, _prepare_graph, _write_json, app
+from cli.common import _fail, _prepare_graph, _write_json, app
 
 
 @app.command("baselines")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import typer
 
-from cli.main import _check_model, _fail, _write_json, app
+from cli.common import _check_model, _fail, _write_json, app
 
 
 def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,

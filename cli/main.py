@@ -1,50 +1,19 @@
 """The ``placement`` command line (typer).
 
 Commands: ``experiment`` (the main job: the ``placement-experiment`` Prefect flow),
-``graph-stats``, ``models``, ``clusters``, and (:mod:`cli.measure`) ``calibrate``,
-``fidelity``, ``train``. A bad argument prints one line naming the value
+``graph-stats``, ``models``, ``clusters``, (:mod:`cli.measure`) ``calibrate``,
+``fidelity``, ``train``, and (:mod:`cli.compare`) ``compare``, ``log-run``; shared helpers in :mod:`cli.common`. A bad argument prints one line naming the value
 and the valid ones, and exits with code 2. ``--json PATH`` takes ``-`` for standard output.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
-from pathlib import Path
 
 import typer
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("DO_NOT_TRACK", "true")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help="Device placement experiments.")
-
-
-def _fail(message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(2)
-
-
-def _write_json(obj: dict, path: str) -> None:
-    text = json.dumps(obj, indent=2, default=float)
-    if path == "-":
-        sys.stdout.write(text + "\n")
-    else:
-        Path(path).write_text(text + "\n")
-
-
-def _check_model(model: str, size: str) -> None:
-    from compgraph.models import BENCHMARKS
-
-    if model not in BENCHMARKS:
-        _fail(f"unknown model {model!r}; valid: {', '.join(BENCHMARKS)}")
-    if size not in BENCHMARKS[model].sizes:
-        _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
+from cli.common import _check_model, _fail, _prepare_graph, _write_json, app  # noqa: F401  (shared helpers, in cli.common)
+from cli.runtime import preflight, run_flow
 
 
 @app.command()
@@ -63,38 +32,6 @@ def clusters() -> None:
 
     for name in preset_names():
         typer.echo(f"{name}\t{load_cluster(name).description}")
-
-
-def _prepare_graph(
-    model: str | None,
-    size: str,
-    graph_def: str | None,
-    keras: str | None,
-    grouper: str | None,
-    num_groups: int | None,
-    cache_dir: str | None,
-    seed: int,
-    saved_model: str | None = None,
-    signature: str | None = None,
-):
-    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad input -> one line, exit 2."""
-    from compgraph.prepare import prepare, prepare_user_graph
-    from compgraph.user_graph import UserGraphError
-
-    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
-        _fail("give one of --graph-def, --saved-model and --keras, not several")
-    if signature is not None and saved_model is None:
-        _fail("--signature needs --saved-model")
-    try:
-        if graph_def is not None or keras is not None or saved_model is not None:
-            return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                      num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature)
-        _check_model(model, size)
-        return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
-    except UserGraphError as exc:
-        _fail(str(exc))
-    except ValueError as exc:
-        _fail(str(exc))
 
 
 @app.command("graph-stats")
@@ -157,6 +94,7 @@ def experiment(
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
     learner_option: list[str] = typer.Option(None, "--learner-option", help="METHOD.FIELD=VALUE: a setting of one learner's config (repeatable; VALUE as JSON, else a string), e.g. rl.hidden_size=64"),
     resume: bool = typer.Option(False, "--resume", help="continue an interrupted run with the same settings from its placement logs and checkpoints (nothing measured twice)"),
+    spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
     from baselines import BASELINES, DEFAULT_EXCLUDED, GPU_BASELINES
@@ -210,6 +148,7 @@ def experiment(
     if num_groups is not None and num_groups < 1:
         _fail(f"--num-groups must be at least 1, got {num_groups}")
     options = parse_learner_options(learner_option, chosen, budget, seed, _fail)
+    preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature)
@@ -217,11 +156,12 @@ def experiment(
     from flows.experiment import placement_experiment
 
     start = time.perf_counter()
-    result = placement_experiment(
+    result = run_flow(
+        placement_experiment, _fail,
         model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
-        ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume,
+        ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume, spool=spool,
         **({"saved_model": saved_model, "signature": signature} if saved_model is not None else {}),
     )
     result["wall_time_s"] = time.perf_counter() - start
@@ -263,6 +203,10 @@ def _print_table(result: dict, to_stderr: bool) -> None:
             f"over expert: {pct(sp['over_expert'])}"
         )
     console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
+    console.print(f"run folder: {result.get('run_dir')}", soft_wrap=True)
+    if result["mlflow_run_id"] is None:
+        console.print(f"not in MLflow yet: log it with `placement log-run {result.get('run_dir')}`", soft_wrap=True)
+        return
     console.print(f"MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}")
     from tracking import ui_command
 
@@ -278,6 +222,7 @@ from cli import measure  # noqa: E402,F401  (registers calibrate, fidelity, trai
 from cli import learners  # noqa: E402,F401  (registers compare-learners)
 from cli import reproduce  # noqa: E402,F401  (registers reproduce)
 from cli import baselines  # noqa: E402,F401  (registers baselines)
+from cli import compare  # noqa: E402,F401  (registers compare, log-run)
 
 if __name__ == "__main__":  # `python -m cli.main`: run the module whose app the sub-modules registered on
     from cli.main import main as _main

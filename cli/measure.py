@@ -12,7 +12,8 @@ import time
 
 import typer
 
-from cli.main import _check_model, _fail, _write_json, app
+from cli.common import _check_model, _fail, _write_json, app
+from cli.runtime import run_flow
 
 
 def _load_spec(cluster: str):
@@ -74,7 +75,7 @@ def calibrate(
     from flows.measure import placement_calibrate
 
     start = time.perf_counter()
-    result = placement_calibrate(model=model, size=size, cluster=cluster, steps=steps, seed=seed, out=out)
+    result = run_flow(placement_calibrate, _fail, model=model, size=size, cluster=cluster, steps=steps, seed=seed, out=out)
     result["wall_time_s"] = time.perf_counter() - start
     console = _console(json_path)
     devices = ", ".join(f"{k} on {v}" for k, v in result["devices"].items())
@@ -163,7 +164,7 @@ def fidelity(
     from flows.measure import placement_fidelity
 
     start = time.perf_counter()
-    result = placement_fidelity(model=model, size=size, cluster=cluster, random=random, steps=steps, seed=seed,
+    result = run_flow(placement_fidelity, _fail, model=model, size=size, cluster=cluster, random=random, steps=steps, seed=seed,
                                 cost_table=cost_table, calibrate_steps=calibrate_steps, budget=budget,
                                 out_dir=out_dir, tracking_uri=tracking_uri, against=against)
     result["wall_time_s"] = time.perf_counter() - start
@@ -210,7 +211,7 @@ def train(
     from flows.measure import placement_train
 
     start = time.perf_counter()
-    result = placement_train(model=model, size=size, cluster=cluster, method=method, steps=steps, seed=seed, env=env,
+    result = run_flow(placement_train, _fail, model=model, size=size, cluster=cluster, method=method, steps=steps, seed=seed, env=env,
                              budget=budget, cost_table=cost_table, out_dir=out_dir, tracking_uri=tracking_uri)
     result["wall_time_s"] = time.perf_counter() - start
     console = _console(json_path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.main import _fail, _write_json, app
+from cli.common import _fail, _write_json, app
 
 
 def _s(v, oom=False) -> str:

@@ -44,7 +44,7 @@ def load_cluster_spec(cluster: str) -> ClusterSpec:
     return load_cluster(cluster)
 
 
-@task(name="baseline-placement", cache_policy=NONE)
+@task(name="baseline-placement", task_run_name="baseline-{method}", cache_policy=NONE)
 def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) -> np.ndarray:
     """One baseline's group placement (:data:`baselines.BASELINES`)."""
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
@@ -59,7 +59,7 @@ def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dic
     return compute(prepared.graph, prepared.grouping, spec, placements, want_optimum)
 
 
-@task(name="distributed-placement-search", cache_policy=NONE)
+@task(name="distributed-placement-search", task_run_name="search-rl-ray", cache_policy=NONE)
 def distributed_placement_search(
     prepared: PreparedGraph,
     spec: ClusterSpec,
@@ -68,20 +68,33 @@ def distributed_placement_search(
     log_path: Path,
     num_controllers: int,
     ray_address: str | None,
-    env_options: dict | None = None,
+    env_options: dict | None = None, on_update=None,
 ) -> SearchResult:
     """The 2017 search on Ray: controllers, workers and a parameter server
     (:func:`placer.distributed.distributed_reinforce_search`; synchronous, reproducible by seed)."""
     from placer.distributed import distributed_reinforce_search
 
     return distributed_reinforce_search(prepared, spec, config, num_controllers=num_controllers, env_kind=env_kind,
-                                        ray_address=ray_address, log_path=log_path, env_options=env_options)
+                                        ray_address=ray_address, log_path=log_path, env_options=env_options,
+                                        on_update=on_update)
 
 
 @task(name="record-mlflow", cache_policy=NONE)
-def record(**kwargs) -> str:
-    """Log the experiment to MLflow (:func:`tracking.record_experiment`); returns the parent run id."""
-    return record_experiment(**kwargs)
+def record(**kwargs) -> str | None:
+    """Log the experiment to MLflow (:func:`tracking.record_experiment`); returns the parent run id,
+    or ``None`` if MLflow failed (the run folder ``kwargs["run_dir"]`` keeps the results: ``placement log-run DIR``)."""
+    try:
+        return record_experiment(**kwargs)
+    except Exception as exc:
+        from prefect import get_run_logger
+
+        run_dir = kwargs.get("run_dir")
+        get_run_logger().error(f"MLflow logging failed ({type(exc).__name__}: {exc}); the results are in {run_dir}: "
+                               f"log them later with `placement log-run {run_dir}`")
+        return None
+
+
+from tasks.publish import publish_experiment, publish_sweep  # noqa: E402,F401  (Prefect artifacts)
 
 
 from tasks.search import environment, evaluate, learner_config, learner_grouping, learner_search, run_paths  # noqa: E402,F401

@@ -58,7 +58,7 @@ def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, meth
     return out / "placement-logs" / f"{name}.jsonl", out / "checkpoints" / f"{name}.pt"
 
 
-@task(name="learner-search", cache_policy=NONE)
+@task(name="learner-search", task_run_name="search-{method}", cache_policy=NONE)
 def learner_search(
     method: str,
     prepared: PreparedGraph,
@@ -69,15 +69,16 @@ def learner_search(
     checkpoint_path: Path | None = None,
     resume: bool = False,
     env_options: dict | None = None,
+    on_update=None,
 ) -> SearchResult:
     """One learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in an
     environment over its units (:func:`learner_grouping`)."""
     env = environment(prepared, spec, env_kind, env_options, learner_grouping(method, prepared))
     return run_search(LEARNERS[method](env, config), env, log_path=log_path, checkpoint_path=checkpoint_path,
-                      resume=resume)
+                      resume=resume, on_update=on_update)
 
 
-@task(name="evaluate-placements", cache_policy=NONE)
+@task(name="evaluate-placements", task_run_name="evaluate-{env_kind}", cache_policy=NONE)
 def evaluate(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict, env_options: dict | None = None,
     groupings: dict[str, Grouping] | None = None,

@@ -12,6 +12,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Prefect's temporary server waits 20 s by default; on a busy machine it needs more (notes/i14-ops.md)
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 

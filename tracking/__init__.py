@@ -13,6 +13,7 @@ tagged ``train_simulated``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -39,9 +40,41 @@ def ui_command(tracking_uri: str) -> str:
 
 
 def experiment_id(client, name: str, artifact_location: str) -> str:
-    """The id of MLflow experiment ``name``, created with ``artifact_location`` if it does not exist."""
-    exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
+    """The id of MLflow experiment ``name``, created with ``artifact_location`` if it does not exist.
+
+    For a SQLite store this holds an exclusive lock on ``<db>.lock``: MLflow creates and migrates
+    the database on first use, and two processes doing so at once fail (measured: 2 of 3 died with
+    alembic ``CommandError``), as do two creating the same experiment.
+    """
+    with _sqlite_lock(client.tracking_uri):
+        exp = client.get_experiment_by_name(name)
+        return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
+
+
+def mlflow_client(tracking_uri: str):
+    """``MlflowClient(tracking_uri)``, created under the SQLite store's lock (see :func:`experiment_id`):
+    the constructor creates and migrates a new database."""
+    from mlflow.tracking import MlflowClient
+
+    with _sqlite_lock(tracking_uri):
+        return MlflowClient(tracking_uri=tracking_uri)
+
+
+@contextlib.contextmanager
+def _sqlite_lock(uri: str):
+    if not str(uri).startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    path = Path(str(uri)[len("sqlite:///"):] + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def record_experiment(
@@ -54,6 +87,8 @@ def record_experiment(
     curves: dict[str, list[dict]],
     prefect_flow_run_id: str | None,
     extra_artifacts: dict[str, str] | None = None,
+    run_ids: dict | None = None,
+    run_dir: str | None = None,
 ) -> str:
     """Write one experiment to MLflow; returns the parent run id.
 
@@ -67,15 +102,22 @@ def record_experiment(
         curves: method -> learning-curve points (``placements``, ``best_step_time_s``, ``sample_mean_step_time_s``).
         prefect_flow_run_id: tagged on the parent run.
         extra_artifacts: artifact path -> local file to upload into the parent run.
+        run_ids: ``{"parent": id, "children": {method: id}}`` of runs created at the start
+            (:class:`tracking.live.ExperimentRecorder`): they are completed instead of new runs
+            created, and the curves, already logged as the search went, are not logged again.
+        run_dir: the experiment's run folder; its ``table.md`` and ``plots/`` are logged to the parent run.
     """
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
-    tags = {"prefect.flow_run_id": prefect_flow_run_id or ""}
-    parent = client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}", tags=tags)
-    pid = parent.info.run_id
+    tags = {"prefect.flow_run_id": prefect_flow_run_id or "", "placement.kind": "experiment"}
+    if run_ids:
+        pid = run_ids["parent"]
+    else:
+        parent = client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}", tags=tags)
+        pid = parent.info.run_id
     now = int(time.time() * 1000)
     client.log_batch(pid, params=[Param(k, str(v)) for k, v in params.items()])
     parent_metrics = [Metric(f"{m}.step_time_s", r["step_time_s"], now, 0) for m, r in results.items() if r["step_time_s"] is not None]
@@ -83,17 +125,31 @@ def record_experiment(
     if parent_metrics:
         client.log_batch(pid, metrics=parent_metrics)
     client.log_dict(pid, {"results": results, "summary": summary}, "results.json")
+    client.set_tag(pid, "placement.kind", "experiment")  # read back by tracking.compare
+    client.set_tag(pid, "placement.best_baseline", str(summary.get("best_baseline") or ""))
+    client.set_tag(pid, "placement.learners", ",".join(summary.get("speedups") or {}))
     for name, path in (extra_artifacts or {}).items():
         client.log_artifact(pid, path, artifact_path=name)
+    if run_dir is not None:
+        for name in ("table.md", "plots"):
+            path = Path(run_dir) / name
+            if path.is_dir():
+                client.log_artifacts(pid, str(path), artifact_path=name)
+            elif path.exists():
+                client.log_artifact(pid, str(path))
+    children = (run_ids or {}).get("children", {})
     for method, row in results.items():
-        child = client.create_run(exp_id, run_name=method, tags={"mlflow.parentRunId": pid, "method": method})
-        cid = child.info.run_id
+        if method in children:
+            cid = children[method]
+        else:
+            child = client.create_run(exp_id, run_name=method, tags={"mlflow.parentRunId": pid, "method": method})
+            cid = child.info.run_id
         mparams = {"method": method, **method_params.get(method, {})}
         client.log_batch(cid, params=[Param(k, str(v)) for k, v in mparams.items()], tags=[RunTag("oom", str(row["oom"]))])
         metrics = []
         if row["step_time_s"] is not None:
             metrics.append(Metric("step_time_s", row["step_time_s"], now, 0))
-        for point in curves.get(method, []):
+        for point in ([] if method in children else curves.get(method, [])):
             for key in ("best_step_time_s", "sample_mean_step_time_s"):
                 if point.get(key) is not None:
                     metrics.append(Metric(key, point[key], now, point["placements"]))

@@ -23,7 +23,7 @@ import math
 import os
 import time
 
-from tracking import experiment_id
+from tracking import experiment_id, mlflow_client
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
@@ -60,9 +60,8 @@ def record_fidelity(
         prefect_flow_run_id: tagged on the run.
     """
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, FIDELITY_EXPERIMENT, artifact_location)
     run = client.create_run(
         exp_id,
@@ -111,13 +110,12 @@ def record_training(
         ValueError: ``step_times_s`` and ``losses`` of different lengths.
     """
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
 
     times, losses = list(result.get("step_times_s", [])), list(result.get("losses", []))
     if len(times) != len(losses):
         raise ValueError(f"result: {len(times)} step_times_s but {len(losses)} losses; expected one of each per step")
     simulated = bool(result.get("simulated"))
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, TRAINING_EXPERIMENT, artifact_location)
     run = client.create_run(
         exp_id,

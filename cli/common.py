@@ -1,0 +1,79 @@
+"""What every ``placement`` command shares: the typer app (one-line usage errors), the process
+environment and the helpers for bad input (one line, exit 2), JSON output and graph preparation.
+:mod:`cli.main` and the command modules (:mod:`cli.measure`, :mod:`cli.compare`...) import from here,
+so no command module imports another."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("DO_NOT_TRACK", "true")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+from cli.runtime import configure_environment, one_line_errors_group  # noqa: E402
+
+configure_environment()
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help="Device placement experiments.",
+                  cls=one_line_errors_group())
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)  # one line, whatever the message
+    raise typer.Exit(2)
+
+
+def _write_json(obj: dict, path: str) -> None:
+    text = json.dumps(obj, indent=2, default=float)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        Path(path).write_text(text + "\n")
+
+
+def _check_model(model: str, size: str) -> None:
+    from compgraph.models import BENCHMARKS
+
+    if model not in BENCHMARKS:
+        _fail(f"unknown model {model!r}; valid: {', '.join(BENCHMARKS)}")
+    if size not in BENCHMARKS[model].sizes:
+        _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
+
+
+def _prepare_graph(
+    model: str | None,
+    size: str,
+    graph_def: str | None,
+    keras: str | None,
+    grouper: str | None,
+    num_groups: int | None,
+    cache_dir: str | None,
+    seed: int,
+    saved_model: str | None = None,
+    signature: str | None = None,
+):
+    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad input -> one line, exit 2."""
+    from compgraph.prepare import prepare, prepare_user_graph
+    from compgraph.user_graph import UserGraphError
+
+    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
+        _fail("give one of --graph-def, --saved-model and --keras, not several")
+    if signature is not None and saved_model is None:
+        _fail("--signature needs --saved-model")
+    try:
+        if graph_def is not None or keras is not None or saved_model is not None:
+            return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
+                                      num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature)
+        _check_model(model, size)
+        return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
+    except UserGraphError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(str(exc))

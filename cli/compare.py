@@ -1,0 +1,81 @@
+"""``placement compare`` (the table across runs, from the MLflow store) and ``placement log-run``
+(log a run folder, spooled or written while MLflow was down, to MLflow)."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.common import _fail, _write_json, app
+
+
+@app.command()
+def compare(
+    experiment: str = typer.Option("placement-experiment", help="MLflow experiment to read"),
+    out_dir: str = typer.Option("placement-runs", help="folder whose SQLite MLflow store is read (when --tracking-uri is not given)"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+    sweep: str = typer.Option(None, help="only the experiments of this sweep (its MLflow run id)"),
+    json_path: str = typer.Option(None, "--json", help="write the rows as JSON to PATH ('-': stdout)"),
+    markdown: str = typer.Option(None, "--markdown", help="write the table as markdown to PATH"),
+) -> None:
+    """Methods x models x clusters over every finished experiment run: median and spread over seeds,
+    speedup over the best baseline (x) and over the lower bound when logged."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from tracking import default_tracking_uri
+    from tracking.compare import compare_markdown, compare_rows, experiment_runs
+    from tracking.live import TrackingUnavailable, check_tracking
+
+    uri = tracking_uri or default_tracking_uri(out_dir)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        _fail(f"no MLflow store at {uri}; run `placement experiment` first or pass --out-dir/--tracking-uri")
+    try:
+        check_tracking(uri)
+        rows = compare_rows(experiment_runs(uri, experiment, sweep))
+    except (TrackingUnavailable, ValueError) as exc:
+        _fail(str(exc))
+    if not rows:
+        _fail(f"no finished experiment runs in MLflow experiment {experiment!r} of {uri}")
+    console = Console(stderr=json_path == "-")
+    if not console.is_terminal:
+        console = Console(stderr=json_path == "-", width=160)  # a file or pipe: no wrapped cells
+    table = Table(title=f"{experiment}: {len({r['task'] for r in rows})} tasks ({uri})")
+    with_bound = any(r["x_lower_bound_median"] is not None for r in rows)
+    for col in ("task", "method", "seeds", "step time (s): median [min, max]", "x best baseline: median [min, max]"):
+        table.add_column(col, justify="left" if col in ("task", "method") else "right")
+    if with_bound:
+        table.add_column("x lower bound", justify="right")
+
+    def f(x, d=4):
+        return "-" if x is None else f"{x:.{d}g}"
+
+    for r in rows:
+        cells = [r["task"], r["method"] + (" *" if r["learner"] else ""), str(r["seeds"]),
+                 f"{f(r['step_time_s_median'])} [{f(r['step_time_s_min'])}, {f(r['step_time_s_max'])}]",
+                 f"{f(r['x_best_baseline_median'], 3)} [{f(r['x_best_baseline_min'], 3)}, {f(r['x_best_baseline_max'], 3)}]"]
+        if with_bound:
+            cells.append(f(r["x_lower_bound_median"], 3))
+        table.add_row(*cells)
+    console.print(table)
+    console.print("* learner; x best baseline = t(best baseline) / t(method), above 1 is faster")
+    if json_path:
+        _write_json({"experiment": experiment, "tracking_uri": uri, "rows": rows}, json_path)
+    if markdown:
+        Path(markdown).write_text(compare_markdown(rows) + "\n")
+
+
+@app.command("log-run")
+def log_run(
+    run_dir: str = typer.Argument(..., help="a run folder (<out-dir>/runs/...) with results.json"),
+    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: the SQLite store of the run's out-dir)"),
+) -> None:
+    """Log a finished run folder (written with --spool, or while MLflow was down) to MLflow."""
+    from tracking.live import TrackingUnavailable, log_run_folder
+
+    try:
+        run_id = log_run_folder(run_dir, tracking_uri)
+    except (TrackingUnavailable, ValueError) as exc:
+        _fail(str(exc))
+    typer.echo(f"MLflow run {run_id} logged from {run_dir}")

@@ -1,0 +1,60 @@
+"""Prefect artifacts of an experiment and of a sweep: the results table and a link to the MLflow run."""
+
+from __future__ import annotations
+
+import re
+
+from prefect import task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.cache_policies import NONE
+
+from tracking import ui_command
+from tracking.compare import compare_markdown, table2_markdown
+
+
+def _key(text: str) -> str:
+    """A Prefect artifact key: lowercase letters, digits and dashes."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")[:100]
+
+
+def mlflow_run_link(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
+    """The MLflow UI address of a run: on the tracking server itself for ``http(s)`` URIs,
+    else on ``mlflow ui``'s default ``http://127.0.0.1:5000`` (see :func:`tracking.ui_command`)."""
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{experiment_id or 0}/runs/{run_id}"
+
+
+@task(name="publish-artifacts", cache_policy=NONE)
+def publish_experiment(result: dict) -> None:
+    """A markdown artifact with the experiment's table (2017 Table 2 shape, with the lower bound
+    when the result has one) and a link artifact to its MLflow parent run."""
+    key = _key(f"placement-{result['model']}-{result['size']}-{result['cluster']}")
+    uri, run_id = result.get("mlflow_tracking_uri") or "", result.get("mlflow_run_id")
+    where = f"MLflow run `{run_id}` in `{uri}`" if run_id else f"not logged to MLflow yet: `placement log-run {result.get('run_dir')}`"
+    create_markdown_artifact(
+        key=key,
+        markdown=f"# {result['model']} ({result['size']}) on {result['cluster']} [{result['env']}]\n\n"
+                 f"{table2_markdown([result])}\n\nStep times in seconds. {where}. Run folder: `{result.get('run_dir')}`.\n",
+        description="placement results (2017 Table 2 shape)",
+    )
+    if run_id:
+        experiment_id = None
+        try:
+            from tracking import mlflow_client
+
+            experiment_id = mlflow_client(uri).get_run(run_id).info.experiment_id
+        except Exception:
+            pass
+        create_link_artifact(key=f"{key}-mlflow", link=mlflow_run_link(uri, experiment_id, run_id),
+                             link_text=f"MLflow run {run_id}",
+                             description=("" if uri.startswith("http") else f"start the UI first: `{ui_command(uri)}`"))
+
+
+@task(name="publish-sweep-table", cache_policy=NONE)
+def publish_sweep(rows: list[dict], tracking_uri: str, sweep_run_id: str | None) -> None:
+    """A markdown artifact with the sweep's comparison table (:func:`tracking.compare.compare_markdown`)."""
+    create_markdown_artifact(
+        key="placement-sweep",
+        markdown=f"# Sweep comparison\n\n{compare_markdown(rows)}\n\nMLflow sweep run `{sweep_run_id}` in `{tracking_uri}`.\n",
+        description="methods x models x clusters, median and spread over seeds",
+    )

@@ -1,0 +1,70 @@
+"""Bad input is one line and exit 2, before any work: a non-integer option, a malformed cluster
+YAML, an unwritable --out-dir, a tracking server that does not answer, a folder that is not a run folder."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one_line_exit_2(args, needle):
+    from cli.main import app
+
+    start = time.monotonic()
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    assert needle in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert "Traceback" not in r.output
+    return time.monotonic() - start
+
+
+def test_seed_not_an_integer():
+    _one_line_exit_2(["experiment", "--seed", "abc"], "(got 'abc')")
+
+
+def test_unknown_option_is_one_line():
+    _one_line_exit_2(["experiment", "--no-such-option"], "No such option: --no-such-option")
+
+
+def test_malformed_cluster_yaml(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices: [unclosed\n  - name: gpu0: x\n")
+    _one_line_exit_2(["experiment", "--cluster", str(bad)], f"cluster spec {bad}")
+
+
+def test_unwritable_out_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    # a path under a regular file cannot be created, even by root
+    _one_line_exit_2(["experiment", "--out-dir", str(blocker / "runs")], f"--out-dir {blocker / 'runs'} is not writable")
+
+
+def test_tracking_server_down_fails_within_seconds(tmp_path):
+    uri = f"http://127.0.0.1:{_free_port()}"
+    took = _one_line_exit_2(["experiment", "--tracking-uri", uri, "--out-dir", str(tmp_path / "o")],
+                            f"MLflow tracking server {uri} does not answer")
+    assert took < 20
+    assert not (tmp_path / "o" / "graph-cache").exists() and not (tmp_path / "o" / "runs").exists()
+
+
+def test_log_run_of_a_folder_that_is_not_a_run(tmp_path):
+    _one_line_exit_2(["log-run", str(tmp_path)], "is not a run folder: no readable results.json")
+
+
+def test_compare_without_a_store(tmp_path):
+    _one_line_exit_2(["compare", "--out-dir", str(tmp_path)], "no MLflow store at sqlite:///")
+
+
+@pytest.mark.parametrize("sub", ["calibrate", "train"])
+def test_measure_commands_also_one_line(sub):
+    _one_line_exit_2([sub, "--model", "rnnlm", "--cluster", "k80x2", "--seed", "x"], "Invalid value for '--seed'")

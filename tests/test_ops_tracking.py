@@ -1,0 +1,94 @@
+"""MLflow while it runs, the run folder, ``placement log-run`` and ``placement compare``, on a real
+SQLite MLflow store under Prefect's test harness."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=None):  # None: the 180 s of conftest
+        yield
+
+
+def _client(out):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+
+
+def test_spooled_run_keeps_everything_in_its_folder_and_log_run_logs_it(prefect_harness, tmp_path):
+    from cli.main import app
+    from flows.experiment import placement_experiment
+
+    out = tmp_path / "runs"
+    result = placement_experiment(methods=["single_gpu", "scotch", "post"], budget=8, train_steps=0, out_dir=str(out),
+                                  spool=True)
+    assert result["mlflow_run_id"] is None and not (out / "mlflow.db").exists()
+    folder = out / "runs" / result["run_dir"].rsplit("/", 1)[1]
+    saved = json.loads((folder / "results.json").read_text())
+    assert saved["result"]["methods"]["post"]["step_time_s"] == result["methods"]["post"]["step_time_s"]
+    assert "| rnnlm (small) | k80x2 |" in (folder / "table.md").read_text()
+    assert json.loads((folder / "placements.json").read_text())["scotch"] == result["methods"]["scotch"]["placement"]
+    pngs = sorted(p.name for p in (folder / "plots").glob("*.png"))
+    assert set(pngs) == {"device-bars.png", "learning-curves.png", f"placement-{result['best_baseline']}.png", "placement-post.png"}
+    assert all((folder / "plots" / p).read_bytes()[:8] == PNG for p in pngs)
+
+    r = CliRunner().invoke(app, ["log-run", str(folder)])
+    assert r.exit_code == 0, r.output
+    run_id = (folder / "mlflow_run_id").read_text().strip()
+    client = _client(out)
+    parent = client.get_run(run_id)
+    assert parent.info.status == "FINISHED" and parent.data.tags["placement.kind"] == "experiment"
+    assert parent.data.metrics["post.step_time_s"] == pytest.approx(result["methods"]["post"]["step_time_s"])
+    assert {a.path for a in client.list_artifacts(run_id, "plots")} == {f"plots/{p}" for p in pngs}
+    curve = [m.step for m in client.get_metric_history(
+        client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}' and tags.method = 'post'")[0].info.run_id,
+        "best_step_time_s")]
+    assert curve and curve[-1] == 8
+
+
+@pytest.mark.slow
+def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefect_harness, tmp_path):
+    from cli.main import app
+    from flows.sweep import placement_sweep
+
+    out = tmp_path / "sweep"
+    missing = str(tmp_path / "missing.yaml")  # a cluster that fails after the experiment's MLflow runs exist
+    rows = placement_sweep(models=["rnnlm"], size="small", clusters=["k80x2", missing], seeds=[0, 1], budget=8,
+                           methods=["single_gpu", "scotch", "post"], out_dir=str(out))
+    assert sum("error" in r for r in rows) == 2
+    client = _client(out)
+    exp = client.get_experiment_by_name("placement-experiment")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    sweep = [r for r in runs if r.data.tags.get("placement.kind") == "sweep"]
+    assert len(sweep) == 1 and sweep[0].info.status == "FINISHED"
+    sid = sweep[0].info.run_id
+    experiments = [r for r in runs if r.data.tags.get("placement.kind") == "experiment"]
+    # two finished under the sweep; the missing cluster's runs were created at the start and ended FAILED
+    assert all(r.data.tags["mlflow.parentRunId"] == sid for r in experiments)
+    assert sorted(r.info.status for r in experiments) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+    # the learner's points were logged as the search went: one timestamp per point, not one for all
+    post = [r for r in runs if r.data.tags.get("method") == "post" and r.info.status == "FINISHED"][0]
+    history = client.get_metric_history(post.info.run_id, "best_step_time_s")
+    assert [m.step for m in history][-1] == 8
+    assert {a.path for a in client.list_artifacts(sid)} >= {"compare.json", "compare.md", "compare.png"}
+    table = json.loads(open(client.download_artifacts(sid, "compare.json", str(tmp_path))).read())
+    by_method = {r["method"]: r for r in table}
+    assert set(by_method) == {"single_gpu", "scotch", "post"} and all(r["seeds"] == 2 for r in table)
+    best = min(("single_gpu", "scotch"), key=lambda m: by_method[m]["step_time_s_median"])
+    assert by_method[best]["x_best_baseline_median"] == pytest.approx(1.0)
+    assert by_method["post"]["learner"] is True
+
+    r = CliRunner().invoke(app, ["compare", "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "rnnlm/small on k80x2" in r.output and "post *" in r.output
+    assert json.loads((tmp_path / "cmp.json").read_text())["rows"] == table

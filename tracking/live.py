@@ -1,0 +1,332 @@
+"""MLflow while an experiment runs, and a run folder so that nothing is lost.
+
+:class:`ExperimentRecorder` creates the MLflow parent run and one nested run per method when
+the experiment starts (status RUNNING), logs each learner's learning-curve points as the
+search goes (metrics ``best_step_time_s`` and ``sample_mean_step_time_s``, step = placements
+sampled, timestamp = wall clock), and writes the run folder
+``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>/`` before anything is logged at
+the end: ``results.json`` (everything :func:`tracking.record_experiment` needs),
+``table.md`` (the 2017 Table 2 shape), ``placements.json`` and ``plots/*.png``. If MLflow is
+down at the end, or the user asked to spool, ``placement log-run DIR`` logs the folder later
+(:func:`log_run_folder`). The flow's failure/crash hooks (:func:`mark_failed`,
+:func:`mark_killed`) set the runs FAILED or KILLED.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+RESULTS_FILE = "results.json"
+
+_ACTIVE: dict[str, "ExperimentRecorder"] = {}  # Prefect flow run id -> its recorder (for the state hooks)
+
+
+class TrackingUnavailable(RuntimeError):
+    """The MLflow tracking server does not answer (the message is one line)."""
+
+
+def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast if the MLflow store at ``uri`` cannot be used: for ``http(s)://`` the server's
+    ``/health`` must answer within ``timeout_s`` seconds; for ``sqlite:///PATH`` the folder of
+    PATH must be writable.
+
+    Raises:
+        TrackingUnavailable: with one line naming the URI.
+    """
+    if uri.startswith(("http://", "https://")):
+        import httpx
+
+        try:
+            ok = httpx.get(f"{uri.rstrip('/')}/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError as exc:
+            raise TrackingUnavailable(f"MLflow tracking server {uri} does not answer ({type(exc).__name__}); "
+                                      "start it, or pass --spool to keep the results in the run folder and "
+                                      "log them later with `placement log-run DIR`") from None
+        if not ok:
+            raise TrackingUnavailable(f"MLflow tracking server {uri} is not healthy (/health did not answer 200)")
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri[len("sqlite:///"):]).parent
+        check_writable(folder, "--tracking-uri")
+
+
+def check_writable(folder: str | Path, option: str = "--out-dir") -> None:
+    """Create ``folder`` if needed and write and remove a probe file in it.
+
+    Raises:
+        TrackingUnavailable: not creatable or not writable (one line naming ``option`` and the folder).
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-probe-{time.monotonic_ns()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise TrackingUnavailable(f"{option} {folder} is not writable ({exc.strerror or type(exc).__name__})") from None
+
+
+def run_folder(out_dir: str | Path, stamp: str, model: str, size: str, cluster: str, seed: int) -> Path:
+    """``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (created)."""
+    path = Path(out_dir) / "runs" / f"{stamp}-{model}-{size}-{cluster}-seed{seed}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class ExperimentRecorder:
+    """The MLflow runs of one experiment, created at its start, and its run folder.
+
+    Args:
+        tracking_uri: MLflow tracking URI; ignored with ``spool``.
+        artifact_location: artifact root of the experiment (used if it is created).
+        params: the parent run's parameters known at the start (model, cluster, budget, seed...).
+        methods: one nested run is created per method.
+        spool: log nothing to MLflow now; the run folder is logged later by ``placement log-run``.
+        parent_run_id: an enclosing MLflow run (a sweep) to nest the experiment's run under.
+        prefect_flow_run_id: tagged ``prefect.flow_run_id`` on the parent run.
+    """
+
+    def __init__(self, tracking_uri: str, artifact_location: str, params: dict, methods: list[str], spool: bool = False,
+                 parent_run_id: str | None = None, prefect_flow_run_id: str | None = None):
+        self.spool = spool
+        self.client = None
+        self.parent_id: str | None = None
+        self.child_ids: dict[str, str] = {}
+        self.prefect_flow_run_id = prefect_flow_run_id
+        self._warned = False
+        if prefect_flow_run_id:
+            _ACTIVE[prefect_flow_run_id] = self
+        if spool:
+            return
+        from mlflow.entities import Param, RunTag
+        from tracking import mlflow_client
+
+        from tracking import EXPERIMENT_NAME, experiment_id
+
+        self.client = mlflow_client(tracking_uri)
+        exp_id = experiment_id(self.client, EXPERIMENT_NAME, artifact_location)
+        tags = {"prefect.flow_run_id": prefect_flow_run_id or "", "placement.kind": "experiment"}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}",
+                                     tags=tags)
+        self.parent_id = run.info.run_id
+        self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
+        for method in methods:
+            child = self.client.create_run(exp_id, run_name=method, tags={"mlflow.parentRunId": self.parent_id,
+                                                                          "method": method, "placement.kind": "method"})
+            self.child_ids[method] = child.info.run_id
+            self.client.log_batch(child.info.run_id, params=[Param("method", method)], tags=[RunTag("oom", "pending")])
+
+    @property
+    def run_ids(self) -> dict | None:
+        """``{"parent": id, "children": {method: id}}``, ``None`` when spooled."""
+        return None if self.parent_id is None else {"parent": self.parent_id, "children": dict(self.child_ids)}
+
+    def log_params(self, params: dict) -> None:
+        """Parameters learnt after the start (op and group counts); skipped when spooled."""
+        if self.client is not None:
+            from mlflow.entities import Param
+
+            self._safe(lambda: self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()]))
+
+    def _safe(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # the search must not die because the tracking server blinked
+            if not self._warned:
+                warnings.warn(f"MLflow logging failed ({type(exc).__name__}: {exc}); the run folder keeps everything")
+                self._warned = True
+
+    def on_update(self, method: str) -> Callable[[dict], None] | None:
+        """A callback logging ``method``'s learning-curve points to its nested run as they come
+        (step = placements sampled, timestamp = now); ``None`` when spooled."""
+        if self.client is None or method not in self.child_ids:
+            return None
+        from mlflow.entities import Metric
+
+        run_id = self.child_ids[method]
+
+        def log(point: dict) -> None:
+            now = int(time.time() * 1000)
+            metrics = [Metric(k, float(point[k]), now, int(point["placements"]))
+                       for k in ("best_step_time_s", "sample_mean_step_time_s") if point.get(k) is not None]
+            if metrics:
+                self._safe(lambda: self.client.log_batch(run_id, metrics=metrics))
+
+        return log
+
+    def callback(self, method: str, budget: int, logger=None) -> Callable[[dict], None]:
+        """``on_update`` for ``method``'s search: MLflow metrics as they come (:meth:`on_update`)
+        and progress (:class:`tracking.progress.SearchProgress`: a bar on a terminal, lines in ``logger``)."""
+        from tracking.progress import SearchProgress, chain
+
+        return chain(self.on_update(method), SearchProgress(method, budget, logger))
+
+    def finish(self, run_id: str | None) -> None:
+        """The experiment was recorded (``run_id``) or its recording failed (``None``: the runs end FAILED)."""
+        if run_id is None:
+            self.terminate("FAILED")
+        self.done()
+
+    def terminate(self, status: str) -> None:
+        """Set the parent and every unfinished nested run to ``status`` (FAILED or KILLED)."""
+        if self.prefect_flow_run_id:
+            _ACTIVE.pop(self.prefect_flow_run_id, None)
+        if self.client is None:
+            return
+        for run_id in [*self.child_ids.values(), self.parent_id]:
+            def end(run_id=run_id):
+                if self.client.get_run(run_id).info.status == "RUNNING":
+                    self.client.set_terminated(run_id, status=status)
+
+            self._safe(end)
+
+    def done(self) -> None:
+        """Forget this recorder (the experiment was recorded)."""
+        if self.prefect_flow_run_id:
+            _ACTIVE.pop(self.prefect_flow_run_id, None)
+
+
+def _hook(status: str):
+    def hook(flow, flow_run, state) -> None:
+        rec = _ACTIVE.get(str(flow_run.id))
+        if rec is not None:
+            rec.terminate(status)
+
+    hook.__name__ = f"mlflow_runs_{status.lower()}"
+    return hook
+
+
+mark_failed = _hook("FAILED")
+"""Prefect ``on_failure`` hook: the experiment's MLflow runs end FAILED."""
+mark_killed = _hook("KILLED")
+"""Prefect ``on_crashed`` / ``on_cancellation`` hook: the experiment's MLflow runs end KILLED."""
+
+
+def save_run_folder(run_dir: str | Path, record: dict, result: dict, prepared=None, spec=None) -> Path:
+    """Write the run folder: ``results.json`` (``record``: the keyword arguments of
+    :func:`tracking.record_experiment` but the store, plus ``result``: the flow's result object),
+    ``table.md``, ``placements.json`` and, given ``prepared`` and ``spec``, the pictures in ``plots/``.
+
+    Returns:
+        ``run_dir``. Plots that fail to draw are warned about, never fatal.
+    """
+    from tracking.compare import table2_markdown
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RESULTS_FILE).write_text(json.dumps({"record": record, "result": result}, indent=1, default=float) + "\n")
+    (run_dir / "table.md").write_text(table2_markdown([result]) + "\n")
+    placements = {m: r["placement"] for m, r in record["results"].items()}
+    (run_dir / "placements.json").write_text(json.dumps(placements, indent=1) + "\n")
+    if prepared is not None and spec is not None:
+        try:
+            write_plots(run_dir / "plots", record, prepared, spec)
+        except Exception as exc:
+            warnings.warn(f"plots not drawn: {type(exc).__name__}: {exc}")
+    return run_dir
+
+
+def write_plots(folder: Path, record: dict, prepared, spec) -> list[Path]:
+    """``learning-curves.png``, ``device-bars.png`` and ``placement-<method>.png`` for the best
+    learned and the best baseline placement (see :mod:`tracking.plots`)."""
+    from tracking import plots
+
+    folder.mkdir(parents=True, exist_ok=True)
+    results, summary = record["results"], record["summary"]
+    devices = list(spec.device_names)
+    task = f"{record['params'].get('model')} on {record['params'].get('cluster')}"
+    out = []
+    if record.get("curves"):
+        base = {m: r["step_time_s"] for m, r in results.items() if m not in record["curves"]}
+        out.append(plots.plot_learning_curves(record["curves"], folder / "learning-curves.png", base,
+                                              title=f"learning curves: {task}"))
+    out.append(plots.plot_device_bars(results, devices, folder / "device-bars.png",
+                                      title=f"per-device compute, transfer, memory: {task}"))
+    for method in dict.fromkeys(m for m in (summary.get("best_learned"), summary.get("best_baseline")) if m):
+        row = results.get(method) or {}
+        if row.get("placement"):
+            t = row.get("step_time_s")
+            out.append(plots.plot_placement(prepared.graph, prepared.grouping, row["placement"], devices,
+                                            folder / f"placement-{method}.png",
+                                            title=f"{method} placement of {task}" + ("" if t is None else f": {t:.4g} s/step")))
+    return out
+
+
+def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None, artifact_location: str | None = None) -> str:
+    """Log a run folder written by an experiment (spooled, or MLflow down at the end) to MLflow.
+
+    Args:
+        run_dir: the folder with ``results.json``.
+        tracking_uri: default: the SQLite store of the folder's out-dir (``<run_dir>/../../mlflow.db``).
+        artifact_location: default: ``<out-dir>/mlartifacts``.
+    Returns:
+        The new parent run id (also written to ``<run_dir>/mlflow_run_id``).
+    Raises:
+        ValueError: ``run_dir`` has no readable ``results.json``.
+    """
+    from tracking import artifact_root, default_tracking_uri, record_experiment
+
+    run_dir = Path(run_dir)
+    try:
+        data = json.loads((run_dir / RESULTS_FILE).read_text())
+        record = data["record"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"{run_dir} is not a run folder: no readable {RESULTS_FILE} ({type(exc).__name__})") from None
+    out_dir = run_dir.resolve().parent.parent
+    uri = tracking_uri or default_tracking_uri(out_dir)
+    check_tracking(uri)
+    extra = {k: v for k, v in (record.get("extra_artifacts") or {}).items() if Path(v).exists()}
+    run_id = record_experiment(tracking_uri=uri, artifact_location=artifact_location or artifact_root(out_dir),
+                               run_dir=str(run_dir), **{**record, "extra_artifacts": extra})
+    (run_dir / "mlflow_run_id").write_text(run_id + "\n")
+    return run_id
+
+
+def start_sweep(tracking_uri: str, artifact_location: str, params: dict) -> str:
+    """Create the sweep's MLflow parent run (tag ``placement.kind=sweep``); the sweep's experiments
+    nest under it (``mlflow_parent_run_id``). Returns its run id."""
+    from mlflow.entities import Param
+    from tracking import mlflow_client
+
+    from tracking import EXPERIMENT_NAME, experiment_id
+
+    client = mlflow_client(tracking_uri)
+    exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
+    run = client.create_run(exp_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", tags={"placement.kind": "sweep"})
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+    return run.info.run_id
+
+
+def finish_sweep(tracking_uri: str, sweep_run_id: str, folder: str | Path, failed: int = 0) -> list[dict]:
+    """Read the sweep's experiments back (:func:`tracking.compare.compare_rows`), write
+    ``compare.json``, ``compare.md`` and ``compare.png`` to ``folder`` and log them to the sweep run,
+    which ends FINISHED (FAILED if ``failed`` experiments failed and none finished). Returns the rows."""
+    from mlflow.entities import Metric
+    from tracking import mlflow_client
+
+    from tracking.compare import compare_markdown, compare_rows, experiment_runs
+    from tracking.plots import plot_comparison
+
+    client = mlflow_client(tracking_uri)
+    exp_id = client.get_run(sweep_run_id).info.experiment_id
+    runs = experiment_runs(tracking_uri, client.get_experiment(exp_id).name, sweep_run_id)
+    rows = compare_rows(runs)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "compare.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (folder / "compare.md").write_text(compare_markdown(rows) + "\n")
+    paths = [folder / "compare.json", folder / "compare.md"]
+    if rows:
+        paths.append(plot_comparison(rows, folder / "compare.png"))
+    for p in paths:
+        client.log_artifact(sweep_run_id, str(p))
+    now = int(time.time() * 1000)
+    client.log_batch(sweep_run_id, metrics=[Metric("experiments_finished", len(runs), now, 0),
+                                            Metric("experiments_failed", failed, now, 0)])
+    client.set_terminated(sweep_run_id, status="FAILED" if failed and not runs else "FINISHED")
+    return rows
