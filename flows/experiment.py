@@ -38,6 +38,10 @@ def placement_experiment(
     controllers: int = 0,
     ray_address: str | None = None,
     soft_placement: bool = False,
+    workers: int = 0,
+    gpus_per_worker: float = 0,
+    policy_device: str = "cpu",
+    async_updates: bool = False,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
@@ -58,6 +62,9 @@ def placement_experiment(
     method_params: dict = {m: {} for m in methods}
     extra = {}
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    # controllers > 0: rl and post on Ray (placer.distributed.distributed_search, 2017 Sec. 3.4)
+    dist = {"num_controllers": controllers, "workers": workers or None, "gpus_per_worker": gpus_per_worker,
+            "policy_device": policy_device, "async_updates": async_updates}
     for method in methods:
         if method not in LEARNERS:
             continue
@@ -66,15 +73,22 @@ def placement_experiment(
             config = ReinforceConfig(budget=budget, k=k, seed=seed)
             if controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
                 found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
-                                                           env_options)
+                                                           env_options, method, **{k: v for k, v in dist.items() if k != "num_controllers"})
             else:
                 found = tasks.placement_search(prepared, spec, env, config, log_path, env_options)
             method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal, "placer": "seq2seq-2017",
                                      "controllers": controllers, "ray_address": ray_address or ("local" if controllers else "")}
         else:
             config = PostConfig(budget=budget, seed=seed)
-            found = tasks.post_placement_search(prepared, spec, env, config, log_path, env_options)
+            if controllers > 0:
+                found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
+                                                           env_options, method, **{k: v for k, v in dist.items() if k != "num_controllers"})
+            else:
+                found = tasks.post_placement_search(prepared, spec, env, config, log_path, env_options)
             method_params[method] = {**config.model_dump(), "failing_time_s": found.failing_signal, "placer": "post-softmax"}
+        if controllers > 0:
+            method_params[method].update({**dist, "workers": workers or "K per controller", **getattr(found, "distributed", {}),
+                                          "ray_address": ray_address or "local"})
         placements[method] = found.best_placement
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)

@@ -738,10 +738,11 @@ class _Run:
         _revive(self.controllers[c].restore, self.states[c], what=f"controller {c}")
         return attempts
 
-    def sample(self, c: int, k: int, pulled) -> dict:
-        """Sample on controller ``c``, restoring it after a restart (blocking)."""
+    def sample(self, c: int, k: int, pulled, ref=None) -> dict:
+        """The placements controller ``c`` sampled (``ref``: its call, already submitted; ``None``:
+        submit it here); after a restart it is restored and asked again."""
         attempts = 0
-        ref = self.controllers[c].sample.remote(k, pulled)
+        ref = self.controllers[c].sample.remote(k, pulled) if ref is None else ref
         while True:
             try:
                 return _get(ref)
@@ -749,11 +750,13 @@ class _Run:
                 attempts = self._failed(c, e, attempts)
                 ref = self.controllers[c].sample.remote(k, pulled)
 
-    def update(self, c: int, k: int, pulled, placements: list, times, oom, as_delta: bool):
-        """Update controller ``c`` -> ``(diagnostics, new-parameters ref)``; after a restart: restore
+    def update(self, c: int, k: int, pulled, placements: list, times, oom, as_delta: bool, refs=None):
+        """Update controller ``c`` -> ``(diagnostics, new-parameters ref)`` (``refs``: the update
+        call's three refs, already submitted; ``None``: submit it here); after a restart: restore
         its last state, sample the same placements again from the same pull, then update."""
         attempts = 0
-        refs = self.controllers[c].update.options(num_returns=3).remote(times, oom, as_delta)
+        if refs is None:
+            refs = self.controllers[c].update.options(num_returns=3).remote(times, oom, as_delta)
         while True:
             try:
                 diag = _get(refs[0])
@@ -799,14 +802,17 @@ class _Run:
                     break
                 ks.append(k)
             pulled = self.server.get_params.remote()
-            outs = [self.sample(c, k, pulled) for c, k in enumerate(ks)]
+            refs = [self.controllers[c].sample.remote(k, pulled) for c, k in enumerate(ks)]
+            outs = [self.sample(c, k, pulled, ref) for c, (k, ref) in enumerate(zip(ks, refs))]
             starts = [sampled + sum(ks[:c]) for c in range(len(ks))]
             jobs = [_Job(starts[c] + i, row, c, rnd) for c, out in enumerate(outs)
                     for i, row in enumerate(out["placements"])]
             self.measure(jobs)
             batches = [self.tally.record(list(range(starts[c], starts[c] + k))) for c, k in enumerate(ks)]
-            news = [self.update(c, k, pulled, outs[c]["placements"], t, o, False)[1]
-                    for c, (k, (t, o, _)) in enumerate(zip(ks, batches))]
+            refs = [self.controllers[c].update.options(num_returns=3).remote(t, o, False)
+                    for c, (t, o, _) in enumerate(batches)]
+            news = [self.update(c, k, pulled, outs[c]["placements"], t, o, False, r)[1]
+                    for c, (k, (t, o, _), r) in enumerate(zip(ks, batches, refs))]
             _get(self.server.merge.remote(*news))
             if self.pooled:
                 _get(self.server.pooled.remote(*[
@@ -823,7 +829,7 @@ class _Run:
         allocated = 0
         rounds = [0] * len(self.controllers)
         batch: dict[int, dict] = {}
-        pending: dict = {}  # sample ref -> controller
+        pending: dict = {}  # ref of a sample or update call -> controller
         pushes: list = []
 
         def start(c: int) -> None:
@@ -832,48 +838,50 @@ class _Run:
             if k <= 0:
                 return
             pulled = self.server.get_params.remote()
-            batch[c] = {"k": k, "start": allocated, "pulled": pulled, "attempts": 0}
+            batch[c] = {"k": k, "start": allocated, "pulled": pulled}
             allocated += k
-            pending[self.controllers[c].sample.remote(k, pulled)] = c
+            batch[c]["sample"] = self.controllers[c].sample.remote(k, pulled)
+            pending[batch[c]["sample"]] = c
 
-        def finish(c: int) -> None:
+        def sampled(c: int) -> None:
+            b = batch[c]
+            out = self.sample(c, b["k"], b["pulled"], b.pop("sample"))
+            b.update(placements=out["placements"], log_prob=out["log_prob"], left=b["k"])
+            for i, row in enumerate(out["placements"]):
+                self.pool.submit(_Job(b["start"] + i, row, c, rounds[c]))
+
+        def measured(c: int) -> None:  # logged, recorded: the controller may update
+            b = batch[c]
+            b["times"], b["oom"], b["point"] = self.tally.record(list(range(b["start"], b["start"] + b["k"])))
+            b["update"] = self.controllers[c].update.options(num_returns=3).remote(b["times"], b["oom"], True)
+            pending[b["update"][0]] = c
+
+        def updated(c: int) -> None:
             b = batch.pop(c)
-            times, oom, point = self.tally.record(list(range(b["start"], b["start"] + b["k"])))
-            _, new = self.update(c, b["k"], b["pulled"], b["placements"], times, oom, True)
+            _, new = self.update(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True, b["update"])
             pushes.append(self.server.add.remote(new))
             if self.pooled:
                 pushes.append(self.server.pooled.remote({"placements": b["placements"], "log_prob": b["log_prob"],
-                                                         "step_times_s": times, "oom": oom}))
+                                                         "step_times_s": b["times"], "oom": b["oom"]}))
             rounds[c] += 1
-            self.tally.result.add_point(point, self.on_update)
+            self.tally.result.add_point(b["point"], self.on_update)
             start(c)
 
         for c in range(len(self.controllers)):
             start(c)
         while pending or self.pool.inflight or self.pool.queue:
-            refs = list(pending) + self.pool.refs()
-            (ref,), _ = ray.wait(refs, num_returns=1)
+            (ref,), _ = ray.wait(list(pending) + self.pool.refs(), num_returns=1)
             if ref in pending:
                 c = pending.pop(ref)
-                b = batch[c]
-                try:
-                    out = _get(ref)
-                except Exception as e:  # noqa: BLE001
-                    b["attempts"] = self._failed(c, e, b["attempts"])
-                    pending[self.controllers[c].sample.remote(b["k"], b["pulled"])] = c
-                    continue
-                b.update(placements=out["placements"], log_prob=out["log_prob"], left=b["k"])
-                for i, row in enumerate(out["placements"]):
-                    self.pool.submit(_Job(b["start"] + i, row, c, rounds[c]))
+                sampled(c) if "sample" in batch[c] else updated(c)
                 continue
             got = self.pool.collect(ref)
-            if got is None:
-                continue
-            self.tally.arrive(*got)
-            c = got[0].controller
-            batch[c]["left"] -= 1
-            if batch[c]["left"] == 0:
-                finish(c)
+            if got is not None:
+                self.tally.arrive(*got)
+                c = got[0].controller
+                batch[c]["left"] -= 1
+                if batch[c]["left"] == 0:
+                    measured(c)
         _get(pushes)
 
 

@@ -74,9 +74,7 @@ def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(loca
     a = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
                                      log_path=log)
     b = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
-    c = distributed_search("rl", cfg.model_copy(update={"seed": 4}), rnnlm_small, k80x2, controllers=2, workers=3)
-    _same(a, b)
-    assert a.step_times != c.step_times
+    _same(a, b)  # the same whatever the number of workers and the timing
     # 22 placements: two rounds of 2 x 4, then 4 for controller 0 and 2 for controller 1.
     assert [p["placements"] for p in a.curve] == [4, 8, 12, 16, 20, 22]
     header, recs = _records(log)
@@ -132,14 +130,6 @@ def test_the_cross_entropy_step_runs_at_the_server_over_pooled_samples(rnnlm_sma
     np.testing.assert_allclose(server.params["u"], np.log(np.clip(freq, 1e-6, None)))
 
 
-def test_post_with_two_controllers_is_reproducible_and_logs_its_budget(local_ray, rnnlm_small, k80x2):
-    cfg = PostConfig(budget=30, k=6, n_ce=12, seed=0)
-    a = distributed_search("post", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
-    b = distributed_search("post", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
-    _same(a, b)
-    assert len(a.step_times) == 30 and a.failing_signal > 0
-
-
 def _kill_when_measuring(log, target, min_records=1, after_s=0.05):
     """Kill ``target()`` (a Ray actor) from a thread once ``log`` has ``min_records`` records,
     ``after_s`` later (while the next placements are being measured)."""
@@ -160,14 +150,16 @@ def _kill_when_measuring(log, target, min_records=1, after_s=0.05):
 
 
 def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_small, k80x2, tmp_path):
-    cfg = ReinforceConfig(budget=16, k=4, seed=5, hidden_size=32)
+    """Post with 2 controllers: the pooled cross-entropy step at the server (n_ce=8) and each
+    controller's PPO steps; a worker and a controller killed mid-search change nothing."""
+    cfg = PostConfig(budget=16, k=4, n_ce=8, seed=5)
     opts = dict(controllers=2, workers=4, measure_delay_s=0.5)
-    clean = distributed_search("rl", cfg, rnnlm_small, k80x2, **opts)
+    clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
     actors: dict = {}
     log = tmp_path / "faults.jsonl"
     killers = [_kill_when_measuring(log, lambda: actors["workers"][0], min_records=1),
                _kill_when_measuring(log, lambda: actors["controllers"][1], min_records=6)]
-    faulty = distributed_search("rl", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+    faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
     for t in killers:
         t.join(timeout=5)
     _same(faulty, clean)
@@ -178,12 +170,12 @@ def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_s
 
 
 def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rnnlm_small, k80x2, tmp_path):
-    cfg = PostConfig(budget=24, k=4, n_ce=8, seed=0)
+    cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=32)
     actors: dict = {}
     log = tmp_path / "async.jsonl"
     killers = [_kill_when_measuring(log, lambda: actors["workers"][1], min_records=1),
                _kill_when_measuring(log, lambda: actors["controllers"][0], min_records=8)]
-    res = distributed_search("post", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+    res = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
                              measure_delay_s=0.3, log_path=log, on_start=actors.update)
     for t in killers:
         t.join(timeout=5)
@@ -194,7 +186,7 @@ def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rn
     assert res.curve[-1]["placements"] == 24
     assert res.distributed["worker_retries"] + res.distributed["controller_restarts"] >= 1
     with pytest.raises(ValueError, match="cannot resume"):
-        distributed_search("post", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
                            log_path=log)
 
 
