@@ -88,7 +88,7 @@ class InterimReinforce(Learner):
             self.optimizer.zero_grad()
             loss_t.backward()
             self.optimizer.step()
-            loss = float(loss_t)
+            loss = float(loss_t.detach())
         self.baseline = cfg.baseline_decay * self.baseline + (1 - cfg.baseline_decay) * float(r.mean())
         self.updates += 1
         return {"loss": loss, "baseline": self.baseline}

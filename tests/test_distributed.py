@@ -265,3 +265,19 @@ def test_merge_parameters_and_controller_seeds():
     assert controller_seed(7, 0) == 7
     seeds = {controller_seed(s, c) for s in range(4) for c in range(1, 5)}
     assert len(seeds) == 16 and all(0 <= x < 2**63 for x in seeds) and not seeds & set(range(4))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--async"], "--async needs --controllers 1 or more"),
+    (["--workers", "4"], "--workers needs --controllers 1 or more"),
+    (["--controllers", "2", "--workers", "-1"], "--workers must be at least 0, got -1"),
+    (["--controllers", "2", "--gpus-per-worker", "-1"], "--gpus-per-worker must be at least 0, got -1.0"),
+    (["--controllers", "2", "--policy-device", "tpu"], "--policy-device: unknown device 'tpu'; valid: cpu, cuda"),
+])
+def test_cli_distributed_options_are_checked(args, message):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    r = CliRunner().invoke(app, ["experiment", "--methods", "rl", *args])
+    assert r.exit_code == 2 and message in r.output
