@@ -33,6 +33,8 @@ def main() -> None:
 
     from cluster.environment import make_environment
     from cluster.spec import load_cluster
+    import torch
+
     from compgraph.prepare import prepare
     from placer.distributed import distributed_search, ray_session
     from placer.reinforce import ReinforceConfig, reinforce_search
@@ -43,6 +45,10 @@ def main() -> None:
                  "load_average_1m_at_start": os.getloadavg()[0], "sim": {"budget": args.budget},
                  "slow": {"budget": args.slow_budget, "delay_s": args.delay}}
     env = make_environment("sim", prep.graph, prep.grouping, spec)
+    # One intra-op thread, as in Ray's actors (OMP_NUM_THREADS=1): on a loaded machine torch's
+    # default threads make the in-process search many times slower (563 s vs ~16 s at load 26).
+    torch.set_num_threads(1)
+    out["in_process_torch_threads"] = 1
     t = time.perf_counter()
     reinforce_search(env, cfg)
     in_process_s = time.perf_counter() - t

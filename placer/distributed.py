@@ -1075,8 +1075,9 @@ def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, co
         for a in every:
             ray.kill(a)
         raise
+    # "prepared" keeps the graph's object alive: restarting actors read their constructor arguments again
     return {"server": server, "controllers": ctls, "pool": _Pool(ws, max_attempts), "all": every,
-            "failing": infos[0]["failing_signal"], "batch_size": k}
+            "failing": infos[0]["failing_signal"], "batch_size": k, "prepared": ref}
 
 
 def _wait(ray, refs: list, timeout_s: float, what: str, every: list) -> list:
