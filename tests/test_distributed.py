@@ -37,6 +37,17 @@ def local_ray(tmp_path_factory):
         yield
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """In-process searches with one intra-op thread, as in Ray's actors (much faster on a loaded machine)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _records(path):
     lines = path.read_text().splitlines()
     return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
