@@ -1,37 +1,88 @@
-"""Wall time of the 2017 search on Ray (Sec. 3.4) vs in-process: Ray start, 1 and 2 controllers x 4 workers, 1000 placements; prints JSON.
+"""Throughput of the distributed search (placer/distributed.py) on a local Ray; prints JSON.
 
-Usage: python benchmarks/distributed.py [BUDGET]
+* ``sim``: placements per second of the 2017 learner (``rl``, K=8) on the simulator, small
+  RNNLM on k80x2, in-process (:func:`placer.reinforce.reinforce_search`) and distributed with
+  one controller and 1, 2, 4 workers (synchronous), and 2 controllers x 4 workers
+  asynchronous; the distributed rates exclude the actors' start (reported apart), and
+  ``overhead_ms_per_placement`` is (distributed - in-process) seconds per placement.
+* ``slow``: the same with every measurement taking 0.5 s more (``measure_delay_s``, a
+  stand-in for real execution): seconds and the speed-up of 2 and 4 workers over 1.
+
+Usage: python benchmarks/distributed.py [--budget 200] [--slow-budget 16] [--delay 0.5]
 """
-import json, os, sys, time
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-from compgraph.prepare import prepare
-from cluster.spec import load_cluster
-from cluster.environment import make_environment
-from placer.reinforce import ReinforceConfig, reinforce_search
-from placer.distributed import distributed_reinforce_search, ray_session
-budget = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-prep = prepare("rnnlm", "small"); spec = load_cluster("k80x2")
-out = {"model": "rnnlm-small", "cluster": "k80x2", "budget": budget, "cpus": os.cpu_count()}
-cfg4 = ReinforceConfig(budget=budget, k=4, seed=0)
-env = make_environment("sim", prep.graph, prep.grouping, spec)
-for k in (4, 8):
-    t = time.perf_counter(); r = reinforce_search(env, cfg4.model_copy(update={"k": k}))
-    out[f"in_process_k{k}_s"] = time.perf_counter() - t
-    out[f"in_process_k{k}_best_step_time_s"] = r.best_step_time_s
-t = time.perf_counter()
-with ray_session(num_cpus=2):
-    out["ray_start_s"] = time.perf_counter() - t
-    for c in (1, 2):
-        t = time.perf_counter()
-        r = distributed_reinforce_search(prep, spec, cfg4, num_controllers=c)
-        out[f"distributed_{c}x4_s"] = time.perf_counter() - t
-        out[f"distributed_{c}x4_best_step_time_s"] = r.best_step_time_s
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=int, default=200, help="placements of each simulator-backed search")
+    parser.add_argument("--slow-budget", type=int, default=16, help="placements of each slow-environment search")
+    parser.add_argument("--delay", type=float, default=0.5, help="seconds added to each slow measurement")
+    args = parser.parse_args()
+
+    from cluster.environment import make_environment
+    from cluster.spec import load_cluster
+    import torch
+
+    from compgraph.prepare import prepare
+    from placer.distributed import distributed_search, ray_session
+    from placer.reinforce import ReinforceConfig, reinforce_search
+
+    prep, spec = prepare("rnnlm", "small"), load_cluster("k80x2")
+    cfg = ReinforceConfig(budget=args.budget, k=8, seed=0)
+    out: dict = {"model": "rnnlm-small", "cluster": "k80x2", "learner": "rl", "k": 8, "cpus": os.cpu_count(),
+                 "load_average_1m_at_start": os.getloadavg()[0], "sim": {"budget": args.budget},
+                 "slow": {"budget": args.slow_budget, "delay_s": args.delay}}
+    env = make_environment("sim", prep, spec)
+    # One intra-op thread, as in Ray's actors (OMP_NUM_THREADS=1): on a loaded machine torch's
+    # default threads make the in-process search many times slower (563 s vs ~16 s at load 26).
+    torch.set_num_threads(1)
+    out["in_process_torch_threads"] = 1
     t = time.perf_counter()
-    r = distributed_reinforce_search(prep, spec, cfg4.model_copy(update={"budget": 8}), num_controllers=2)
-    out["distributed_2x4_startup_only_s(budget 8)"] = time.perf_counter() - t
-t = time.perf_counter()
-with ray_session(num_cpus=2):
-    pass
-out["ray_start_and_shutdown_s"] = time.perf_counter() - t
-print(json.dumps(out, indent=1))
+    reinforce_search(env, cfg)
+    in_process_s = time.perf_counter() - t
+    out["sim"]["in_process"] = {"seconds": in_process_s, "placements_per_s": args.budget / in_process_s}
+
+    def timed(config, **kw) -> dict:
+        started: dict = {}
+        t0 = time.perf_counter()
+        res = distributed_search("rl", config, prep, spec, on_start=lambda _: started.setdefault("t", time.perf_counter()),
+                                 **kw)
+        end = time.perf_counter()
+        run_s = end - started["t"]
+        return {"seconds_after_start": run_s, "actor_start_s": started["t"] - t0,
+                "placements_per_s": config.budget / run_s, "best_step_time_s": res.best_step_time_s}
+
+    t = time.perf_counter()
+    with ray_session(num_cpus=os.cpu_count()):
+        out["ray_start_s"] = time.perf_counter() - t
+        for w in (1, 2, 4):
+            r = timed(cfg, controllers=1, workers=w)
+            r["overhead_ms_per_placement"] = 1000 * (r["seconds_after_start"] - in_process_s) / args.budget
+            out["sim"][f"1x{w}_sync"] = r
+        r = timed(cfg, controllers=2, workers=4, async_updates=True)
+        r["overhead_ms_per_placement"] = 1000 * (r["seconds_after_start"] - in_process_s) / args.budget
+        out["sim"]["2x4_async"] = r
+        slow = cfg.model_copy(update={"budget": args.slow_budget})
+        for w in (1, 2, 4):
+            out["slow"][f"1x{w}_sync"] = timed(slow, controllers=1, workers=w, measure_delay_s=args.delay)
+        base = out["slow"]["1x1_sync"]["seconds_after_start"]
+        for w in (2, 4):
+            out["slow"][f"speedup_{w}_workers"] = base / out["slow"][f"1x{w}_sync"]["seconds_after_start"]
+    out["load_average_1m_at_end"] = os.getloadavg()[0]
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

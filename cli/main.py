@@ -82,7 +82,11 @@ def experiment(
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real: move ops that have no kernel on their device to the CPU instead of failing"),
-    controllers: int = typer.Option(0, help="rl on Ray: this many controllers, each with K workers, and a parameter server (2017 Sec. 3.4); 0: in-process"),
+    controllers: int = typer.Option(0, help="rl and post on Ray: this many controllers, workers and a parameter server (2017 Sec. 3.4); 0: in-process"),
+    workers: int = typer.Option(0, help="with --controllers: measuring worker actors, one placement each at a time (0: K per controller)"),
+    gpus_per_worker: float = typer.Option(0, help="with --controllers: GPUs each worker asks Ray for and sees (--env real on GPUs: the cluster's GPU count)"),
+    policy_device: str = typer.Option("cpu", help="with --controllers: cpu | cuda, where controllers run the policy (cuda: one GPU each)"),
+    async_updates: bool = typer.Option(False, "--async", help="with --controllers: 2017's asynchronous updates (not reproducible); default: synchronous rounds"),
     ray_address: str = typer.Option(None, help="an existing Ray cluster (auto, host:port or ray://host:port); default: a local Ray on 127.0.0.1"),
     train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
@@ -135,6 +139,11 @@ def experiment(
         _fail(f"--controllers must be at least 0, got {controllers}")
     if ray_address is not None and controllers == 0:
         _fail("--ray-address needs --controllers 1 or more (the distributed rl search)")
+    from cli.distributed import check_distributed_options
+
+    problem = check_distributed_options(controllers, workers, gpus_per_worker, policy_device, async_updates)
+    if problem:
+        _fail(problem)
     if train_steps < 0:
         _fail(f"--train-steps must be at least 0, got {train_steps}")
     if env not in ENVIRONMENTS:
@@ -162,6 +171,7 @@ def experiment(
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
         ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume, spool=spool,
+        workers=workers, gpus_per_worker=gpus_per_worker, policy_device=policy_device, async_updates=async_updates,
         **({"saved_model": saved_model, "signature": signature} if saved_model is not None else {}),
     )
     result["wall_time_s"] = time.perf_counter() - start

@@ -47,6 +47,10 @@ def placement_experiment(
     signature: str | None = None,
     spool: bool = False,
     mlflow_parent_run_id: str | None = None,
+    workers: int = 0,
+    gpus_per_worker: float = 0,
+    policy_device: str = "cpu",
+    async_updates: bool = False,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
@@ -69,7 +73,6 @@ def placement_experiment(
         num_groups: target number of groups of metis and fluid (empty: 256).
         cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
         train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
-        controllers: rl on Ray with this many controllers (2017 Sec. 3.4); 0: in-process.
         ray_address: an existing Ray cluster; empty: a local Ray.
         soft_placement: with env real, move ops without a kernel on their device to the CPU.
         learner_options: per learner, fields of its config overriding the paper defaults,
@@ -80,6 +83,11 @@ def placement_experiment(
         signature: the SavedModel signature holding the training step.
         spool: log nothing to MLflow; the run folder is logged later with `placement log-run DIR`.
         mlflow_parent_run_id: nest the MLflow run under this run (set by the sweep).
+        controllers: with more than 0, every learner that places the prepared groups searches on Ray.
+        workers: measuring workers on Ray (0: K per controller, 2017 Sec. 3.4).
+        gpus_per_worker: GPUs each Ray worker asks for (real execution on GPU nodes).
+        policy_device: where controllers run the policy: cpu or cuda.
+        async_updates: 2017's asynchronous updates instead of synchronous rounds (not reproducible).
 
     Returns the result object of ``placement experiment --json`` (see the README).
     The MLflow runs are created at the start and the searches logged as they go
@@ -109,6 +117,9 @@ def placement_experiment(
     method_params: dict = {m: {} for m in methods}
     extra = {}
     groupings: dict = {}
+    # controllers > 0: the learners on Ray (placer.distributed.distributed_search, 2017 Sec. 3.4)
+    dist = {"workers": workers or None, "gpus_per_worker": gpus_per_worker, "policy_device": policy_device,
+            "async_updates": async_updates}
     for method in methods:
         if method not in LEARNERS:
             continue
@@ -116,19 +127,23 @@ def placement_experiment(
         config = tasks.learner_config(method, budget, seed, options)
         log_path, ckpt_path = tasks.run_paths(out, model, size, spec.name, prepared.grouping.grouper, method, seed, config.budget)
         progress = recorder.callback(method, config.budget, get_run_logger())
-        if method == "rl" and controllers > 0:  # 2017 Sec. 3.4: controllers, workers and a parameter server on Ray
-            log_path = log_path.with_name(log_path.name.replace("-rl-", f"-rl-ray{controllers}-"))
+        distributed = controllers > 0 and LEARNERS[method].units == "groups"  # op-grouping learners: in-process
+        if distributed:
+            log_path = log_path.with_name(log_path.name.replace(f"-{method}-", f"-{method}-ray{controllers}-"))
             if not resume:
                 log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
             found = tasks.distributed_placement_search(prepared, spec, env, config, log_path, controllers, ray_address,
-                                                       env_options, progress)
+                                                       env_options, progress, method, **dist)
         else:
             found = tasks.learner_search(method, prepared, spec, env, config, log_path, ckpt_path, resume, env_options,
                                          progress)
-            groupings[method] = tasks.learner_grouping(method, prepared)
+        groupings[method] = tasks.learner_grouping(method, prepared)
         method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal,
                                  "paper": LEARNERS[method].paper, "units": LEARNERS[method].units,
-                                 "controllers": controllers if method == "rl" else 0}
+                                 "controllers": controllers if distributed else 0}
+        if distributed:
+            method_params[method].update({**dist, "workers": workers or "K per controller", **getattr(found, "distributed", {}),
+                                          "ray_address": ray_address or "local"})
         placements[method] = found.best_placement
         curves[method] = found.curve
         extra[f"placement-logs/{method}"] = str(log_path)

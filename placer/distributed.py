@@ -1,69 +1,92 @@
-"""The 2017 distributed search on Ray: a parameter server, controllers and workers.
+"""Every learner distributed on Ray: a parameter server, controllers and workers (2017 Sec. 3.4).
 
-Mirhoseini et al. 2017, Sec. 3.4 (Fig. 3): one *parameter server* holds the placer's
-parameters (:class:`placer.seq2seq.Seq2SeqPlacer`, Sec. 3.2) and its Adam optimizer;
-``num_controllers`` *controllers* each pull the current parameters, sample K placements
-(K in Eq. 3), send them to their K *workers* (one placement per worker), wait for all the
-running times, and push the REINFORCE gradient of Eq. 3 to the parameter server. Each
-controller keeps its own moving-average baseline ("it is more stable to let each
-controller have its own baseline"). Each worker owns one measurement environment
-(:func:`cluster.environment.make_environment`, simulated by default; ``"real"`` runs the
-TensorFlow step) built from the prepared graph, which every actor receives by object ref.
+Mirhoseini et al. 2017, Sec. 3.4 (Fig. 3): a *parameter server* holds the policy's
+parameters; each of several *controllers* pulls them, samples K placements, has *workers*
+measure them (one placement per worker at a time), updates from the running times with its
+own baseline ("it is more stable to let each controller have its own baseline"), and pushes
+the result to the parameter server.
 
-The gradient is the one of :func:`placer.reinforce.reinforce_search`: the loss
-``1/K * sum_i (R(P_i) - B) * log p(P_i)`` (minus the optional entropy bonus), ``R`` the
-square root of the step time (seconds) or the *failing signal* for a placement that ran
-out of memory, ``B`` initialised to the failing signal and updated as
-``B <- decay * B + (1 - decay) * mean(R)`` after each of the controller's updates; after
-``valid_only_after`` updates (counted over all controllers) only placements that ran
-enter the loss, and a batch with none of them leaves the parameters unchanged.
+Here any :class:`placer.learner.Learner` is distributed through its contract
+(:func:`distributed_search`): each controller (a Ray actor) holds a learner instance and
+calls its ``sample`` and ``update`` (so it keeps its own baseline, optimizer state and
+sampling generator); the server holds only the policy's parameters (:func:`policy_state`);
+a pool of worker actors, each with its own measurement environment, measures placements
+one at a time; the driver (this process) dispatches placements to free workers, appends
+each measurement to the run's placement log (:class:`placer.reinforce.PlacementLog`) the
+moment it arrives, and only then gives the batch's times to its controller.
 
-**Synchronous rounds (default, reproducible).** A round: every controller samples from
-the same parameter version with its own seeded ``torch.Generator`` (controller 0 with
-``config.seed``, controller ``c > 0`` with a seed derived from ``(config.seed, c)``:
-:func:`controller_seed`); their workers measure; every placement is appended to the
-placement log (:class:`placer.reinforce.PlacementLog`) in the order (round, controller,
-worker) *before* any gradient is computed; then the parameter server applies the
-controllers' gradients one Adam step each, in controller order. The same seed and
-settings give the same :class:`placer.reinforce.SearchResult`, and with
-``num_controllers=1`` the same result as :func:`placer.reinforce.reinforce_search`
-(identical sampling, loss, gradient and Adam steps). A re-run on an existing log with the
-same settings replays the logged measurements (resume), as the in-process search does.
+A controller pushes its learner's new parameters (synchronous) or the change it made to
+the parameters it pulled (asynchronous). Controller ``c`` samples with seed
+:func:`controller_seed` ``(config.seed, c)``; controller 0 with ``config.seed``.
 
-**Asynchronous (``asynchronous=True``, the paper's mode, not reproducible).** Each
-controller loops on its own: pull whatever parameters the server holds, sample, measure,
-push; the server applies each gradient on arrival (to parameters that may have moved
-since the controller pulled them). The log is in completion order and the result
-depends on timing, so it is not reproducible; ``valid_only_after`` counts the server's
-updates at the controller's pull; such a log cannot be resumed.
+**Synchronous rounds (default, reproducible).** A round: every controller pulls the same
+parameters and samples ``min(K, placements left)``; the workers measure all of them; the
+batches are recorded in sample-index order; every controller updates; the server's new
+parameters are controller 0's new parameters plus every other controller's change
+(``new_c - pulled``) -- with one controller exactly controller 0's, so one controller gives
+the in-process search's result for the same seed (for the 2017 learner:
+:func:`placer.reinforce.reinforce_search`). The same seed and settings give the same
+:class:`placer.reinforce.SearchResult` whatever the timing, and a re-run on an existing
+log with the same settings replays the logged measurements by sample index (resume).
 
-The budget counts placements over all controllers: a round gives each controller, in
-order, ``min(K, placements left)``.
+**Asynchronous (``async_updates=True``, 2017's mode, not reproducible).** Each controller
+loops on its own: pull whatever the server holds, sample, measure, update, push its change,
+which the server adds on arrival (the parameters may have moved meanwhile). The budget is
+allocated in sample-index order as controllers ask; such a log cannot be resumed.
 
-Ray's transport serialises the actors' arguments (the prepared graph, parameters,
-gradients) with pickle between this search's own processes; nothing is read from files
-by unpickling.
+**Extension of the learner contract (what a learner implements to be distributed).**
+
+* ``policy_state() -> dict[str, np.ndarray]`` and ``load_policy_state(state)``: the
+  policy's parameters only (what the server holds and controllers pull). Optional for a
+  learner whose ``self.policy`` is a ``torch.nn.Module``: its ``state_dict`` is used
+  (:func:`policy_state`, :func:`load_policy_state`).
+* ``to(device) -> self`` (optional): move the policy to ``"cuda"`` (``policy_device``); a
+  learner without it runs its policy on the CPU only.
+* For a learner with a pooled step (Post's and EAGLE+CE's cross-entropy step, which needs
+  every controller's placements): a boolean attribute ``pooled`` (the search sets it to
+  True on every controller's and the server's learner: ``update`` must then make only its
+  gradient step, not the pooled one), and ``pooled_update(batches) -> dict | None``, called
+  at the server on a learner instance seeded with ``config.seed`` whose policy holds the
+  server's parameters, with ``batches`` a list of ``(Samples, step_times_s [K], oom [K])``
+  (``Samples.extra`` empty) -- each controller's batch once, in the order they are recorded;
+  it keeps its own pool (e.g. the CE period), returns diagnostics when it changed the
+  policy (the server then takes the learner's :func:`policy_state`), else ``None``.
+  :class:`placer.interim_learners.InterimPost` is an example.
+
+**Faults.** Worker and controller actors restart (``max_restarts=-1``). A placement whose
+worker dies mid-measurement is measured again by another free worker (up to
+``max_attempts`` tries); only a measurement that arrives is logged, and the log's sample
+``index`` identifies it (never twice). A controller that dies is restarted: its learner
+is restored from the state it returned after its last update (held by the driver) and
+the parameters it pulled (held by the server's reply), and the step it was in is redone
+-- the same placements are sampled again (checked against the logged ones), so a
+synchronous search gives the same result as without the fault.
+
+Ray's transport serialises the actors' arguments (the prepared graph, parameters, learner
+states) with pickle between this search's own processes; nothing is read from files by
+unpickling.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shutil
 import socket
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import numpy as np
 
-if TYPE_CHECKING:  # torch and the policy are imported lazily: worker processes never load torch
+if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processes never load torch
     from cluster.spec import ClusterSpec
     from compgraph.prepare import PreparedGraph
+    from placer.learner import Learner, LearnerConfig
     from placer.reinforce import ReinforceConfig, SearchResult
 
 #: Environment of a local Ray started by :func:`ray_session` (shared/notes/stack.md): no auth
@@ -232,230 +255,455 @@ def controller_seed(seed: int, controller: int) -> int:
     return int(state[0] >> 1)
 
 
-def _policy(prepared: PreparedGraph, num_devices: int, hidden_size: int):
-    from placer.features import group_features
-    from placer.seq2seq import Seq2SeqPlacer
 
-    return Seq2SeqPlacer(group_features(prepared.graph, prepared.grouping), num_devices, hidden_size=hidden_size)
+# ----------------------------------------------------------------------------- the learner extension
+
+
+def resolve_learner(learner: str | type[Learner]) -> type[Learner]:
+    """The learner class of a method name (:data:`placer.learner.LEARNERS`; until the
+    learner-contract merge also the TEMPORARY :data:`placer.interim_learners.INTERIM_LEARNERS`)
+    or the class itself.
+
+    Raises:
+        ValueError: an unknown name (lists the valid ones).
+    """
+    if isinstance(learner, type):
+        return learner
+    import placer  # noqa: F401  (fills LEARNERS once the learners are registered there)
+    from placer.interim_learners import INTERIM_LEARNERS
+    from placer.learner import LEARNERS
+
+    known = {**INTERIM_LEARNERS, **LEARNERS}
+    if learner not in known:
+        raise ValueError(f"learner: unknown learner {learner!r}; valid: {', '.join(sorted(known))}")
+    return known[learner]
+
+
+def _numpy(value) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.array(value, copy=True)
+
+
+def policy_state(learner: Learner) -> dict[str, np.ndarray]:
+    """The policy's parameters as numpy arrays: ``learner.policy_state()``, else the
+    ``state_dict`` of ``learner.policy`` (a ``torch.nn.Module``).
+
+    Raises:
+        TypeError: the learner has neither (it cannot be distributed).
+    """
+    fn = getattr(learner, "policy_state", None)
+    if fn is not None:
+        state = fn()
+    else:
+        import torch
+
+        policy = getattr(learner, "policy", None)
+        if not isinstance(policy, torch.nn.Module):
+            raise TypeError(f"learner {type(learner).__name__}: cannot be distributed; implement policy_state() "
+                            "and load_policy_state() (placer.distributed module docstring)")
+        state = policy.state_dict()
+    return {k: _numpy(v) for k, v in state.items()}
+
+
+def load_policy_state(learner: Learner, state: dict[str, np.ndarray]) -> None:
+    """Put :func:`policy_state`'s parameters into ``learner``'s policy (in place, so an
+    optimizer keeps its references)."""
+    fn = getattr(learner, "load_policy_state", None)
+    if fn is not None:
+        fn(state)
+        return
+    import torch
+
+    current = learner.policy.state_dict()
+    learner.policy.load_state_dict(
+        {k: torch.from_numpy(np.array(v)).to(current[k].device) for k, v in state.items()})
+
+
+def merge_parameters(pulled: dict[str, np.ndarray], news: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """A synchronous round's new parameters: ``news[0] + sum_{c>0} (news[c] - pulled)`` for
+    floating-point arrays (``news[0]`` itself with one controller, bit for bit), ``news[0]``'s
+    value for the others."""
+    if len(news) == 1:
+        return dict(news[0])
+    out = {}
+    for key, base in pulled.items():
+        first = np.asarray(news[0][key])
+        if np.issubdtype(first.dtype, np.floating):
+            total = first.copy()
+            for new in news[1:]:
+                total += np.asarray(new[key]) - base
+            out[key] = total
+        else:
+            out[key] = first
+    return out
+
+
+class EnvironmentView:
+    """What a learner may read of an environment (``kind``, ``graph``, ``grouping``, ``spec``),
+    for controllers and the server of a search whose workers measure for real; ``measure``
+    raises (the contract: learners never measure)."""
+
+    def __init__(self, kind: str, graph, grouping, spec) -> None:
+        self.kind, self.graph, self.grouping, self.spec = kind, graph, grouping, spec
+
+    def measure(self, group_placement):
+        raise RuntimeError("a learner must not measure (placer.learner.Learner); workers do")
+
+
+def _environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict, measuring: bool):
+    """The workers' environment (``measuring``), or what a learner sees: the same simulated
+    environment for ``sim`` (so a learner's failing signal is the in-process one), an
+    :class:`EnvironmentView` otherwise. The one place this module builds environments."""
+    from cluster.environment import make_environment
+
+    if measuring or env_kind == "sim":
+        return make_environment(env_kind, prepared, spec, env_options)
+    return EnvironmentView(env_kind, prepared.graph, prepared.grouping, spec)
+
+
+def _make_learner(learner_cls, config, prepared, spec, env_kind, env_options, device: str, pooled: bool):
+    learner = learner_cls(_environment(prepared, spec, env_kind, env_options, False), config)
+    if device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"policy_device: {device!r} but CUDA is not available on this Ray node "
+                               f"(torch.cuda.is_available() is False); use policy_device='cpu'")
+        if not hasattr(learner, "to"):
+            raise ValueError(f"policy_device: learner {learner_cls.name!r} has no to(device); use policy_device='cpu'")
+        learner = learner.to(device)
+    if pooled:
+        learner.pooled = True
+    return learner
+
+
+# ----------------------------------------------------------------------------- actors
+
+
+class ControllerRestarted(RuntimeError):
+    """Raised by a controller actor that Ray restarted and the driver has not restored yet."""
 
 
 class ParameterServer:
-    """Holds the placer's parameters and its Adam optimizer (2017 Sec. 3.4); a Ray actor.
-
-    Initialised exactly as :func:`placer.reinforce.reinforce_search` initialises its
-    policy (``torch.manual_seed(config.seed)``, then the placer, then Adam), so one
-    controller reproduces the in-process search.
+    """Holds the policy's parameters (2017 Sec. 3.4); a Ray actor.
 
     Args:
-        prepared: the prepared graph (its grouping fixes the groups).
-        num_devices: D.
-        config: :meth:`placer.reinforce.ReinforceConfig.model_dump` of the search.
+        params: the initial parameters (controller 0's learner's, seeded with ``config.seed``).
+        learner_cls, config, prepared, spec, env_kind, env_options: a learner with a pooled
+            step, built here (on the CPU) for :meth:`pooled`; ``learner_cls=None``: none.
     """
 
-    def __init__(self, prepared: PreparedGraph, num_devices: int, config: dict) -> None:
-        import torch
-
-        torch.manual_seed(config["seed"])
-        self.policy = _policy(prepared, num_devices, config["hidden_size"])
-        self.params = list(self.policy.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=config["learning_rate"])
+    def __init__(self, params: dict[str, np.ndarray], learner_cls=None, config=None, prepared=None, spec=None,
+                 env_kind: str = "sim", env_options: dict | None = None) -> None:
+        self.params = {k: np.array(v) for k, v in params.items()}
         self.version = 0
+        self.learner = None
+        if learner_cls is not None:
+            self.learner = _make_learner(learner_cls, config, prepared, spec, env_kind, env_options or {}, "cpu", True)
 
-    def get_params(self) -> tuple[int, list[np.ndarray]]:
-        """``(version, parameters)``: the number of gradients applied so far and each parameter
-        (float32 arrays, in ``policy.parameters()`` order)."""
-        return self.version, [p.detach().numpy().copy() for p in self.params]
+    def get_params(self) -> tuple[int, dict[str, np.ndarray]]:
+        """``(version, parameters)``: the number of changes applied so far, and the parameters."""
+        return self.version, self.params
 
-    def apply(self, *gradients: list[np.ndarray | None] | None) -> int:
-        """Apply each gradient, in the order given, as one Adam step; returns the new version.
+    def merge(self, *news: dict[str, np.ndarray]) -> int:
+        """A synchronous round: :func:`merge_parameters` of the controllers' new parameters (the
+        server's parameters are those the round pulled)."""
+        self.params = merge_parameters(self.params, list(news))
+        self.version += 1
+        return self.version
 
-        A gradient is a list of arrays (``None`` for a parameter without gradient) in
-        :meth:`get_params` order; ``None`` instead of a list (a batch with nothing to learn
-        from) is skipped, as the in-process search skips its step.
+    def add(self, delta: dict[str, np.ndarray]) -> int:
+        """An asynchronous push: add a controller's change (floating-point arrays; the others replaced)."""
+        for k, v in delta.items():
+            if np.issubdtype(self.params[k].dtype, np.floating):
+                self.params[k] = self.params[k] + v
+            else:
+                self.params[k] = np.array(v)
+        self.version += 1
+        return self.version
+
+    def pooled(self, *batches: dict) -> dict[str, float] | None:
+        """The learner's pooled step (e.g. Post's cross-entropy) over every controller's batch,
+        each ``{"placements" [K][U], "log_prob" [K], "step_times_s" [K], "oom" [K]}``."""
+        from placer.learner import Samples
+
+        load_policy_state(self.learner, self.params)
+        got = self.learner.pooled_update([
+            (Samples(np.asarray(b["placements"], dtype=np.int64), np.asarray(b["log_prob"], dtype=np.float64)),
+             np.asarray(b["step_times_s"], dtype=np.float64), np.asarray(b["oom"], dtype=bool)) for b in batches])
+        if got is not None:
+            self.params = policy_state(self.learner)
+            self.version += 1
+        return got
+
+
+class Controller:
+    """Holds one learner; samples from pulled parameters and updates from measured times; a Ray actor.
+
+    Args:
+        learner_cls, config: the learner and its settings (``config.seed`` is this controller's seed).
+        prepared, spec, env_kind, env_options: what the learner sees (:func:`_environment`).
+        device: ``cpu`` or ``cuda`` (the learner's ``to``).
+        pooled: the learner's pooled step runs at the server.
+    """
+
+    def __init__(self, learner_cls, config, prepared, spec, env_kind, env_options, device: str, pooled: bool) -> None:
+        self._args = (learner_cls, config, prepared, spec, env_kind, env_options, device, pooled)
+        self._learner = None
+        self.samples = None
+        self.pulled: dict | None = None
+        self.restored = False
+
+    @property
+    def learner(self):
+        """The learner, built on first use (not in ``__init__``, so that its errors reach the
+        caller as their own type rather than as Ray's ``ActorDiedError``)."""
+        if self._learner is None:
+            self._learner = _make_learner(*self._args)
+        return self._learner
+
+    def info(self) -> dict:
+        """``{"params", "failing_signal", "batch_size", "pid"}`` of the freshly built learner."""
+        return {"params": policy_state(self.learner), "failing_signal": getattr(self.learner, "failing_signal", None),
+                "batch_size": int(self.learner.batch_size), "pid": os.getpid()}
+
+    def restore(self, state: dict | None) -> int:
+        """Load a learner state (``None``: keep the fresh one); marks the actor usable; returns its pid."""
+        if state is not None:
+            self.learner.load_state_dict(state)
+        self.samples, self.restored = None, True
+        return os.getpid()
+
+    def _check(self) -> None:
+        if not self.restored:
+            raise ControllerRestarted(f"controller pid {os.getpid()}: restarted, not restored")
+
+    def sample(self, k: int, pulled: tuple[int, dict]) -> dict:
+        """Load the pulled ``(version, parameters)`` and sample ``k`` placements ->
+        ``{"placements" [k][U], "log_prob" [k]}``."""
+        self._check()
+        self.pulled = pulled[1]
+        load_policy_state(self.learner, self.pulled)
+        self.samples = self.learner.sample(k)
+        return {"placements": np.asarray(self.samples.placements, dtype=np.int64).tolist(),
+                "log_prob": np.asarray(self.samples.log_prob, dtype=np.float64).tolist()}
+
+    def update(self, step_times_s: list[float], oom: list[bool], as_delta: bool) -> tuple:
+        """``learner.update`` on the last batch -> ``(diagnostics, parameters or their change since
+        the pull, learner state)`` (three Ray returns).
 
         Raises:
-            ValueError: a gradient with the wrong number or shapes of arrays.
+            ControllerRestarted: restarted since the batch was sampled.
         """
-        import torch
-
-        for grad in gradients:
-            if grad is None:
-                continue
-            if len(grad) != len(self.params):
-                raise ValueError(f"gradient: {len(grad)} arrays, the placer has {len(self.params)} parameters")
-            self.optimizer.zero_grad()
-            for p, g in zip(self.params, grad):
-                if g is not None:
-                    if tuple(g.shape) != tuple(p.shape):
-                        raise ValueError(f"gradient: shape {tuple(g.shape)} for a parameter of shape {tuple(p.shape)}")
-                    p.grad = torch.from_numpy(np.array(g, dtype=np.float32))
-            self.optimizer.step()
-            self.version += 1
-        return self.version
+        self._check()
+        if self.samples is None:
+            raise ControllerRestarted("controller: update() without a sampled batch")
+        diag = self.learner.update(self.samples, np.asarray(step_times_s, dtype=np.float64),
+                                   np.asarray(oom, dtype=bool))
+        self.samples = None
+        new = policy_state(self.learner)
+        if as_delta:
+            new = {k: (v - self.pulled[k]) if np.issubdtype(v.dtype, np.floating) else v for k, v in new.items()}
+        return {k: float(v) for k, v in (diag or {}).items()}, new, self.learner.state_dict()
 
 
 class Worker:
-    """Owns one measurement environment and measures the placements its controller sends; a Ray actor.
+    """Owns one measurement environment and measures one placement at a time; a Ray actor.
 
     Args:
-        prepared: the prepared graph (the GraphDef is needed for ``env_kind="real"`` only).
-        spec: the cluster.
-        env_kind: ``sim`` or ``real`` (:func:`cluster.environment.make_environment`).
-        env_options: passed to the environment.
+        prepared, spec, env_kind, env_options: the environment (:func:`_environment`).
+        delay_s: extra seconds per measurement (a stand-in for real execution in benchmarks and tests).
 
-    The environment is built by :meth:`ready` (which raises
-    :func:`cluster.environment.make_environment`'s ``ValueError`` for an unknown kind or bad options).
+    A worker that asked Ray for no GPU sees none (``CUDA_VISIBLE_DEVICES`` emptied); one that
+    asked for ``G`` sees the ``G`` Ray gave it. The environment is built by :meth:`ready`
+    (so its errors reach the caller as their own type, not as Ray's ``ActorDiedError``).
     """
 
-    def __init__(self, prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict) -> None:
+    def __init__(self, prepared, spec, env_kind: str, env_options: dict, delay_s: float = 0.0) -> None:
+        import ray
+
+        if not ray.get_gpu_ids():
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
         self._args = (prepared, spec, env_kind, env_options)
+        self.delay_s = float(delay_s)
         self.env = None
 
-    def ready(self) -> bool:
-        """Build the environment (here, not in ``__init__``, so that its errors reach the caller
-        as their own type rather than as Ray's ``ActorDiedError``); returns True."""
-        from cluster.environment import make_environment
-
+    def ready(self) -> int:
+        """Build the environment; returns the worker's pid."""
         if self.env is None:
             prepared, spec, env_kind, env_options = self._args
-            graph_def = prepared.graph_def if env_kind == "real" else None
-            self.env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, graph_def,
-                                        prepared.fetches, **env_options)
+            self.env = _environment(prepared, spec, env_kind, env_options, True)
             self._args = None
-        return True
+        return os.getpid()
 
-    def measure(self, placements: list[list[int]]) -> list[dict]:
-        """Measure each ``[num_groups]`` placement in turn -> ``{"step_time_s", "oom"}`` each
-        (seconds, ``None`` if out of memory).
+    def visible_gpus(self) -> str:
+        """The worker's ``CUDA_VISIBLE_DEVICES``."""
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+    def measure(self, placement: list[int]) -> dict:
+        """Measure one ``[U]`` placement -> ``{"step_time_s" (seconds, None if OOM), "oom"}``.
 
         Raises:
             ValueError and the environment's errors (e.g. :class:`cluster.real.PlacementError`).
         """
+        import time
+
         self.ready()
-        rows = np.asarray(placements, dtype=np.int64)
-        if len(rows) > 1 and hasattr(self.env, "measure_batch"):
-            ms = self.env.measure_batch(rows)
-        else:
-            ms = [self.env.measure(row) for row in rows]
-        return [{"step_time_s": m.step_time_s, "oom": bool(m.oom)} for m in ms]
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        m = self.env.measure(np.asarray(placement, dtype=np.int64))
+        return {"step_time_s": m.step_time_s, "oom": bool(m.oom)}
 
 
-class Controller:
-    """Samples K placements from the server's parameters, has its workers measure them, and
-    computes the REINFORCE gradient (Eq. 3) with its own baseline; a Ray actor.
-
-    Args:
-        index: the controller's number (0-based).
-        prepared, num_devices: the graph and D, to build the placer.
-        config: :meth:`placer.reinforce.ReinforceConfig.model_dump` of the search.
-        failing_signal: R of an OOM placement; also the baseline's initial value.
-        seed: its sampling generator's seed (:func:`controller_seed`).
-        server: the :class:`ParameterServer` actor.
-        workers: its :class:`Worker` actors; placement ``i`` of a batch goes to worker ``i % len(workers)``.
-    """
-
-    def __init__(self, index: int, prepared: PreparedGraph, num_devices: int, config: dict, failing_signal: float,
-                 seed: int, server, workers: list) -> None:
-        import torch
-
-        self.index, self.config, self.failing = index, config, float(failing_signal)
-        self.baseline = self.failing
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.policy = _policy(prepared, num_devices, config["hidden_size"])
-        self.params = list(self.policy.parameters())
-        self.server, self.workers = server, list(workers)
-        self._batch = None
-        self.version = 0
-
-    def ready(self) -> bool:
-        """True once built."""
-        return True
-
-    def sample_and_measure(self, k: int, replay: list[dict | None] | None = None) -> dict:
-        """Pull the parameters, sample ``k`` placements, have them measured (or replayed).
-
-        Args:
-            k: placements to sample.
-            replay: optional ``[k]`` log records (``None`` where not logged): a logged
-                placement is not measured again, its logged measurement is used.
-        Returns:
-            ``{"version", "placements" [k][num_groups], "measurements" [k] {"step_time_s",
-            "oom"}, "workers" [k], "replayed" [k] bool}``.
-        Raises:
-            ValueError: a logged placement differs from the one sampled.
-        """
-        import torch
-
-        version, values = _get(self.server.get_params.remote())
-        with torch.no_grad():
-            for p, v in zip(self.params, values):
-                p.copy_(torch.tensor(v))  # a copy: Ray's arrays are read-only
-        self.version = version
-        placements, logp, ent = self.policy(k, generator=self.generator)
-        rows = placements.numpy().tolist()
-        replay = replay or [None] * k
-        workers = [i % len(self.workers) for i in range(k)]
-        measurements: list[dict | None] = [None] * k
-        for i, rec in enumerate(replay):
-            if rec is not None:
-                if rec["placement"] != rows[i]:
-                    raise ValueError(f"placement log: sample {rec.get('index')} differs from the replayed search")
-                measurements[i] = {"step_time_s": rec["step_time_s"], "oom": rec["oom"]}
-        todo: dict[int, list[int]] = {}
-        for i in range(k):
-            if measurements[i] is None:
-                todo.setdefault(workers[i], []).append(i)
-        refs = {w: self.workers[w].measure.remote([rows[i] for i in idx]) for w, idx in todo.items()}
-        for w, got in zip(refs, _get(list(refs.values()))):
-            for i, m in zip(todo[w], got):
-                measurements[i] = m
-        self._batch = (logp, ent, measurements)
-        return {"version": version, "placements": rows, "measurements": measurements, "workers": workers,
-                "replayed": [rec is not None for rec in replay]}
-
-    def gradient(self, update: int | None = None) -> list[np.ndarray | None] | None:
-        """Eq. 3's gradient of the last batch (the loss of :func:`placer.reinforce.reinforce_search`),
-        then the baseline update. Call after the batch's placements are logged.
-
-        Args:
-            update: the number of updates before this one, over all controllers (decides
-                ``valid_only_after``); ``None``: the server's version at the pull.
-        Returns:
-            Per parameter its gradient array (``None`` if it got none), or ``None`` when the
-            batch has nothing to learn from (no placement ran after ``valid_only_after``).
-        Raises:
-            RuntimeError: no batch sampled since the last call.
-        """
-        from placer.reinforce import batch_advantage, reinforce_loss
-
-        if self._batch is None:
-            raise RuntimeError(f"controller {self.index}: gradient() before sample_and_measure()")
-        logp, ent, measurements = self._batch
-        self._batch = None
-        cfg = self.config
-        update = self.version if update is None else update
-        rewards = [self.failing if m["oom"] else math.sqrt(m["step_time_s"]) for m in measurements]
-        ran = [not m["oom"] for m in measurements]
-        r, mask, adv = batch_advantage(rewards, ran, self.baseline, update, cfg["valid_only_after"],
-                                       cfg["normalize_advantage"])
-        grads = None
-        if adv is not None:
-            loss = reinforce_loss(adv, logp, ent, mask, cfg["entropy_coef"])
-            self.policy.zero_grad(set_to_none=True)
-            loss.backward()
-            grads = [None if p.grad is None else p.grad.numpy().copy() for p in self.params]
-        decay = cfg["baseline_decay"]
-        self.baseline = decay * self.baseline + (1 - decay) * float(r.mean())
-        return grads
+def actor_options(role: Literal["server", "controller", "worker"], *, gpus: float = 0, cpus: float = 0) -> dict:
+    """The Ray ``.options`` of each actor: restartable controllers and workers (``max_restarts=-1``;
+    retries are the driver's: ``max_task_retries=0``), ``num_gpus``/``num_cpus`` as asked."""
+    opts: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
+    if role != "server":
+        opts.update(max_restarts=-1, max_task_retries=0)
+    return opts
 
 
 # ----------------------------------------------------------------------------- the search
 
 
+@dataclass
+class _Job:
+    index: int
+    placement: list[int]
+    controller: int
+    round: int
+    attempts: int = 0
+
+
+class _Pool:
+    """The workers: one placement per worker at a time; a placement whose worker died goes,
+    first in the queue, to the next free worker (the dead one, restarting, waits last)."""
+
+    def __init__(self, workers: list, max_attempts: int) -> None:
+        self.workers, self.max_attempts = workers, max_attempts
+        self.free = deque(range(len(workers)))
+        self.queue: deque[_Job] = deque()
+        self.inflight: dict = {}
+        self.reviving: dict = {}  # ready() ref of a worker Ray is restarting -> worker
+        self.retried = 0
+
+    def submit(self, job: _Job) -> None:
+        self.queue.append(job)
+
+    def refs(self) -> list:
+        while self.free and self.queue:
+            w, job = self.free.popleft(), self.queue.popleft()
+            self.inflight[self.workers[w].measure.remote(job.placement)] = (w, job)
+        return list(self.inflight) + list(self.reviving)
+
+    def collect(self, ref) -> tuple[_Job, int, dict] | None:
+        """The finished measurement of ``ref`` -> ``(job, worker, measurement)``; ``None`` when
+        its worker died (the job is queued again).
+
+        Raises:
+            RuntimeError: a placement failed ``max_attempts`` times; the environment's errors.
+        """
+        import time
+
+        import ray
+
+        if ref in self.reviving:  # a restarting worker's ready(): back to work, or ask again
+            w = self.reviving.pop(ref)
+            try:
+                _get(ref)
+                self.free.append(w)
+            except ray.exceptions.RayActorError:
+                time.sleep(0.2)
+                self.reviving[self.workers[w].ready.remote()] = w
+            return None
+        w, job = self.inflight.pop(ref)
+        try:
+            m = _get(ref)
+        except ray.exceptions.RayActorError as e:
+            # it died (Ray: "restarted", "may or may not have been executed"): measured again elsewhere
+            job.attempts += 1
+            self.retried += 1
+            if job.attempts >= self.max_attempts:
+                raise RuntimeError(f"sample {job.index}: {job.attempts} workers died measuring it; last: {e}") from None
+            self.queue.appendleft(job)
+            self.reviving[self.workers[w].ready.remote()] = w
+            return None
+        self.free.append(w)
+        return job, w, m
+
+
+class _Tally:
+    """Each measurement logged as it arrives (once per sample index); batches recorded in order."""
+
+    def __init__(self, log, failing: float | None, result_cls) -> None:
+        self.log = log
+        self.result = result_cls(None, None, failing_signal=failing if failing is not None else 0.0)
+        self.done: dict[int, dict] = {}
+        self.logged = {int(r["index"]): r for r in log.records} if log is not None else {}
+
+    def replay(self, job: _Job) -> bool:
+        """Take a logged measurement of ``job``'s sample index (resume); False if there is none.
+
+        Raises:
+            ValueError: the logged placement differs from the one sampled.
+        """
+        rec = self.logged.get(job.index)
+        if rec is None:
+            return False
+        if rec["placement"] != job.placement:
+            raise ValueError(f"placement log: sample {job.index} differs from the replayed search")
+        self.done[job.index] = {"placement": job.placement, "step_time_s": rec["step_time_s"], "oom": rec["oom"]}
+        return True
+
+    def arrive(self, job: _Job, worker: int, m: dict) -> None:
+        if job.index in self.done:
+            raise RuntimeError(f"sample {job.index}: measured twice")
+        self.done[job.index] = {"placement": job.placement, **m}
+        if self.log is not None:
+            self.log.append({"index": job.index, "placement": job.placement, "step_time_s": m["step_time_s"],
+                             "oom": m["oom"], "round": job.round, "controller": job.controller, "worker": worker,
+                             "attempt": job.attempts})
+
+    def record(self, indices: list[int]) -> tuple[list[float], list[bool], dict]:
+        """Record a finished batch in index order -> ``(step times (nan if OOM), oom, curve point)``."""
+        times, oom, ran = [], [], []
+        for i in indices:
+            d = self.done[i]
+            self.result.record(d["placement"], d["step_time_s"])
+            times.append(float("nan") if d["step_time_s"] is None else float(d["step_time_s"]))
+            oom.append(bool(d["oom"]))
+            if d["step_time_s"] is not None:
+                ran.append(d["step_time_s"])
+        return times, oom, self.result.curve_point(len(self.result.step_times), ran)
+
+
+def _revive(method, *args, what: str, timeout_s: float = 300.0):
+    """Call an actor's ``method(*args)`` until the actor, restarting, answers (Ray refuses calls
+    with ``ActorUnavailableError`` meanwhile); returns the call's result.
+
+    Raises:
+        TimeoutError: it did not answer within ``timeout_s`` seconds.
+    """
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return _get(method.remote(*args))
+        except ray.exceptions.RayActorError as e:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what}: not restarted within {timeout_s} s: {e}") from None
+            time.sleep(0.2)
+
+
 def _light_prepared(prepared: PreparedGraph, env_kind: str) -> PreparedGraph:
-    """A copy for the actors: the GraphDef as protobuf bytes (``real``) or dropped (``sim``),
+    """A copy for the actors: the GraphDef as protobuf bytes (``real``, ``grappler``) or dropped (``sim``),
     so that unpacking it does not import TensorFlow where it is not needed."""
-    if env_kind != "real":
+    if env_kind not in ("real", "grappler"):
         return replace(prepared, graph_def=None)
     value = prepared.__dict__.get("_graph_def")
     if value is not None and not isinstance(value, bytes):
@@ -463,18 +711,382 @@ def _light_prepared(prepared: PreparedGraph, env_kind: str) -> PreparedGraph:
     return replace(prepared, graph_def=value)
 
 
-def _failing_signal(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict) -> float:
-    """:func:`placer.reinforce.default_failing_signal` of the environment the workers build."""
-    from types import SimpleNamespace
+class _Run:
+    """The driver's side of one search: actors, pool, tally, controller recovery."""
 
-    from cluster.environment import make_environment
-    from placer.reinforce import default_failing_signal
+    def __init__(self, actors: dict, tally: _Tally, batch_size: int, budget: int, max_attempts: int,
+                 pooled: bool, on_update) -> None:
+        self.server, self.controllers, self.pool = actors["server"], actors["controllers"], actors["pool"]
+        self.tally, self.k, self.budget, self.max_attempts = tally, batch_size, budget, max_attempts
+        self.pooled, self.on_update = pooled, on_update
+        self.states: list = [None] * len(self.controllers)  # ref of each learner's state after its last update
+        self.controller_restarts = 0
 
-    if env_kind == "sim":
-        env = make_environment("sim", prepared.graph, prepared.grouping, spec, **env_options)
-    else:  # a real environment has no simulator: T_serial from the cost model, as in-process
-        env = SimpleNamespace(graph=prepared.graph, spec=spec)
-    return default_failing_signal(env)
+    def _failed(self, c: int, e: Exception, attempts: int) -> int:
+        """Count a controller fault (re-raise anything else), wait for Ray to restart the actor
+        and restore its learner's last state; returns the attempts so far."""
+        import ray
+
+        if not isinstance(e, (ray.exceptions.RayActorError, ControllerRestarted)):
+            raise e
+        attempts += 1
+        self.controller_restarts += 1
+        if attempts >= self.max_attempts:
+            raise RuntimeError(f"controller {c}: failed {attempts} times; last: {e}") from None
+        _revive(self.controllers[c].restore, self.states[c], what=f"controller {c}")
+        return attempts
+
+    def sample(self, c: int, k: int, pulled, ref=None) -> dict:
+        """The placements controller ``c`` sampled (``ref``: its call, already submitted; ``None``:
+        submit it here); after a restart it is restored and asked again."""
+        attempts = 0
+        ref = self.controllers[c].sample.remote(k, pulled) if ref is None else ref
+        while True:
+            try:
+                return _get(ref)
+            except Exception as e:  # noqa: BLE001  (re-raised unless a controller fault)
+                attempts = self._failed(c, e, attempts)
+                ref = self.controllers[c].sample.remote(k, pulled)
+
+    def update(self, c: int, k: int, pulled, placements: list, times, oom, as_delta: bool, refs=None):
+        """Update controller ``c`` -> ``(diagnostics, new-parameters ref)`` (``refs``: the update
+        call's three refs, already submitted; ``None``: submit it here); after a restart: restore
+        its last state, sample the same placements again from the same pull, then update."""
+        attempts = 0
+        if refs is None:
+            refs = self.controllers[c].update.options(num_returns=3).remote(times, oom, as_delta)
+        while True:
+            try:
+                diag = _get(refs[0])
+                self.states[c] = refs[2]
+                return diag, refs[1]
+            except Exception as e:  # noqa: BLE001
+                attempts = self._failed(c, e, attempts)
+                ctl = self.controllers[c]
+                again = ctl.sample.remote(k, pulled)
+                refs = ctl.update.options(num_returns=3).remote(times, oom, as_delta)
+                try:
+                    same = _get(again)["placements"] == placements
+                except Exception as e2:  # noqa: BLE001  (died again: the update's get fails too)
+                    same = True
+                    del e2
+                if not same:
+                    raise RuntimeError(f"controller {c}: restored learner sampled other placements") from None
+
+    def measure(self, jobs: list[_Job]) -> None:
+        """Measure (or replay) every job; blocks until all are in."""
+        import ray
+
+        for job in jobs:
+            if not self.tally.replay(job):
+                self.pool.submit(job)
+        while True:
+            refs = self.pool.refs()
+            if not refs:
+                return
+            (ref,), _ = ray.wait(refs, num_returns=1)
+            got = self.pool.collect(ref)
+            if got is not None:
+                self.tally.arrive(*got)
+
+    def run_sync(self) -> None:
+        rnd = 0
+        while len(self.tally.result.step_times) < self.budget:
+            sampled = len(self.tally.result.step_times)
+            ks: list[int] = []
+            for _ in self.controllers:
+                k = min(self.k, self.budget - sampled - sum(ks))
+                if k <= 0:
+                    break
+                ks.append(k)
+            pulled = self.server.get_params.remote()
+            refs = [self.controllers[c].sample.remote(k, pulled) for c, k in enumerate(ks)]
+            outs = [self.sample(c, k, pulled, ref) for c, (k, ref) in enumerate(zip(ks, refs))]
+            starts = [sampled + sum(ks[:c]) for c in range(len(ks))]
+            jobs = [_Job(starts[c] + i, row, c, rnd) for c, out in enumerate(outs)
+                    for i, row in enumerate(out["placements"])]
+            self.measure(jobs)
+            batches = [self.tally.record(list(range(starts[c], starts[c] + k))) for c, k in enumerate(ks)]
+            refs = [self.controllers[c].update.options(num_returns=3).remote(t, o, False)
+                    for c, (t, o, _) in enumerate(batches)]
+            news = [self.update(c, k, pulled, outs[c]["placements"], t, o, False, r)[1]
+                    for c, (k, (t, o, _), r) in enumerate(zip(ks, batches, refs))]
+            _get(self.server.merge.remote(*news))
+            if self.pooled:
+                _get(self.server.pooled.remote(*[
+                    {"placements": outs[c]["placements"], "log_prob": outs[c]["log_prob"], "step_times_s": t,
+                     "oom": o} for c, (t, o, _) in enumerate(batches)]))
+            for _, _, point in batches:
+                self.tally.result.add_point(point, self.on_update)
+            rnd += 1
+
+    def run_async(self) -> None:
+        """Each controller on its own: pull, sample, measure, update, push (2017 Sec. 3.4)."""
+        import ray
+
+        allocated = 0
+        rounds = [0] * len(self.controllers)
+        batch: dict[int, dict] = {}
+        pending: dict = {}  # ref of a sample or update call -> controller
+        pushes: list = []
+
+        def start(c: int) -> None:
+            nonlocal allocated
+            k = min(self.k, self.budget - allocated)
+            if k <= 0:
+                return
+            pulled = self.server.get_params.remote()
+            batch[c] = {"k": k, "start": allocated, "pulled": pulled}
+            allocated += k
+            batch[c]["sample"] = self.controllers[c].sample.remote(k, pulled)
+            pending[batch[c]["sample"]] = c
+
+        def sampled(c: int) -> None:
+            b = batch[c]
+            out = self.sample(c, b["k"], b["pulled"], b.pop("sample"))
+            b.update(placements=out["placements"], log_prob=out["log_prob"], left=b["k"])
+            for i, row in enumerate(out["placements"]):
+                self.pool.submit(_Job(b["start"] + i, row, c, rounds[c]))
+
+        def measured(c: int) -> None:  # logged, recorded: the controller may update
+            b = batch[c]
+            b["times"], b["oom"], b["point"] = self.tally.record(list(range(b["start"], b["start"] + b["k"])))
+            b["update"] = self.controllers[c].update.options(num_returns=3).remote(b["times"], b["oom"], True)
+            pending[b["update"][0]] = c
+
+        def updated(c: int) -> None:
+            b = batch.pop(c)
+            _, new = self.update(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True, b["update"])
+            pushes.append(self.server.add.remote(new))
+            if self.pooled:
+                pushes.append(self.server.pooled.remote({"placements": b["placements"], "log_prob": b["log_prob"],
+                                                         "step_times_s": b["times"], "oom": b["oom"]}))
+            rounds[c] += 1
+            self.tally.result.add_point(b["point"], self.on_update)
+            start(c)
+
+        for c in range(len(self.controllers)):
+            start(c)
+        while pending or self.pool.inflight or self.pool.queue:
+            (ref,), _ = ray.wait(list(pending) + self.pool.refs(), num_returns=1)
+            if ref in pending:
+                c = pending.pop(ref)
+                sampled(c) if "sample" in batch[c] else updated(c)
+                continue
+            got = self.pool.collect(ref)
+            if got is not None:
+                self.tally.arrive(*got)
+                c = got[0].controller
+                batch[c]["left"] -= 1
+                if batch[c]["left"] == 0:
+                    measured(c)
+        _get(pushes)
+
+
+def distributed_search(
+    learner: str | type[Learner],
+    config: LearnerConfig | ReinforceConfig,
+    prepared: PreparedGraph,
+    spec: ClusterSpec,
+    env_kind: str = "sim",
+    *,
+    controllers: int = 2,
+    workers: int | None = None,
+    gpus_per_worker: float = 0,
+    cpus_per_worker: float = 0,
+    policy_device: Literal["cpu", "cuda"] = "cpu",
+    gpus_per_controller: float | None = None,
+    async_updates: bool = False,
+    ray_address: str | None = None,
+    log_path: str | Path | None = None,
+    env_options: dict | None = None,
+    measure_delay_s: float = 0.0,
+    max_attempts: int = 3,
+    num_cpus: int | None = None,
+    ray_temp_dir: str | Path | None = None,
+    runtime_env: dict | None = None,
+    start_timeout_s: float = 300.0,
+    on_update: Callable[[dict], None] | None = None,
+    on_start: Callable[[dict], None] | None = None,
+) -> SearchResult:
+    """Search placements with any learner on Ray actors (2017 Sec. 3.4; module docstring).
+
+    Args:
+        learner: a method name (``rl``, ``post``, ...: :func:`resolve_learner`) or a
+            :class:`placer.learner.Learner` subclass.
+        config: an instance of the learner's ``Config``; ``config.budget`` counts placements
+            over all controllers; ``config.seed`` seeds controller 0 and the server.
+        prepared: the prepared graph (:func:`compgraph.prepare.prepare`); sent by object ref.
+        spec: the cluster whose devices the placements use.
+        env_kind: the workers' environment (``sim`` or ``real``).
+        controllers: controller actors (the paper: up to 20).
+        workers: worker actors, shared by the controllers, each measuring one placement at a
+            time; ``None``: K per controller (the paper).
+        gpus_per_worker: GPUs each worker asks Ray for (it sees only those; none when 0).
+            ``env_kind="real"`` on a cluster with GPUs needs as many as the spec has GPUs.
+        cpus_per_worker: CPUs each worker asks Ray for (0: packed regardless of CPUs).
+        policy_device: where the controllers run the policy (``cuda`` needs the learner's
+            ``to(device)`` and a GPU for each controller).
+        gpus_per_controller: GPUs each controller asks for; ``None``: 1 with ``cuda``, else 0.
+        async_updates: 2017's asynchronous updates (not reproducible); default: synchronous rounds.
+        ray_address: ``None``: a local Ray on 127.0.0.1 (:func:`ray_session`; a Ray already
+            initialised in this process is used as is); ``"auto"``, ``"ray://host:port"`` or
+            ``"host:port"``: a running cluster (``ray start --head``).
+        log_path: the placement log (JSON lines), each measurement appended as it arrives:
+            ``index`` (the sample), ``placement``, ``step_time_s``, ``oom``, ``round``,
+            ``controller``, ``worker``, ``attempt``; an existing log with the same settings is
+            replayed by index (synchronous only).
+        env_options: the environment's options (``engine``/``op_times`` for ``sim``; ``steps``,
+            ``warmup``, ``soft_placement``, ``seed``, ``devices`` for ``real``).
+        measure_delay_s: seconds each worker sleeps per measurement (a stand-in for real
+            execution, for benchmarks and tests).
+        max_attempts: tries of a placement whose workers die, and of a controller step.
+        num_cpus, ray_temp_dir, runtime_env: of a local Ray / the Ray job (:func:`ray_session`;
+            ``ray_temp_dir=None``: the log's folder).
+        start_timeout_s: seconds to wait for all actors to start (e.g. for GPUs to be free).
+        on_update: called with each learning-curve point, one per controller update.
+        on_start: called once all actors are up with ``{"server", "controllers", "workers"}``
+            (their Ray handles), e.g. to watch them.
+    Returns:
+        A :class:`placer.reinforce.SearchResult`: ``step_times`` batch by batch in the order
+        recorded (synchronous: sample-index order), one ``curve`` point per controller
+        update; ``failing_signal`` the learner's (``failing_signal`` attribute; 0 if none);
+        an extra attribute ``distributed``: ``{"controllers", "workers", "async_updates",
+        "worker_retries" (placements measured again after a worker died), "controller_restarts"}``.
+    Raises:
+        ValueError: ``controllers`` or ``workers`` < 1, ``max_attempts`` < 1, a negative resource
+            request, an unknown learner, ``env_kind`` or ``policy_device``, a bad ``ray_address``,
+            GPUs asked of a Ray cluster that has fewer, ``env_kind="real"`` on GPUs without
+            ``gpus_per_worker``, an asynchronous search on a non-empty log, a log written with
+            other settings, or a logged placement that differs on replay.
+        TypeError: a learner that cannot be distributed (:func:`policy_state`).
+        ConnectionError: no Ray cluster at ``ray_address``.
+        TimeoutError: the actors did not start within ``start_timeout_s``.
+        RuntimeError: a placement or a controller step failed ``max_attempts`` times.
+        Errors of the environments and learners, re-raised as their type.
+    """
+    from cluster.environment import ENVIRONMENTS
+    from placer.reinforce import PlacementLog, SearchResult
+
+    learner_cls = resolve_learner(learner)
+    if controllers < 1:
+        raise ValueError(f"controllers: must be >= 1, got {controllers}")
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts: must be >= 1, got {max_attempts}")
+    for name, value in (("gpus_per_worker", gpus_per_worker), ("cpus_per_worker", cpus_per_worker),
+                        ("measure_delay_s", measure_delay_s)):
+        if value < 0:
+            raise ValueError(f"{name}: must be >= 0, got {value}")
+    if policy_device not in ("cpu", "cuda"):
+        raise ValueError(f"policy_device: {policy_device!r}; valid: cpu, cuda")
+    if gpus_per_controller is None:
+        gpus_per_controller = 1.0 if policy_device == "cuda" else 0.0
+    if env_kind not in ENVIRONMENTS:
+        raise ValueError(f"env_kind: unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
+    if env_kind == "real":
+        if prepared.__dict__.get("_graph_def") is None:  # without parsing it
+            raise ValueError("env_kind 'real': needs the TensorFlow GraphDef of the graph (PreparedGraph.graph_def)")
+        if spec.gpu_indices and gpus_per_worker < len(spec.gpu_indices):
+            raise ValueError(f"gpus_per_worker: {gpus_per_worker}, but env 'real' on cluster {spec.name!r} runs each "
+                             f"placement on its {len(spec.gpu_indices)} GPUs; ask for {len(spec.gpu_indices)}")
+    if ray_address is not None:
+        check_ray_address(ray_address)
+    env_options = dict(env_options or {})
+    pooled = hasattr(learner_cls, "pooled_update")
+    header = {
+        "graph": prepared.graph.name,
+        "groups": prepared.grouping.num_groups,
+        "grouper": prepared.grouping.grouper,
+        "cluster": spec.name,
+        "environment": env_kind,
+        "search": {"learner": getattr(learner_cls, "name", learner_cls.__name__), **config.model_dump()},
+        "distributed": {"controllers": controllers, "workers": workers, "async_updates": async_updates},
+    }
+    log = PlacementLog(log_path, header) if log_path is not None else None
+    if log is not None and async_updates and log.records:
+        log.close()
+        raise ValueError(
+            f"placement log {log.path}: an asynchronous search cannot resume a log (its order is not reproducible)")
+    try:
+        temp_dir = ray_temp_dir
+        if temp_dir is None and log_path is not None:
+            temp_dir = Path(log_path).parent
+        with ray_session(ray_address, num_cpus=num_cpus, temp_dir=temp_dir, runtime_env=runtime_env):
+            import ray
+
+            have = ray.cluster_resources().get("GPU", 0)
+            for name, want in (("gpus_per_worker", gpus_per_worker), ("gpus_per_controller", gpus_per_controller)):
+                if want > have:
+                    raise ValueError(f"{name}: {want} GPUs asked, the Ray cluster has {have:g}"
+                                     + (" (policy_device='cuda')" if name == "gpus_per_controller" else ""))
+            actors = _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, controllers, workers,
+                                   gpus_per_worker, cpus_per_worker, policy_device, gpus_per_controller, pooled,
+                                   measure_delay_s, max_attempts, start_timeout_s)
+            try:
+                if on_start is not None:
+                    on_start({"server": actors["server"], "controllers": actors["controllers"],
+                              "workers": actors["pool"].workers})
+                run = _Run(actors, _Tally(log, actors["failing"], SearchResult), actors["batch_size"],
+                           config.budget, max_attempts, pooled, on_update)
+                run.run_async() if async_updates else run.run_sync()
+                result = run.tally.result
+                result.distributed = {"controllers": controllers, "workers": len(actors["pool"].workers),
+                                      "async_updates": async_updates, "worker_retries": actors["pool"].retried,
+                                      "controller_restarts": run.controller_restarts}
+                return result
+            finally:
+                for a in actors["all"]:
+                    ray.kill(a)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, controllers, workers,
+                  gpus_per_worker, cpus_per_worker, policy_device, gpus_per_controller, pooled,
+                  measure_delay_s, max_attempts, start_timeout_s) -> dict:
+    """Create the controllers, the server (from controller 0's initial parameters) and the
+    workers, and wait until all are up."""
+    import ray
+
+    ref = ray.put(_light_prepared(prepared, env_kind))
+    ctl_cls = ray.remote(Controller).options(**actor_options("controller", gpus=gpus_per_controller))
+    ctls = [ctl_cls.remote(learner_cls, config.model_copy(update={"seed": controller_seed(config.seed, c)}), ref,
+                           spec, env_kind, env_options, policy_device, pooled) for c in range(controllers)]
+    every = list(ctls)
+    try:
+        infos = _wait(ray, [c.info.remote() for c in ctls], start_timeout_s, "controllers", every)
+        k = infos[0]["batch_size"]
+        n_workers = workers if workers is not None else k * controllers
+        srv_pooled = (learner_cls, config, ref, spec, env_kind, env_options) if pooled else ()
+        server = ray.remote(ParameterServer).options(**actor_options("server")).remote(infos[0]["params"], *srv_pooled)
+        every.append(server)
+        w_cls = ray.remote(Worker).options(**actor_options("worker", gpus=gpus_per_worker, cpus=cpus_per_worker))
+        ws = [w_cls.remote(ref, spec, env_kind, env_options, measure_delay_s) for _ in range(n_workers)]
+        every += ws
+        _wait(ray, [server.get_params.remote(), *(w.ready.remote() for w in ws), *(c.restore.remote(None) for c in ctls)],
+              start_timeout_s, f"{n_workers} workers (num_gpus={gpus_per_worker}, num_cpus={cpus_per_worker} each)",
+              every)
+    except BaseException:
+        for a in every:
+            ray.kill(a)
+        raise
+    # "prepared" keeps the graph's object alive: restarting actors read their constructor arguments again
+    return {"server": server, "controllers": ctls, "pool": _Pool(ws, max_attempts), "all": every,
+            "failing": infos[0]["failing_signal"], "batch_size": k, "prepared": ref}
+
+
+def _wait(ray, refs: list, timeout_s: float, what: str, every: list) -> list:
+    done, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if waiting:
+        raise TimeoutError(f"{len(waiting)} of {len(refs)} actor calls did not finish within start_timeout_s="
+                           f"{timeout_s} ({what}); the cluster has {ray.cluster_resources()}")
+    try:
+        return _get(refs)
+    except ray.exceptions.RayActorError as e:  # a constructor failed: Ray keeps only the message
+        raise RuntimeError(f"an actor of the distributed search failed to start: {e}") from None
 
 
 def distributed_reinforce_search(
@@ -491,239 +1103,19 @@ def distributed_reinforce_search(
     env_options: dict | None = None,
     num_gpus_per_worker: float = 0,
     num_cpus_per_worker: float = 0,
-    num_cpus: int | None = None,
-    ray_temp_dir: str | Path | None = None,
-    runtime_env: dict | None = None,
-    start_timeout_s: float = 300.0,
-    on_update: Callable[[dict], None] | None = None,
+    **kwargs,
 ) -> SearchResult:
-    """The 2017 search distributed over Ray actors (Sec. 3.4; module docstring).
+    """The 2017 search distributed (kept for the current callers): :func:`distributed_search`
+    with the ``rl`` learner, ``num_controllers`` controllers and ``num_controllers *
+    workers_per_controller`` workers (``None``: K each).
 
-    Args:
-        prepared: the prepared graph (:func:`compgraph.prepare.prepare`); sent to the actors by object ref.
-        spec: the cluster whose devices the placements use.
-        config: the search settings (:class:`placer.reinforce.ReinforceConfig`); ``config.k``
-            is K, the placements each controller samples per update; ``config.budget`` counts
-            placements over all controllers.
-        num_controllers: controllers (the paper: up to 20).
-        workers_per_controller: worker actors per controller; ``None``: K (one placement
-            per worker, the paper); fewer: placement ``i`` goes to worker ``i % W``.
-        env_kind: ``sim`` (default) or ``real`` (each worker runs the TensorFlow step).
-        ray_address: ``None``: a local Ray (:func:`ray_session`; an already initialised Ray
-            in this process is used as is); ``"auto"``, ``"ray://host:port"`` or
-            ``"host:port"``: an existing cluster.
-        log_path: the placement log (JSON lines); an existing log with the same settings is
-            replayed (synchronous mode only). Records carry ``index``, ``placement``,
-            ``step_time_s``, ``oom``, ``round``, ``controller``, ``worker``.
-        asynchronous: the paper's asynchronous updates (not reproducible).
-        env_options: passed to each worker's environment (``engine``/``op_times`` for
-            ``sim``; ``steps``, ``warmup``, ``soft_placement``, ``seed``, ``devices`` for ``real``).
-        num_gpus_per_worker: GPUs each worker actor requests. Ray makes only those visible
-            to the worker (none when 0), so a ``real`` run on GPUs needs as many as the
-            spec has GPUs; workers that share a machine's GPUs would distort each other's times.
-        num_cpus_per_worker: CPUs each worker requests (0: workers are packed regardless of CPUs).
-        num_cpus: CPUs of a local Ray (``None``: all of the machine's).
-        ray_temp_dir: where a local Ray keeps its files (a fresh sub-folder, deleted after;
-            ``None``: the log's folder; the system temp folder when there is no log or the
-            path is too long for Ray's unix sockets, :func:`ray_session`).
-        runtime_env: Ray runtime environment (e.g. ``{"working_dir": "."}`` for a remote cluster).
-        start_timeout_s: seconds to wait for all actors to start (e.g. for GPUs to be free).
-        on_update: called with each learning-curve point, one per controller update.
-    Returns:
-        A :class:`placer.reinforce.SearchResult`: ``step_times`` in log order (round,
-        controller, worker), one ``curve`` point per controller update in the same order.
-        Synchronous: the same seed and settings give the same result; with one controller,
-        that of :func:`placer.reinforce.reinforce_search`.
     Raises:
-        ValueError: ``num_controllers`` < 1, ``workers_per_controller`` < 1 or > K, a
-            negative resource request, an unknown ``env_kind``, a bad ``ray_address``, an
-            asynchronous search on a non-empty log, a log written with other settings, or a
-            logged placement that differs on replay.
-        ConnectionError: no Ray cluster at ``ray_address``.
-        TimeoutError: the actors did not start within ``start_timeout_s`` (e.g. not enough GPUs).
-        Errors of the environments (e.g. :class:`cluster.real.PlacementError`), re-raised as their type.
+        ValueError: ``workers_per_controller`` outside ``1..K``; those of :func:`distributed_search`.
     """
-    if config.ppo_epochs or config.grad_clip is not None:
-        raise ValueError(
-            f"ppo_epochs={config.ppo_epochs}, grad_clip={config.grad_clip}: the distributed search runs the 2017 "
-            "REINFORCE update only; use the in-process search for the PPO option"
-        )
-    from cluster.environment import ENVIRONMENTS
-    from placer.reinforce import PlacementLog, SearchResult
-
-    if num_controllers < 1:
-        raise ValueError(f"num_controllers: must be >= 1, got {num_controllers}")
-    k_max = config.k
-    workers = k_max if workers_per_controller is None else workers_per_controller
-    if workers < 1 or workers > k_max:
-        raise ValueError(
-            f"workers_per_controller: must be 1..k={k_max} (one placement per worker at most), got {workers}")
-    if num_gpus_per_worker < 0:
-        raise ValueError(f"num_gpus_per_worker: must be >= 0, got {num_gpus_per_worker}")
-    if num_cpus_per_worker < 0:
-        raise ValueError(f"num_cpus_per_worker: must be >= 0, got {num_cpus_per_worker}")
-    if env_kind not in ENVIRONMENTS:
-        raise ValueError(f"env_kind: unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
-    if env_kind == "real" and prepared.__dict__.get("_graph_def") is None:  # without parsing it
-        raise ValueError("env_kind 'real': needs the TensorFlow GraphDef of the graph (PreparedGraph.graph_def)")
-    if ray_address is not None:
-        check_ray_address(ray_address)
-    env_options = dict(env_options or {})
-    failing = config.failing_signal if config.failing_signal is not None else _failing_signal(
-        prepared, spec, env_kind, env_options)
-    header = {
-        "graph": prepared.graph.name,
-        "groups": prepared.grouping.num_groups,
-        "grouper": prepared.grouping.grouper,
-        "cluster": spec.name,
-        "environment": env_kind,
-        "search": config.model_dump(),
-        "distributed": {"num_controllers": num_controllers, "workers_per_controller": workers,
-                        "asynchronous": asynchronous},
-    }
-    log = PlacementLog(log_path, header) if log_path is not None else None
-    if log is not None and asynchronous and log.records:
-        log.close()
-        raise ValueError(
-            f"placement log {log.path}: an asynchronous search cannot resume a log (its order is not reproducible)")
-    try:
-        temp_dir = ray_temp_dir
-        if temp_dir is None and log_path is not None:
-            temp_dir = Path(log_path).parent
-        with ray_session(ray_address, num_cpus=num_cpus, temp_dir=temp_dir, runtime_env=runtime_env):
-            actors = _start_actors(prepared, spec, config, failing, num_controllers, workers, env_kind, env_options,
-                                   num_gpus_per_worker, num_cpus_per_worker, start_timeout_s)
-            try:
-                run = _run_async if asynchronous else _run_sync
-                return run(actors, config, failing, log, on_update, SearchResult)
-            finally:
-                import ray
-
-                for a in actors["all"]:
-                    ray.kill(a)
-    finally:
-        if log is not None:
-            log.close()
-
-
-def _start_actors(prepared, spec, config, failing, num_controllers, workers, env_kind, env_options,
-                  num_gpus_per_worker, num_cpus_per_worker, start_timeout_s) -> dict:
-    """Create the server, the controllers and their workers, and wait until all are up."""
-    import ray
-
-    cfg = config.model_dump()
-    num_devices = len(spec.devices)
-    ref = ray.put(_light_prepared(prepared, env_kind))
-    server = ray.remote(ParameterServer).options(num_cpus=0).remote(ref, num_devices, cfg)
-    worker_cls = ray.remote(Worker).options(num_cpus=num_cpus_per_worker, num_gpus=num_gpus_per_worker)
-    groups = [[worker_cls.remote(ref, spec, env_kind, env_options) for _ in range(workers)]
-              for _ in range(num_controllers)]
-    controllers = [
-        ray.remote(Controller).options(num_cpus=0).remote(
-            c, ref, num_devices, cfg, failing, controller_seed(config.seed, c), server, groups[c])
-        for c in range(num_controllers)
-    ]
-    every = [server, *controllers, *(w for g in groups for w in g)]
-    pending = [a.ready.remote() for a in every[1:]]
-    pending.append(server.get_params.remote())
-    done, waiting = ray.wait(pending, num_returns=len(pending), timeout=start_timeout_s)
-    if waiting:
-        for a in every:
-            ray.kill(a)
-        raise TimeoutError(
-            f"{len(waiting)} of {len(pending)} actors did not start within start_timeout_s={start_timeout_s}: "
-            f"{num_controllers * workers} workers requested num_gpus={num_gpus_per_worker}, "
-            f"num_cpus={num_cpus_per_worker} each; the cluster has {ray.cluster_resources()}"
-        )
-    try:
-        try:
-            _get(done)  # re-raise an environment's error (e.g. bad env_options) as its own type
-        except ray.exceptions.RayActorError as e:  # a constructor failed: Ray keeps only the message
-            raise RuntimeError(f"an actor of the distributed search failed to start: {e}") from None
-    except BaseException:
-        for a in every:
-            ray.kill(a)
-        raise
-    return {"server": server, "controllers": controllers, "all": every}
-
-
-class _Tally:
-    """The search's result and log, filled in log order."""
-
-    def __init__(self, result, log) -> None:
-        self.result, self.log, self.sampled = result, log, 0
-
-    def add(self, out: dict, round_: int, controller: int) -> dict:
-        """Log (unless replayed) and record one controller batch; returns its curve point."""
-        times = []
-        for row, m, w, replayed in zip(out["placements"], out["measurements"], out["workers"], out["replayed"]):
-            if self.log is not None and not replayed:
-                self.log.append({"index": self.sampled, "placement": row, "step_time_s": m["step_time_s"],
-                                 "oom": m["oom"], "round": round_, "controller": controller, "worker": w})
-            self.result.record(row, m["step_time_s"])
-            if m["step_time_s"] is not None:
-                times.append(m["step_time_s"])
-            self.sampled += 1
-        return self.result.curve_point(self.sampled, times)
-
-    def replay(self, start: int, k: int) -> list[dict | None] | None:
-        """The logged records of samples ``start .. start + k - 1`` (``None`` where not logged)."""
-        if self.log is None or start >= len(self.log.records):
-            return None
-        recs = self.log.records[start: start + k]
-        return recs + [None] * (k - len(recs))
-
-
-def _run_sync(actors, config, failing, log, on_update, result_cls):
-    """Synchronous rounds: sample from one version, measure, log in order, apply in controller order."""
-    server, controllers = actors["server"], actors["controllers"]
-    tally = _Tally(result_cls(None, None, failing_signal=failing), log)
-    updates = round_ = 0
-    while tally.sampled < config.budget:
-        ks, left = [], config.budget - tally.sampled
-        for _ in controllers:
-            k = min(config.k, left - sum(ks))
-            if k <= 0:
-                break
-            ks.append(k)
-        starts = [tally.sampled + sum(ks[:c]) for c in range(len(ks))]
-        replays = [tally.replay(start, k) for start, k in zip(starts, ks)]
-        outs = _get([controllers[c].sample_and_measure.remote(k, replays[c]) for c, k in enumerate(ks)])
-        points = [tally.add(out, round_, c) for c, out in enumerate(outs)]  # logged before any gradient
-        grads = [controllers[c].gradient.remote(updates + c) for c in range(len(ks))]
-        _get(server.apply.remote(*grads))
-        for point in points:
-            tally.result.add_point(point, on_update)
-        updates += len(ks)
-        round_ += 1
-    return tally.result
-
-
-def _run_async(actors, config, failing, log, on_update, result_cls):
-    """The paper's asynchronous updates: each controller samples, is logged, and pushes on its own."""
-    import ray
-
-    server, controllers = actors["server"], actors["controllers"]
-    tally = _Tally(result_cls(None, None, failing_signal=failing), log)
-    allocated = 0
-    rounds = [0] * len(controllers)
-    pending: dict = {}
-
-    def submit(c: int) -> None:
-        nonlocal allocated
-        k = min(config.k, config.budget - allocated)
-        if k > 0:
-            allocated += k
-            pending[controllers[c].sample_and_measure.remote(k)] = c
-
-    for c in range(len(controllers)):
-        submit(c)
-    while pending:
-        (ref,), _ = ray.wait(list(pending), num_returns=1)
-        c = pending.pop(ref)
-        point = tally.add(_get(ref), rounds[c], c)  # logged before the gradient
-        _get(server.apply.remote(controllers[c].gradient.remote(None)))
-        rounds[c] += 1
-        tally.result.add_point(point, on_update)
-        submit(c)
-    return tally.result
+    if workers_per_controller is not None and not 1 <= workers_per_controller <= config.k:
+        raise ValueError(f"workers_per_controller: must be 1..k={config.k}, got {workers_per_controller}")
+    workers = None if workers_per_controller is None else workers_per_controller * max(num_controllers, 1)
+    return distributed_search("rl", config, prepared, spec, env_kind, controllers=num_controllers, workers=workers,
+                              gpus_per_worker=num_gpus_per_worker, cpus_per_worker=num_cpus_per_worker,
+                              async_updates=asynchronous, ray_address=ray_address, log_path=log_path,
+                              env_options=env_options, **kwargs)

@@ -68,15 +68,22 @@ def distributed_placement_search(
     log_path: Path,
     num_controllers: int,
     ray_address: str | None,
-    env_options: dict | None = None, on_update=None,
+    env_options: dict | None = None,
+    on_update=None,
+    method: str = "rl",
+    workers: int | None = None,
+    gpus_per_worker: float = 0,
+    policy_device: str = "cpu",
+    async_updates: bool = False,
 ) -> SearchResult:
-    """The 2017 search on Ray: controllers, workers and a parameter server
-    (:func:`placer.distributed.distributed_reinforce_search`; synchronous, reproducible by seed)."""
-    from placer.distributed import distributed_reinforce_search
+    """A learner's search on Ray: controllers, workers and a parameter server
+    (:func:`placer.distributed.distributed_search`; synchronous rounds reproducible by seed)."""
+    from placer.distributed import distributed_search
 
-    return distributed_reinforce_search(prepared, spec, config, num_controllers=num_controllers, env_kind=env_kind,
-                                        ray_address=ray_address, log_path=log_path, env_options=env_options,
-                                        on_update=on_update)
+    return distributed_search(method, config, prepared, spec, env_kind, controllers=num_controllers, workers=workers,
+                              gpus_per_worker=gpus_per_worker, policy_device=policy_device,
+                              async_updates=async_updates, ray_address=ray_address, log_path=log_path,
+                              env_options=env_options, on_update=on_update)
 
 
 @task(name="record-mlflow", cache_policy=NONE)

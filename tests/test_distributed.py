@@ -1,9 +1,12 @@
-"""The 2017 distributed search on Ray (placer/distributed.py): reproducibility, the log, equivalence."""
+"""The distributed search on Ray (placer/distributed.py): any learner through the contract,
+reproducibility, the log, equivalence with the in-process searches, faults, GPU requests."""
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +14,18 @@ import pytest
 pytest.importorskip("ray")
 
 from cluster.environment import SimulatedEnvironment  # noqa: E402
-from placer.distributed import controller_seed, distributed_reinforce_search, ray_session  # noqa: E402
+from placer.distributed import (  # noqa: E402
+    ParameterServer,
+    _make_learner,
+    actor_options,
+    controller_seed,
+    distributed_reinforce_search,
+    distributed_search,
+    merge_parameters,
+    ray_session,
+)
+from placer.interim_learners import InterimPost  # noqa: E402
+from placer.post import PostConfig, post_search  # noqa: E402
 from placer.reinforce import ReinforceConfig, reinforce_search  # noqa: E402
 
 
@@ -23,11 +37,15 @@ def local_ray(tmp_path_factory):
         yield
 
 
-def test_local_ray_listens_on_the_loopback_address_only(local_ray):
-    import ray
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """In-process searches with one intra-op thread, as in Ray's actors (much faster on a loaded machine)."""
+    import torch
 
-    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
-    assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _records(path):
@@ -35,116 +53,242 @@ def _records(path):
     return json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
 
 
-def test_same_seed_same_result_and_log_in_round_controller_worker_order(local_ray, rnnlm_small, k80x2, tmp_path):
-    cfg = ReinforceConfig(budget=30, k=4, seed=3, hidden_size=32)
-    log = tmp_path / "a.jsonl"
-    a = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, log_path=log)
-    b = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2)
-    c = distributed_reinforce_search(rnnlm_small, k80x2, cfg.model_copy(update={"seed": 4}), num_controllers=2)
+def _same(a, b):
     assert a.step_times == b.step_times and a.curve == b.curve
-    assert (a.best_placement == b.best_placement).all()
-    assert a.step_times != c.step_times
-    # 30 placements: three rounds of 2 x 4, then 4 for controller 0 and 2 for controller 1.
-    assert len(a.step_times) == 30
-    assert [p["placements"] for p in a.curve] == [4, 8, 12, 16, 20, 24, 28, 30]
-    assert a.best_step_time_s == min(t for t in a.step_times if t is not None)
-
-    header, recs = _records(log)
-    assert header["distributed"] == {"num_controllers": 2, "workers_per_controller": 4, "asynchronous": False}
-    assert header["search"]["seed"] == 3
-    assert [r["index"] for r in recs] == list(range(30))
-    order = [(r["round"], r["controller"], r["worker"]) for r in recs]
-    expected = [(rnd, ctl, w) for rnd in range(3) for ctl in range(2) for w in range(4)]
-    expected += [(3, 0, w) for w in range(4)] + [(3, 1, w) for w in range(2)]
-    assert order == expected
-    assert [r["step_time_s"] for r in recs] == a.step_times
-    assert [r["placement"] for r in recs if r["step_time_s"] == a.best_step_time_s][0] == a.best_placement.tolist()
-    # The two controllers sample with their own generators: round 0's batches differ.
-    assert [r["placement"] for r in recs[:4]] != [r["placement"] for r in recs[4:8]]
+    assert a.best_step_time_s == b.best_step_time_s and (a.best_placement == b.best_placement).all()
 
 
-def test_one_controller_equals_the_in_process_search(local_ray, rnnlm_small, k80x2):
-    cfg = ReinforceConfig(budget=32, k=4, seed=0, hidden_size=64, learning_rate=0.05, valid_only_after=3)
+def test_local_ray_listens_on_the_loopback_address_only(local_ray):
+    import ray
+
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
+
+
+def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small, k80x2):
+    cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=64, learning_rate=0.05, valid_only_after=3)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
     expected = reinforce_search(env, cfg)
-    got = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=1)
-    assert got.step_times == expected.step_times
-    assert got.curve == expected.curve
-    assert got.best_step_time_s == expected.best_step_time_s
-    assert (got.best_placement == expected.best_placement).all()
+    got = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2)
+    _same(got, expected)
     assert got.failing_signal == expected.failing_signal
+    assert got.distributed == {"controllers": 1, "workers": 2, "async_updates": False, "worker_retries": 0,
+                               "controller_restarts": 0}
     # The updates matter: without learning, the same seed samples other placements after the first batch.
     frozen = reinforce_search(env, cfg.model_copy(update={"learning_rate": 1e-12}))
-    assert frozen.step_times[:4] == expected.step_times[:4]
-    assert frozen.step_times != expected.step_times
+    assert frozen.step_times[:4] == expected.step_times[:4] and frozen.step_times != expected.step_times
+
+
+def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(local_ray, rnnlm_small, k80x2, tmp_path):
+    cfg = ReinforceConfig(budget=22, k=4, seed=3, hidden_size=32)
+    log = tmp_path / "a.jsonl"
+    a = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
+                                     log_path=log)
+    b = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
+    _same(a, b)  # the same whatever the number of workers and the timing
+    # 22 placements: two rounds of 2 x 4, then 4 for controller 0 and 2 for controller 1.
+    assert [p["placements"] for p in a.curve] == [4, 8, 12, 16, 20, 22]
+    header, recs = _records(log)
+    assert header["distributed"] == {"controllers": 2, "workers": 4, "async_updates": False}
+    assert header["search"]["learner"] == "rl" and header["search"]["seed"] == 3
+    assert sorted(r["index"] for r in recs) == list(range(22))  # appended as they arrived, each once
+    by_index = {r["index"]: r for r in recs}
+    assert [by_index[i]["step_time_s"] for i in range(22)] == a.step_times
+    assert [(by_index[i]["round"], by_index[i]["controller"]) for i in (0, 4, 8, 12, 16, 20)] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    # The two controllers sample with their own generators: round 0's batches differ.
+    assert [by_index[i]["placement"] for i in range(4)] != [by_index[i]["placement"] for i in range(4, 8)]
 
 
 def test_an_interrupted_log_is_resumed(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=16, k=4, seed=1, hidden_size=32)
     log = tmp_path / "r.jsonl"
-    first = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
-                                         log_path=log)
+    first = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
     full = log.read_text().splitlines()
     assert len(full) == 1 + 16
     log.write_text("\n".join(full[:1 + 10]) + "\n")  # interrupted after 10 records
-    resumed = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
-                                           log_path=log)
-    assert resumed.step_times == first.step_times and resumed.curve == first.curve
+    resumed = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
+    _same(resumed, first)
     lines = log.read_text().splitlines()
-    # the 10 logged samples are replayed, not measured (appended) again; the other 6 are appended
-    assert [json.loads(x) for x in lines] == [json.loads(x) for x in full]
-    # workers_per_controller=2 < K=4: placement i of a batch went to worker i % 2
-    assert [json.loads(x)["worker"] for x in full[1:5]] == [0, 1, 0, 1]
+    assert len(lines) == 1 + 16  # the 10 logged samples replayed, not appended again
+    assert sorted(json.loads(x)["index"] for x in lines[1:]) == list(range(16))
 
 
-def test_asynchronous_search_measures_its_budget(local_ray, rnnlm_small, k80x2, tmp_path):
-    cfg = ReinforceConfig(budget=18, k=4, seed=0, hidden_size=32)
+def test_post_one_controller_equals_the_in_process_post_before_a_cross_entropy_step(local_ray, rnnlm_small, k80x2):
+    cfg = PostConfig(budget=24, k=6, n_ce=60, seed=2)
+    env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
+    _same(distributed_search("post", cfg, rnnlm_small, k80x2, controllers=1, workers=2), post_search(env, cfg))
+
+
+def test_the_cross_entropy_step_runs_at_the_server_over_pooled_samples(rnnlm_small, k80x2):
+    """ParameterServer.pooled as a plain object: Eq. 10 over both controllers' placements."""
+    cfg = PostConfig(budget=100, k=3, n_ce=6, rho=0.5, epsilon=0.0, seed=0)
+    g, d = rnnlm_small.grouping.num_groups, len(k80x2.devices)
+    server = ParameterServer({"u": np.zeros((g, d))}, InterimPost, cfg, rnnlm_small, k80x2, "sim", {})
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, d, size=(6, g))
+    times = np.array([5.0, 1.0, 4.0, 2.0, 6.0, 3.0])
+
+    def batch(sl):
+        return {"placements": rows[sl].tolist(), "log_prob": [0.0] * 3, "step_times_s": times[sl].tolist(),
+                "oom": [False] * 3}
+
+    assert server.pooled(batch(slice(0, 3))) is None  # 3 of n_ce=6 pooled: no step yet
+    assert (server.params["u"] == 0).all()
+    assert server.pooled(batch(slice(3, 6)))["cross_entropy"] == 1.0
+    elites = rows[[1, 3, 5]]  # the best rho * 6 = 3: times 1, 2, 3
+    freq = np.stack([(elites == j).mean(axis=0) for j in range(d)], axis=1)
+    np.testing.assert_allclose(server.params["u"], np.log(np.clip(freq, 1e-6, None)))
+
+
+def _kill_when_measuring(log, target, min_records=1, after_s=0.05):
+    """Kill ``target()`` (a Ray actor) from a thread once ``log`` has ``min_records`` records,
+    ``after_s`` later (while the next placements are being measured)."""
+    import ray
+
+    def run():
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if log.exists() and len(log.read_text().splitlines()) > min_records:
+                time.sleep(after_s)
+                ray.kill(target(), no_restart=False)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_small, k80x2, tmp_path):
+    """Post with 2 controllers: the pooled cross-entropy step at the server (n_ce=8) and each
+    controller's PPO steps; a worker and a controller killed mid-search change nothing."""
+    cfg = PostConfig(budget=16, k=4, n_ce=8, seed=5)
+    opts = dict(controllers=2, workers=4, measure_delay_s=0.5)
+    clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
+    actors: dict = {}
+    log = tmp_path / "faults.jsonl"
+    killers = [_kill_when_measuring(log, lambda: actors["workers"][0], min_records=1),
+               _kill_when_measuring(log, lambda: actors["controllers"][1], min_records=6)]
+    faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+    for t in killers:
+        t.join(timeout=5)
+    _same(faulty, clean)
+    _, recs = _records(log)
+    assert sorted(r["index"] for r in recs) == list(range(16))  # every sample once
+    assert faulty.distributed["worker_retries"] >= 1 and any(r["attempt"] >= 1 for r in recs)
+    assert faulty.distributed["controller_restarts"] >= 1
+
+
+def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rnnlm_small, k80x2, tmp_path):
+    cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=32)
+    actors: dict = {}
     log = tmp_path / "async.jsonl"
-    res = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
-                                       log_path=log, asynchronous=True)
+    killers = [_kill_when_measuring(log, lambda: actors["workers"][1], min_records=1),
+               _kill_when_measuring(log, lambda: actors["controllers"][0], min_records=8)]
+    res = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+                             measure_delay_s=0.3, log_path=log, on_start=actors.update)
+    for t in killers:
+        t.join(timeout=5)
     header, recs = _records(log)
-    assert header["distributed"]["asynchronous"] is True
-    assert len(res.step_times) == 18 and [r["index"] for r in recs] == list(range(18))
-    assert [r["step_time_s"] for r in recs] == res.step_times
-    assert res.curve[-1]["placements"] == 18
-    for ctl in range(2):  # each controller's rounds are consecutive in the log
-        rounds = [r["round"] for r in recs if r["controller"] == ctl]
-        assert rounds == sorted(rounds) and rounds[0] == 0
+    assert header["distributed"]["async_updates"] is True
+    assert len(res.step_times) == 24 and sorted(r["index"] for r in recs) == list(range(24))
+    assert sorted(res.step_times, key=str) == sorted((r["step_time_s"] for r in recs), key=str)
+    assert res.curve[-1]["placements"] == 24
+    assert res.distributed["worker_retries"] + res.distributed["controller_restarts"] >= 1
     with pytest.raises(ValueError, match="cannot resume"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
-                                     log_path=log, asynchronous=True)
+        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+                           log_path=log)
+
+
+def test_gpu_requests_and_their_absence(local_ray, rnnlm_small, k80x2):
+    import ray
+
+    assert actor_options("worker", gpus=2, cpus=1) == {"num_cpus": 1, "num_gpus": 2, "max_restarts": -1,
+                                                       "max_task_retries": 0}
+    assert actor_options("server") == {"num_cpus": 0, "num_gpus": 0}
+    cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
+    with pytest.raises(ValueError, match="gpus_per_worker: 1 GPUs asked, the Ray cluster has 0"):
+        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, gpus_per_worker=1)
+    with pytest.raises(ValueError, match=r"gpus_per_controller: 1.0 GPUs asked.*policy_device='cuda'"):
+        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, policy_device="cuda")
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="policy_device: 'cuda' but CUDA is not available"):
+            _make_learner(_interim("rl"), cfg, rnnlm_small, k80x2, "sim", {}, "cuda", False)
+    seen: dict = {}
+    distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=1,
+                       on_start=lambda a: seen.update(gpus=ray.get(a["workers"][0].visible_gpus.remote())))
+    assert seen == {"gpus": ""}  # a worker that asked for no GPU sees none
+
+
+def _interim(name):
+    from placer.interim_learners import INTERIM_LEARNERS
+
+    return INTERIM_LEARNERS[name]
 
 
 def test_a_worker_error_is_raised_as_its_type(local_ray, rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16, failing_signal=5.0)
     with pytest.raises(ValueError, match="unknown engine 'warp'"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=1, env_options={"engine": "warp"})
+        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, env_options={"engine": "warp"})
 
 
 def test_bad_ray_address_is_a_clear_error(rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
     with pytest.raises(ValueError, match="ray_address: 'not an address'"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, ray_address="not an address")
+        distributed_search("rl", cfg, rnnlm_small, k80x2, ray_address="not an address")
     with pytest.raises(ValueError, match="ray_address: 'ray://127.0.0.1:0' has no valid port"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, ray_address="ray://127.0.0.1:0")
+        distributed_search("rl", cfg, rnnlm_small, k80x2, ray_address="ray://127.0.0.1:0")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ConnectionError, match=f"ray_address 'ray://127.0.0.1:{port}': nothing answers"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, ray_address=f"ray://127.0.0.1:{port}")
+        distributed_search("rl", cfg, rnnlm_small, k80x2, ray_address=f"ray://127.0.0.1:{port}")
 
 
 def test_bad_arguments_are_refused_before_ray_starts(rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=4, seed=0, hidden_size=16)
     with pytest.raises(ValueError, match="workers_per_controller: must be 1..k=4"):
         distributed_reinforce_search(rnnlm_small, k80x2, cfg, workers_per_controller=5)
-    with pytest.raises(ValueError, match="num_controllers: must be >= 1, got 0"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=0)
+    with pytest.raises(ValueError, match="controllers: must be >= 1, got 0"):
+        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=0)
+    with pytest.raises(ValueError, match="workers: must be >= 1, got 0"):
+        distributed_search("rl", cfg, rnnlm_small, k80x2, workers=0)
     with pytest.raises(ValueError, match="env_kind: unknown environment 'gpu'"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, env_kind="gpu")
+        distributed_search("rl", cfg, rnnlm_small, k80x2, env_kind="gpu")
+    with pytest.raises(ValueError, match="policy_device: 'tpu'"):
+        distributed_search("rl", cfg, rnnlm_small, k80x2, policy_device="tpu")
+    with pytest.raises(ValueError, match="learner: unknown learner 'nope'"):
+        distributed_search("nope", cfg, rnnlm_small, k80x2)
+    with pytest.raises(ValueError, match="gpus_per_worker: 0, but env 'real' on cluster 'k80x2'"):
+        distributed_search("rl", cfg, rnnlm_small, k80x2, env_kind="real")
 
 
-def test_controller_seeds():
+def test_merge_parameters_and_controller_seeds():
+    pulled = {"w": np.zeros(2, np.float32), "n": np.array([1])}
+    a = {"w": np.array([1.0, 2.0], np.float32), "n": np.array([2])}
+    b = {"w": np.array([0.5, 0.0], np.float32), "n": np.array([3])}
+    assert merge_parameters(pulled, [a])["w"] is a["w"]  # one controller: its parameters, bit for bit
+    merged = merge_parameters(pulled, [a, b])
+    assert merged["w"].tolist() == [1.5, 2.0] and merged["n"].tolist() == [2]
     assert controller_seed(7, 0) == 7
     seeds = {controller_seed(s, c) for s in range(4) for c in range(1, 5)}
     assert len(seeds) == 16 and all(0 <= x < 2**63 for x in seeds) and not seeds & set(range(4))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--async"], "--async needs --controllers 1 or more"),
+    (["--workers", "4"], "--workers needs --controllers 1 or more"),
+    (["--controllers", "2", "--workers", "-1"], "--workers must be at least 0, got -1"),
+    (["--controllers", "2", "--gpus-per-worker", "-1"], "--gpus-per-worker must be at least 0, got -1.0"),
+    (["--controllers", "2", "--policy-device", "tpu"], "--policy-device: unknown device 'tpu'; valid: cpu, cuda"),
+])
+def test_cli_distributed_options_are_checked(args, message):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    r = CliRunner().invoke(app, ["experiment", "--methods", "rl", *args])
+    assert r.exit_code == 2 and message in r.output
