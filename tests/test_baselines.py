@@ -68,7 +68,10 @@ def test_every_baseline_measures_on_k80x4(rnnlm_small):
         assert not m.oom and m.step_time_s > 0
         times[name] = m.step_time_s
     assert times["single_gpu"] < times["single_cpu"]
-    assert times["expert"] < times["single_gpu"]  # two layers in parallel on two GPUs
+    # The presets are fitted to 2017 Table 2, where RNNLM's layer split is slower than one GPU
+    # (expert 3.81-4.46 s vs 1.57 s): each transfer pays ~11 ms of Send/Recv and host staging.
+    # Small RNNLM on the fitted k80x4: single GPU 0.074 s, expert 0.39 s, Scotch/MinCut ~1.1 s.
+    assert times["single_gpu"] < times["expert"] < times["scotch"]
 
 
 def test_gpu_baselines_refuse_a_cpu_only_cluster(rnnlm_small):
