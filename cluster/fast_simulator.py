@@ -19,16 +19,15 @@ bytes, link bandwidths and latencies); the event loop is compiled with numba
 
 :meth:`FastSimulator.run_arrays` (op placements) and :meth:`FastSimulator.run_group_arrays`
 (group placements, expanded inside the compiled loop: an exact simulation of the op graph)
-evaluate ``K`` placements in one compiled call: int32 indices, work arrays allocated once
-per call and reused by the ``K`` placements, soft placement applied in the loop
-(:func:`cluster.kernels.fallback_device`), data-only predecessor lists, the in-flight events
-packed in three small arrays, and after an op finishes only its own pool offered a new op
-(every idle pool has an empty queue after each event, and the event readied ops on that
-pool alone, so the reference's loop over pools starts no other). Cost per placement about
-``O(ops + edges)``, no Python work per op. :meth:`FastSimulator.run` (one placement, with its
-critical path) runs the same kernel, :func:`_simulate`, with ``want_path``: one loop body
-for both, whose repeated steps (queue an op, start an op, start a transfer) are numba
-``inline="always"`` helpers.
+evaluate ``K`` placements in one compiled call of a kernel without critical-path
+bookkeeping: int32 indices, work arrays allocated once per call and reused by the ``K``
+placements, soft placement applied in the loop, data-only predecessor lists, the
+in-flight events packed in three small arrays, and after an op finishes only its own
+pool offered a new op (every idle pool has an empty queue after each event, and the
+event readied ops on that pool alone, so the reference's loop over pools starts no
+other). Cost per placement about ``O(ops + edges)``, no Python work per op.
+:meth:`FastSimulator.run` (one placement, with its critical path) uses the kernel with
+the path bookkeeping.
 
 :func:`contract_groups` builds the *group graph* (a documented approximation for
 speed, not the op-level semantics): see its docstring.
@@ -48,91 +47,391 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 
 
-@njit(inline="always")
-def _enqueue(q_head, q_tail, q_next, p, i):
-    """Append op ``i`` to the FIFO ready queue of pool ``p`` (linked list)."""
-    q_next[i] = -1
-    if q_tail[p] < 0:
-        q_head[p] = i
-    else:
-        q_next[q_tail[p]] = i
-    q_tail[p] = i
+@njit(cache=True)
+def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
+                  pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
+                  link_bw, link_lat, pool, want_path,
+                  # work arrays (sizes: n ops, E edges, D devices)
+                  pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
+                  x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
+                  recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
+                  ready_time, ready_by, o_start, o_end, o_pred, x_start, x_end, x_pred, x_queued,
+                  last_dev, last_link,
+                  # outputs (one row)
+                  compute, xfer, peak_total, path):
+    """One placement. Returns (step time, stalled, path length). Items: op i -> i, transfer t -> n + t.
+
+    ``pool[d]`` is device d's compute pool (``ClusterSpec.pool_indices``): the ready queues
+    (q_head, q_tail), busy flags, last_dev and the op event slots are indexed by pool."""
+    n = place.shape[0]
+    D = times.shape[1]
+    P = 0
+    for d in range(D):
+        if pool[d] + 1 > P:
+            P = pool[d] + 1
+    live = np.zeros(D, np.int64)
+    peak = np.zeros(D, np.int64)
+    resident = np.zeros(D, np.int64)
+    for d in range(D):
+        compute[d] = 0.0
+        xfer[d] = 0.0
+        busy[d] = False
+        q_head[d] = -1
+        q_tail[d] = -1
+        last_dev[d] = -1
+    for s in range(D * D):
+        l_head[s] = -1
+        l_tail[s] = -1
+        l_busy[s] = False
+        last_link[s] = -1
+    for i in range(n):
+        pending[i] = indegree[i]
+        users[i] = 0
+        resident[place[i]] += param[i]
+        ready_time[i] = 0.0
+        ready_by[i] = -1
+    nx = 0  # transfers created
+    nact = 0  # in-flight events
+    seq = 0
+    end = 0.0
+    last_item = -1
+
+    # initially ready ops, in op-index order
+    for i in range(n):
+        if pending[i] == 0:
+            d = pool[place[i]]
+            q_next[i] = -1
+            if q_tail[d] < 0:
+                q_head[d] = i
+            else:
+                q_next[q_tail[d]] = i
+            q_tail[d] = i
+
+    # the loop below inlines start_ops(dev, t) / start_link(key, t) of the reference at
+    # each call site, in the same order, so that sequence numbers match.
+    now = 0.0
+    for d in range(P):
+        if (not busy[d]) and q_head[d] >= 0:
+            op = q_head[d]
+            q_head[d] = q_next[op]
+            if q_head[d] < 0:
+                q_tail[d] = -1
+            busy[d] = True
+            v = place[op]
+            dt = times[op, v]
+            compute[v] += dt
+            live[v] += alloc[op]
+            if live[v] > peak[v]:
+                peak[v] = live[v]
+            if want_path:
+                o_start[op] = now
+                o_end[op] = now + dt
+                o_pred[op] = ready_by[op] if now <= ready_time[op] else last_dev[d]
+                last_dev[d] = op
+            seq += 1
+            ev_time[d] = now + dt
+            ev_seq[d] = seq
+            ev_item[d] = op
+            act[nact] = d
+            nact += 1
+
+    while nact > 0:
+        # pop the smallest (time, seq)
+        best = 0
+        for j in range(1, nact):
+            s = act[j]
+            b = act[best]
+            if ev_time[s] < ev_time[b] or (ev_time[s] == ev_time[b] and ev_seq[s] < ev_seq[b]):
+                best = j
+        s = act[best]
+        nact -= 1
+        act[best] = act[nact]
+        now = ev_time[s]
+        if s < D:  # an op finished on pool s
+            op = ev_item[s]
+            dev = place[op]
+            last_item = op
+            busy[s] = False
+            # release_input
+            for k in range(pred_ptr[op], pred_ptr[op + 1]):
+                out = pred_out[k]
+                if out < 0:
+                    continue
+                src = pred_src[k]
+                if place[src] == dev:
+                    users[src] -= 1
+                    if users[src] == 0:
+                        live[dev] -= alloc[src]
+                else:
+                    t = edge_xfer[k]
+                    recv_users[t] -= 1
+                    if recv_users[t] == 0:
+                        live[dev] -= recv_bytes[t]
+            readers = 0
+            for k in range(succ_ptr[op], succ_ptr[op + 1]):
+                dst = succ_dst[k]
+                out = succ_out[k]
+                ddev = place[dst]
+                if ddev == dev:
+                    if out >= 0:
+                        readers += 1
+                    pending[dst] -= 1
+                    if pending[dst] == 0:
+                        if want_path:
+                            ready_time[dst] = now
+                            ready_by[dst] = op
+                        q_next[dst] = -1
+                        if q_tail[s] < 0:
+                            q_head[s] = dst
+                        else:
+                            q_next[q_tail[s]] = dst
+                        q_tail[s] = dst
+                else:
+                    sk = (out + 1) * D + ddev
+                    t = slot[sk]
+                    e_cnext[k] = -1
+                    if t >= 0 and t < nx and x_src[t] == op and x_out[t] == out and x_ddev[t] == ddev:
+                        # already sent to ddev (a stale slot fails this check): one more consumer
+                        x_ccount[t] += 1
+                        e_cnext[x_ctail[t]] = k
+                        x_ctail[t] = k
+                    else:
+                        t = nx
+                        nx += 1
+                        slot[sk] = t
+                        x_src[t] = op
+                        x_out[t] = out
+                        x_ddev[t] = ddev
+                        x_bytes[t] = succ_bytes[k]
+                        x_chead[t] = k
+                        x_ctail[t] = k
+                        x_ccount[t] = 1
+                        x_queued[t] = now
+                        if out >= 0:
+                            readers += 1
+                        lk = dev * D + ddev
+                        x_next[t] = -1
+                        if l_tail[lk] < 0:
+                            l_head[lk] = t
+                        else:
+                            x_next[l_tail[lk]] = t
+                        l_tail[lk] = t
+                        # start_link(lk, now)
+                        if not l_busy[lk]:
+                            u = l_head[lk]
+                            l_head[lk] = x_next[u]
+                            if l_head[lk] < 0:
+                                l_tail[lk] = -1
+                            l_busy[lk] = True
+                            dt = link_lat[dev, ddev] + x_bytes[u] / link_bw[dev, ddev]
+                            xfer[dev] += dt
+                            xfer[ddev] += dt
+                            if want_path:
+                                x_start[u] = now
+                                x_end[u] = now + dt
+                                x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
+                                last_link[lk] = n + u
+                            seq += 1
+                            es = D + lk
+                            ev_time[es] = now + dt
+                            ev_seq[es] = seq
+                            ev_item[es] = u
+                            act[nact] = es
+                            nact += 1
+            users[op] += readers
+            if users[op] == 0:
+                live[dev] -= alloc[op]
+            for d in range(P):
+                if (not busy[d]) and q_head[d] >= 0:
+                    o = q_head[d]
+                    q_head[d] = q_next[o]
+                    if q_head[d] < 0:
+                        q_tail[d] = -1
+                    busy[d] = True
+                    v = place[o]
+                    dt = times[o, v]
+                    compute[v] += dt
+                    live[v] += alloc[o]
+                    if live[v] > peak[v]:
+                        peak[v] = live[v]
+                    if want_path:
+                        o_start[o] = now
+                        o_end[o] = now + dt
+                        o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[d]
+                        last_dev[d] = o
+                    seq += 1
+                    ev_time[d] = now + dt
+                    ev_seq[d] = seq
+                    ev_item[d] = o
+                    act[nact] = d
+                    nact += 1
+        else:  # transfer arrived over link direction lk
+            lk = s - D
+            t = ev_item[s]
+            src = x_src[t]
+            out = x_out[t]
+            ddev = x_ddev[t]
+            pd = pool[ddev]
+            last_item = n + t
+            l_busy[lk] = False
+            if out >= 0:
+                nb = ob_val[ob_ptr[src] + out]
+                recv_bytes[t] = nb
+                recv_users[t] = x_ccount[t]
+                live[ddev] += nb
+                if live[ddev] > peak[ddev]:
+                    peak[ddev] = live[ddev]
+                users[src] -= 1
+                if users[src] == 0:
+                    live[place[src]] -= alloc[src]
+            k = x_chead[t]
+            while k >= 0:
+                dst = succ_dst[k]
+                edge_xfer[succ_inpos[k]] = t
+                pending[dst] -= 1
+                if pending[dst] == 0:
+                    if want_path:
+                        ready_time[dst] = now
+                        ready_by[dst] = n + t
+                    q_next[dst] = -1
+                    if q_tail[pd] < 0:
+                        q_head[pd] = dst
+                    else:
+                        q_next[q_tail[pd]] = dst
+                    q_tail[pd] = dst
+                k = e_cnext[k]
+            # start_link(lk, now)
+            if (not l_busy[lk]) and l_head[lk] >= 0:
+                a = lk // D
+                c = lk % D
+                u = l_head[lk]
+                l_head[lk] = x_next[u]
+                if l_head[lk] < 0:
+                    l_tail[lk] = -1
+                l_busy[lk] = True
+                dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
+                xfer[a] += dt
+                xfer[c] += dt
+                if want_path:
+                    x_start[u] = now
+                    x_end[u] = now + dt
+                    x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
+                    last_link[lk] = n + u
+                seq += 1
+                ev_time[s] = now + dt
+                ev_seq[s] = seq
+                ev_item[s] = u
+                act[nact] = s
+                nact += 1
+            # start_ops(pool[ddev], now)
+            d = pd
+            if (not busy[d]) and q_head[d] >= 0:
+                o = q_head[d]
+                q_head[d] = q_next[o]
+                if q_head[d] < 0:
+                    q_tail[d] = -1
+                busy[d] = True
+                v = place[o]
+                dt = times[o, v]
+                compute[v] += dt
+                live[v] += alloc[o]
+                if live[v] > peak[v]:
+                    peak[v] = live[v]
+                if want_path:
+                    o_start[o] = now
+                    o_end[o] = now + dt
+                    o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[d]
+                    last_dev[d] = o
+                seq += 1
+                ev_time[d] = now + dt
+                ev_seq[d] = seq
+                ev_item[d] = o
+                act[nact] = d
+                nact += 1
+        end = now
+
+    stalled = False
+    for i in range(n):
+        if pending[i] > 0:
+            stalled = True
+    for d in range(D):
+        peak_total[d] = resident[d] + peak[d]
+    plen = 0
+    if want_path and not stalled:
+        item = last_item
+        while item >= 0:
+            path[plen] = item
+            plen += 1
+            if item < n:
+                item = o_pred[item]
+            else:
+                item = x_pred[item - n]
+    return end, stalled, plen
 
 
-@njit(inline="always")
-def _start_op(p, now, seq, nact, q_head, q_tail, q_next, busy, place, times, compute, live, peak, alloc,
-              a_time, a_seq, ev_item, act,
-              want_path, o_start, o_end, o_pred, ready_time, ready_by, last_dev):
-    """Start the first op of pool ``p``'s queue at ``now`` (the reference's ``start_ops``); returns (seq, nact)."""
-    o = q_head[p]
-    q_head[p] = q_next[o]
-    if q_head[p] < 0:
-        q_tail[p] = -1
-    busy[p] = True
-    v = place[o]
-    dt = times[o, v]
-    compute[v] += dt
-    live[v] += alloc[o]
-    if live[v] > peak[v]:
-        peak[v] = live[v]
-    if want_path:
-        o_start[o] = now
-        o_end[o] = now + dt
-        o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[p]
-        last_dev[p] = o
-    seq += 1
-    a_time[nact] = now + dt
-    a_seq[nact] = seq
-    ev_item[p] = o
-    act[nact] = p
-    return seq, nact + 1
-
-
-@njit(inline="always")
-def _start_link(lk, a, c, D, n, now, seq, nact, l_head, l_tail, l_busy, x_next, x_bytes, link_lat, link_bw, xfer,
-                a_time, a_seq, ev_item, act,
-                want_path, x_start, x_end, x_pred, x_src, x_queued, last_link):
-    """Start the first transfer queued on link direction ``lk`` = ``a -> c`` at ``now`` (the reference's
-    ``start_link``); returns (seq, nact)."""
-    u = l_head[lk]
-    l_head[lk] = x_next[u]
-    if l_head[lk] < 0:
-        l_tail[lk] = -1
-    l_busy[lk] = True
-    dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
-    xfer[a] += dt
-    xfer[c] += dt
-    if want_path:
-        x_start[u] = now
-        x_end[u] = now + dt
-        x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
-        last_link[lk] = n + u
-    seq += 1
-    a_time[nact] = now + dt
-    a_seq[nact] = seq
-    ev_item[D + lk] = u
-    act[nact] = D + lk
-    return seq, nact + 1
+@njit(cache=True)
+def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
+                    pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
+                    link_bw, link_lat, pool, max_out, want_path,
+                    step, stalled, compute, xfer, peak_total, path, path_len,
+                    o_start, o_end, x_start, x_end, x_src, x_out, x_ddev):
+    K, n = places.shape
+    D = times.shape[1]
+    E = succ_dst.shape[0]
+    pending = np.empty(n, np.int64)
+    users = np.empty(n, np.int64)
+    q_next = np.empty(n, np.int64)
+    q_head = np.empty(D, np.int64)
+    q_tail = np.empty(D, np.int64)
+    busy = np.empty(D, np.bool_)
+    l_head = np.empty(D * D, np.int64)
+    l_tail = np.empty(D * D, np.int64)
+    l_busy = np.empty(D * D, np.bool_)
+    x_bytes = np.empty(E, np.int64)
+    x_next = np.empty(E, np.int64)
+    x_chead = np.empty(E, np.int64)
+    x_ctail = np.empty(E, np.int64)
+    x_ccount = np.empty(E, np.int64)
+    e_cnext = np.empty(E, np.int64)
+    recv_users = np.empty(E, np.int64)
+    recv_bytes = np.empty(E, np.int64)
+    edge_xfer = np.empty(E, np.int64)
+    slot = np.full((max_out + 2) * D, -1, np.int64)
+    ev_time = np.empty(D + D * D, np.float64)
+    ev_seq = np.empty(D + D * D, np.int64)
+    ev_item = np.empty(D + D * D, np.int64)
+    act = np.empty(D + D * D, np.int64)
+    ready_time = np.empty(n, np.float64)
+    ready_by = np.empty(n, np.int64)
+    o_pred = np.empty(n, np.int64)
+    x_pred = np.empty(E, np.int64)
+    x_queued = np.empty(E, np.float64)
+    last_dev = np.empty(D, np.int64)
+    last_link = np.empty(D * D, np.int64)
+    for k in range(K):
+        end, st, plen = _simulate_one(
+            places[k], times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
+            pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
+            link_bw, link_lat, pool, want_path,
+            pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
+            x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
+            recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
+            ready_time, ready_by, o_start, o_end, o_pred, x_start, x_end, x_pred, x_queued,
+            last_dev, last_link, compute[k], xfer[k], peak_total[k], path)
+        step[k] = end
+        stalled[k] = st
+        path_len[k] = plen
 
 
 @njit(cache=True, nogil=True)
-def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
-              succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
-              dp_ptr, dp_src, indegree, alloc, param, ob_ptr, ob_val,
-              link_bw, link_lat, pool, max_out,
-              step, stalled, compute_out, xfer_out, peak_out,
-              want_path, path, path_len, o_start, o_end, x_start, x_end, x_src, x_out, x_ddev):
-    """The event loop of :class:`cluster.simulator.Simulator`, compiled, for ``K`` placements.
-
-    Op ``i`` of placement ``k`` runs on ``gplaces[k, op_unit[i]]`` after the CPU-fallback rule
-    (:func:`cluster.kernels.fallback_device`); ``pool[d]`` is device d's compute pool, which
-    indexes the ready queues, busy flags and op event slots. Same arithmetic, in the same order,
-    as the reference. Outputs per placement: ``step``, ``stalled``, ``compute_out``, ``xfer_out``,
-    ``peak_out`` (rows of ``K``). With ``want_path`` (use ``K == 1``) it also records each op's and
-    transfer's start, end and predecessor on the critical path, and writes the path (items: op
-    ``i`` -> ``i``, transfer ``t`` -> ``n + t``, last first) to ``path[:path_len[0]]``; the
-    transfers' ``x_src``, ``x_out``, ``x_ddev`` are left for the caller to name them. Without it,
-    the path arrays may have length 1 and are not touched."""
+def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
+                         succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
+                         dp_ptr, dp_src, indegree, alloc, param, ob_ptr, ob_val,
+                         link_bw, link_lat, pool, max_out,
+                         step, stalled, compute_out, xfer_out, peak_out):
+    """K placements without critical paths. ``gplaces[k, op_unit[i]]`` is op i's device (before
+    soft placement); ``pool[d]`` device d's compute pool, which indexes the ready queues, busy
+    flags and op event slots. int32 indices; same arithmetic, in the same order, as _simulate_one."""
     K = gplaces.shape[0]
     n = op_unit.shape[0]
     D = times.shape[1]
@@ -152,6 +451,9 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
     l_head = np.empty(D * D, np.int32)
     l_tail = np.empty(D * D, np.int32)
     l_busy = np.empty(D * D, np.bool_)
+    x_src = np.empty(E, np.int32)
+    x_out = np.empty(E, np.int32)
+    x_ddev = np.empty(E, np.int32)
     x_next = np.empty(E, np.int32)
     x_chead = np.empty(E, np.int32)
     x_ctail = np.empty(E, np.int32)
@@ -172,15 +474,6 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
     resident = np.empty(D, np.int64)
     compute = np.empty(D, np.float64)
     xfer = np.empty(D, np.float64)
-    m = n if want_path else 1  # critical-path bookkeeping
-    me = E if want_path else 1
-    ready_time = np.zeros(m, np.float64)
-    ready_by = np.full(m, -1, np.int64)
-    o_pred = np.empty(m, np.int64)
-    x_pred = np.empty(me, np.int64)
-    x_queued = np.empty(me, np.float64)
-    last_dev = np.full(D, -1, np.int64)
-    last_link = np.full(D * D, -1, np.int64)
     for kk in range(K):
         for d in range(D):
             compute[d] = 0.0
@@ -196,37 +489,48 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             l_tail[s] = -1
             l_busy[s] = False
         for i in range(n):
-            d = fallback_device(gplaces[kk, op_unit[i]], gpu_ok[i], is_gpu, fallback)
+            d = gplaces[kk, op_unit[i]]
+            d = fallback_device(d, gpu_ok[i], is_gpu, fallback)
             place[i] = d
             pending[i] = indegree[i]
             users[i] = 0
             resident[d] += param[i]
-            if want_path:
-                ready_time[i] = 0.0
-                ready_by[i] = -1
-        if want_path:
-            for d in range(D):
-                last_dev[d] = -1
-            for s in range(D * D):
-                last_link[s] = -1
         for i in range(slot.shape[0]):
             slot[i] = -1
         nx = 0
         nact = 0
         seq = 0
         end = 0.0
-        last_item = -1
-        for i in range(n):  # initially ready ops, in op-index order
+        for i in range(n):
             if pending[i] == 0:
-                _enqueue(q_head, q_tail, q_next, pool[place[i]], i)
+                d = pool[place[i]]
+                q_next[i] = -1
+                if q_tail[d] < 0:
+                    q_head[d] = i
+                else:
+                    q_next[q_tail[d]] = i
+                q_tail[d] = i
         now = 0.0
         for d in range(P):
             if (not busy[d]) and q_head[d] >= 0:
-                seq, nact = _start_op(d, now, seq, nact, q_head, q_tail, q_next, busy, place, times, compute, live,
-                                      peak, alloc, a_time, a_seq, ev_item, act,
-                                      want_path, o_start, o_end, o_pred, ready_time, ready_by, last_dev)
+                op = q_head[d]
+                q_head[d] = q_next[op]
+                if q_head[d] < 0:
+                    q_tail[d] = -1
+                busy[d] = True
+                v = place[op]
+                dt = times[op, v]
+                compute[v] += dt
+                live[v] += alloc[op]
+                if live[v] > peak[v]:
+                    peak[v] = live[v]
+                seq += 1
+                a_time[nact] = now + dt
+                a_seq[nact] = seq
+                ev_item[d] = op
+                act[nact] = d
+                nact += 1
         while nact > 0:
-            # pop the smallest (time, seq)
             best = 0
             bt = a_time[0]
             bs = a_seq[0]
@@ -247,8 +551,7 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 op = ev_item[s]
                 dev = place[op]
                 busy[s] = False
-                last_item = op
-                for k in range(dp_ptr[op], dp_ptr[op + 1]):  # release its inputs (data edges)
+                for k in range(dp_ptr[op], dp_ptr[op + 1]):
                     src = dp_src[k]
                     if place[src] == dev:
                         users[src] -= 1
@@ -269,15 +572,17 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                             readers += 1
                         pending[dst] -= 1
                         if pending[dst] == 0:
-                            if want_path:
-                                ready_time[dst] = now
-                                ready_by[dst] = op
-                            _enqueue(q_head, q_tail, q_next, s, dst)
+                            q_next[dst] = -1
+                            if q_tail[s] < 0:
+                                q_head[s] = dst
+                            else:
+                                q_next[q_tail[s]] = dst
+                            q_tail[s] = dst
                     else:
                         sk = (out + 1) * D + ddev
                         t = slot[sk]
                         e_cnext[k] = -1
-                        if t >= 0 and x_src[t] == op:  # already sent to ddev: one more consumer
+                        if t >= 0 and x_src[t] == op:
                             x_ccount[t] += 1
                             e_cnext[x_ctail[t]] = k
                             x_ctail[t] = k
@@ -292,8 +597,6 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                             x_chead[t] = k
                             x_ctail[t] = k
                             x_ccount[t] = 1
-                            if want_path:
-                                x_queued[t] = now
                             if out >= 0:
                                 readers += 1
                             lk = dev * D + ddev
@@ -304,21 +607,48 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                                 x_next[l_tail[lk]] = t
                             l_tail[lk] = t
                             if not l_busy[lk]:
-                                seq, nact = _start_link(lk, dev, ddev, D, n, now, seq, nact, l_head, l_tail, l_busy,
-                                                        x_next, x_bytes, link_lat, link_bw, xfer,
-                                                        a_time, a_seq, ev_item, act,
-                                                        want_path, x_start, x_end, x_pred, x_src, x_queued, last_link)
+                                u = l_head[lk]
+                                l_head[lk] = x_next[u]
+                                if l_head[lk] < 0:
+                                    l_tail[lk] = -1
+                                l_busy[lk] = True
+                                dt = link_lat[dev, ddev] + x_bytes[u] / link_bw[dev, ddev]
+                                xfer[dev] += dt
+                                xfer[ddev] += dt
+                                seq += 1
+                                es = D + lk
+                                a_time[nact] = now + dt
+                                a_seq[nact] = seq
+                                ev_item[es] = u
+                                act[nact] = es
+                                nact += 1
                 users[op] += readers
                 if users[op] == 0:
                     live[dev] -= alloc[op]
                 # only pool s can start an op: an idle pool has an empty queue after every
                 # event, and this event queued ops on dev's pool s alone (remote consumers
                 # wait for transfers), so the reference's loop over pools starts at most s
-                if q_head[s] >= 0:
-                    seq, nact = _start_op(s, now, seq, nact, q_head, q_tail, q_next, busy, place, times, compute,
-                                          live, peak, alloc, a_time, a_seq, ev_item, act,
-                                          want_path, o_start, o_end, o_pred, ready_time, ready_by, last_dev)
-            else:  # a transfer arrived over link direction lk
+                d = s
+                if q_head[d] >= 0:
+                    if True:
+                        o = q_head[d]
+                        q_head[d] = q_next[o]
+                        if q_head[d] < 0:
+                            q_tail[d] = -1
+                        busy[d] = True
+                        v = place[o]
+                        dt = times[o, v]
+                        compute[v] += dt
+                        live[v] += alloc[o]
+                        if live[v] > peak[v]:
+                            peak[v] = live[v]
+                        seq += 1
+                        a_time[nact] = now + dt
+                        a_seq[nact] = seq
+                        ev_item[d] = o
+                        act[nact] = d
+                        nact += 1
+            else:
                 lk = s - D
                 t = ev_item[s]
                 src = x_src[t]
@@ -326,7 +656,7 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 ddev = x_ddev[t]
                 pd = pool[ddev]
                 l_busy[lk] = False
-                last_item = n + t
+                k = x_chead[t]
                 if out >= 0:
                     nb = ob_val[ob_ptr[src] + out]
                     recv_bytes[t] = nb
@@ -337,27 +667,66 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                     users[src] -= 1
                     if users[src] == 0:
                         live[place[src]] -= alloc[src]
-                k = x_chead[t]
-                while k >= 0:
-                    dst = succ_dst[k]
-                    if out >= 0:
+                    while k >= 0:
+                        dst = succ_dst[k]
                         edge_xfer[succ_dpos[k]] = t
-                    pending[dst] -= 1
-                    if pending[dst] == 0:
-                        if want_path:
-                            ready_time[dst] = now
-                            ready_by[dst] = n + t
-                        _enqueue(q_head, q_tail, q_next, pd, dst)
-                    k = e_cnext[k]
+                        pending[dst] -= 1
+                        if pending[dst] == 0:
+                            q_next[dst] = -1
+                            if q_tail[pd] < 0:
+                                q_head[pd] = dst
+                            else:
+                                q_next[q_tail[pd]] = dst
+                            q_tail[pd] = dst
+                        k = e_cnext[k]
+                else:
+                    while k >= 0:
+                        dst = succ_dst[k]
+                        pending[dst] -= 1
+                        if pending[dst] == 0:
+                            q_next[dst] = -1
+                            if q_tail[pd] < 0:
+                                q_head[pd] = dst
+                            else:
+                                q_next[q_tail[pd]] = dst
+                            q_tail[pd] = dst
+                        k = e_cnext[k]
                 if l_head[lk] >= 0:
                     a = lk // D
-                    seq, nact = _start_link(lk, a, lk - a * D, D, n, now, seq, nact, l_head, l_tail, l_busy,
-                                            x_next, x_bytes, link_lat, link_bw, xfer, a_time, a_seq, ev_item, act,
-                                            want_path, x_start, x_end, x_pred, x_src, x_queued, last_link)
-                if (not busy[pd]) and q_head[pd] >= 0:
-                    seq, nact = _start_op(pd, now, seq, nact, q_head, q_tail, q_next, busy, place, times, compute,
-                                          live, peak, alloc, a_time, a_seq, ev_item, act,
-                                          want_path, o_start, o_end, o_pred, ready_time, ready_by, last_dev)
+                    c = lk - a * D
+                    u = l_head[lk]
+                    l_head[lk] = x_next[u]
+                    if l_head[lk] < 0:
+                        l_tail[lk] = -1
+                    l_busy[lk] = True
+                    dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
+                    xfer[a] += dt
+                    xfer[c] += dt
+                    seq += 1
+                    a_time[nact] = now + dt
+                    a_seq[nact] = seq
+                    ev_item[s] = u
+                    act[nact] = s
+                    nact += 1
+                d = pd
+                if (not busy[d]) and q_head[d] >= 0:
+                    o = q_head[d]
+                    q_head[d] = q_next[o]
+                    if q_head[d] < 0:
+                        q_tail[d] = -1
+                    busy[d] = True
+                    v = place[o]
+                    dt = times[o, v]
+                    compute[v] += dt
+                    live[v] += alloc[o]
+                    if live[v] > peak[v]:
+                        peak[v] = live[v]
+                    seq += 1
+                    a_time[nact] = now + dt
+                    a_seq[nact] = seq
+                    ev_item[d] = o
+                    act[nact] = d
+                    nact += 1
             end = now
         st = False
         for i in range(n):
@@ -369,18 +738,6 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             compute_out[kk, d] = compute[d]
             xfer_out[kk, d] = xfer[d]
             peak_out[kk, d] = resident[d] + peak[d]
-        if want_path:
-            plen = 0
-            if not st:
-                item = last_item
-                while item >= 0:
-                    path[plen] = item
-                    plen += 1
-                    if item < n:
-                        item = o_pred[item]
-                    else:
-                        item = x_pred[item - n]
-            path_len[kk] = plen
 
 
 @dataclass
@@ -435,10 +792,16 @@ class FastSimulator:
         so = np.lexsort((nbytes, out, dst, src))
         # predecessors in edge-list order (stable sort by dst)
         po = np.argsort(dst, kind="stable")
+        inpos_of_edge = np.empty(E, np.int64)
+        inpos_of_edge[po] = np.arange(E)
         self.succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64)
         self.succ_dst = dst[so]
         self.succ_out = out[so]
         self.succ_bytes = nbytes[so]
+        self.succ_inpos = inpos_of_edge[so]
+        self.pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))]).astype(np.int64)
+        self.pred_src = src[po]
+        self.pred_out = out[po]
         self.indegree = np.bincount(dst, minlength=n).astype(np.int64)
         self.alloc = np.array([int(op.alloc_bytes) for op in graph.ops], dtype=np.int64)
         self.param = np.array([int(op.param_bytes) for op in graph.ops], dtype=np.int64)
@@ -495,39 +858,50 @@ class FastSimulator:
             raise ValueError(f"placement: shape {p.shape}, expected ({self.graph.num_ops},) or (K, {self.graph.num_ops})")
         return cpu_fallback(p, self.gpu_ok, self.spec)
 
-    def _kernel(self, unit_places: np.ndarray, op_unit: np.ndarray, want_path: bool):
-        """The compiled loop on ``K`` placements: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]``
-        (checked). Returns (step ``[K]``, stalled ``[K]``, compute, xfer ``[K, D]``, peak ``[K, D]``, path
-        arrays or None); the path (``want_path``) is that of the last placement."""
-        K = unit_places.shape[0]
+    def _kernel(self, places: np.ndarray, want_path: bool):
+        K = places.shape[0]
         n, D, E = self.graph.num_ops, len(self.spec.devices), len(self.succ_dst)
         step = np.empty(K, np.float64)
-        stalled = np.zeros(K, np.bool_)
+        stalled = np.empty(K, np.bool_)
         compute = np.empty((K, D), np.float64)
         xfer = np.empty((K, D), np.float64)
         peak = np.empty((K, D), np.int64)
-        m, me = (n, E) if want_path else (1, 1)
         path = np.empty(n + E if want_path else 1, np.int64)
-        path_len = np.zeros(K, np.int64)
+        path_len = np.empty(K, np.int64)
+        m = n if want_path else 1
+        me = E if want_path else 1
         o_start, o_end = np.empty(m, np.float64), np.empty(m, np.float64)
         x_start, x_end = np.empty(me, np.float64), np.empty(me, np.float64)
-        x_src, x_out, x_ddev = np.empty(E, np.int32), np.empty(E, np.int32), np.empty(E, np.int32)
+        x_src, x_out, x_ddev = np.empty(E, np.int64), np.empty(E, np.int64), np.empty(E, np.int64)
+        _simulate_batch(
+            np.ascontiguousarray(places, dtype=np.int64), self.times, self.succ_ptr, self.succ_dst,
+            self.succ_out, self.succ_bytes, self.succ_inpos, self.pred_ptr, self.pred_src, self.pred_out,
+            self.indegree, self.alloc, self.param, self.ob_ptr, self.ob_val, self.link_bw, self.link_lat,
+            self.pool, self.max_out, want_path, step, stalled, compute, xfer, peak, path, path_len,
+            o_start, o_end, x_start, x_end, x_src, x_out, x_ddev)
+        if stalled.any():
+            raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
+        extra = (path[: path_len[0]], o_start, o_end, x_start, x_end, x_src, x_out, x_ddev) if want_path else None
+        return step, compute, xfer, peak, extra
+
+    def _fast(self, unit_places: np.ndarray, op_unit: np.ndarray) -> BatchResult:
+        """The batch kernel: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]`` (checked)."""
+        K = unit_places.shape[0]
+        D = len(self.spec.devices)
+        step = np.empty(K, np.float64)
+        stalled = np.empty(K, np.bool_)
+        compute = np.empty((K, D), np.float64)
+        xfer = np.empty((K, D), np.float64)
+        peak = np.empty((K, D), np.int64)
         if K:
-            _simulate(
+            _simulate_fast_batch(
                 np.ascontiguousarray(unit_places, dtype=np.int32), op_unit, self.gpu_ok, self.is_gpu,
                 self.fallback, self.times, self._k_succ_ptr, self._k_succ_dst, self._k_succ_out,
                 self.succ_bytes, self._k_succ_dpos, self._k_dp_ptr, self._k_dp_src, self._k_indegree,
                 self.alloc, self.param, self._k_ob_ptr, self.ob_val, self.link_bw, self.link_lat,
-                self._k_pool, self.max_out, step, stalled, compute, xfer, peak,
-                want_path, path, path_len, o_start, o_end, x_start, x_end, x_src, x_out, x_ddev)
+                self._k_pool, self.max_out, step, stalled, compute, xfer, peak)
         if stalled.any():
             raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
-        extra = (path[: path_len[-1]], o_start, o_end, x_start, x_end, x_src, x_out, x_ddev) if want_path else None
-        return step, compute, xfer, peak, extra
-
-    def _fast(self, unit_places: np.ndarray, op_unit: np.ndarray) -> BatchResult:
-        """The kernel without critical paths: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]`` (checked)."""
-        step, compute, xfer, peak, _ = self._kernel(unit_places, op_unit, False)
         over = peak > self.capacity[None, :]
         return BatchResult(step, over.any(axis=1), compute, xfer, peak, over)
 
@@ -617,7 +991,7 @@ class FastSimulator:
         p = self.effective_placement(op_placement)
         if p.ndim != 1:
             raise ValueError(f"placement: length {p.shape}, expected ({self.graph.num_ops},)")
-        step, compute, xfer, peak, extra = self._kernel(p[None, :], self._k_identity, True)
+        step, compute, xfer, peak, extra = self._kernel(p[None, :], True)
         items, o_start, o_end, x_start, x_end, x_src, x_out, x_ddev = extra
         n = self.graph.num_ops
         names = self.spec.device_names
