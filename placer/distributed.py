@@ -51,7 +51,7 @@ allocated in sample-index order as controllers ask; such a log cannot be resumed
   (``Samples.extra`` empty) -- each controller's batch once, in the order they are recorded;
   it keeps its own pool (e.g. the CE period), returns diagnostics when it changed the
   policy (the server then takes the learner's :func:`policy_state`), else ``None``.
-  :class:`placer.interim_learners.InterimPost` is an example.
+  :class:`placer.post.PostLearner` is an example.
 
 **Faults.** Worker and controller actors restart (``max_restarts=-1``). A placement whose
 worker dies mid-measurement is measured again by another free worker (up to
@@ -260,23 +260,18 @@ def controller_seed(seed: int, controller: int) -> int:
 
 
 def resolve_learner(learner: str | type[Learner]) -> type[Learner]:
-    """The learner class of a method name (:data:`placer.learner.LEARNERS`; until the
-    learner-contract merge also the TEMPORARY :data:`placer.interim_learners.INTERIM_LEARNERS`)
-    or the class itself.
+    """The learner class of a method name (:data:`placer.learner.LEARNERS`) or the class itself.
 
     Raises:
         ValueError: an unknown name (lists the valid ones).
     """
     if isinstance(learner, type):
         return learner
-    import placer  # noqa: F401  (fills LEARNERS once the learners are registered there)
-    from placer.interim_learners import INTERIM_LEARNERS
-    from placer.learner import LEARNERS
+    from placer import LEARNERS
 
-    known = {**INTERIM_LEARNERS, **LEARNERS}
-    if learner not in known:
-        raise ValueError(f"learner: unknown learner {learner!r}; valid: {', '.join(sorted(known))}")
-    return known[learner]
+    if learner not in LEARNERS:
+        raise ValueError(f"learner: unknown learner {learner!r}; valid: {', '.join(sorted(LEARNERS))}")
+    return LEARNERS[learner]
 
 
 def _numpy(value) -> np.ndarray:

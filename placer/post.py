@@ -123,6 +123,7 @@ class PostLearner(Learner):
         self.sampled = 0
         self.period_times: list[float] = []  # step times (seconds) since the last CE update
         self.period_placements: list[np.ndarray] = []
+        self.pooled = False  # distributed: the CE step runs at the parameter server (pooled_update)
 
     @property
     def batch_size(self) -> int:
@@ -152,7 +153,7 @@ class PostLearner(Learner):
         if self.baseline is None:
             self.baseline = float(t_arr.mean())
         diagnostics: dict[str, float] = {"baseline": self.baseline}
-        if ce_due and config.cross_entropy:
+        if ce_due and config.cross_entropy and not self.pooled:
             self._cross_entropy()
         elif config.policy_update != "none":
             adv_np = self.baseline - t_arr
@@ -205,6 +206,35 @@ class PostLearner(Learner):
                 self.beta /= 2.0
         self.u = u_new.detach()
         return {"loss": -float(objective.detach()), "kl": kl, "beta": self.beta}
+
+    # -- distribution (placer.distributed): the policy's parameters and the pooled CE step --
+
+    def policy_state(self) -> dict[str, np.ndarray]:
+        """The parameters the parameter server holds: the logits ``u`` ``[G, D]``."""
+        return {"u": self.u.numpy().copy()}
+
+    def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
+        self.u = torch.from_numpy(np.array(state["u"], dtype=np.float64))
+
+    def pooled_update(self, batches: list[tuple[Samples, np.ndarray, np.ndarray]]) -> dict[str, float] | None:
+        """The cross-entropy step (Eq. 10) at the parameter server over every controller's
+        measured placements: each time the pool crosses a multiple of ``n_ce`` placements, the
+        distributions become the period's elite frequencies. Returns diagnostics when it
+        stepped, else ``None``."""
+        if not self.config.cross_entropy:
+            return None
+        stepped = False
+        for samples, times, oom in batches:
+            t_arr = np.where(oom, self.failing_signal, times).astype(np.float64)
+            for t, row in zip(t_arr.tolist(), samples.placements):
+                self.sampled += 1
+                self.period_times.append(t)
+                self.period_placements.append(np.asarray(row, dtype=np.int64).copy())
+                if self.sampled % self.config.n_ce == 0:
+                    self._cross_entropy()
+                    self.period_times, self.period_placements = [], []
+                    stepped = True
+        return {"cross_entropy": 1.0, "pooled_placements": float(self.sampled)} if stepped else None
 
     def state_dict(self) -> dict[str, Any]:
         k = len(self.period_times)

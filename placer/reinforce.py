@@ -157,10 +157,22 @@ class ReinforceLearner(Learner):
     def batch_size(self) -> int:
         return self.config.k
 
+    def to(self, device: str) -> ReinforceLearner:
+        """Move the policy (and its sampling generator, reseeded with ``seed`` off the CPU) to
+        ``device`` (``cpu`` or ``cuda``; the distributed search's ``policy_device``)."""
+        self.policy.to(device)
+        state = self.generator.get_state()
+        self.generator = torch.Generator(device=device)
+        if device == "cpu":
+            self.generator.set_state(state)
+        else:
+            self.generator.manual_seed(self.config.seed)
+        return self
+
     def sample(self, k: int) -> Samples:
         """``k`` placements from the seq2seq policy, scored in the same pass (kept for the update)."""
         placements, logp, ent = self.policy(k, generator=self.generator)
-        return Samples(placements.numpy(), logp.detach().numpy().astype(np.float64),
+        return Samples(placements.cpu().numpy(), logp.detach().cpu().numpy().astype(np.float64),
                        extra={"actions": placements, "logp": logp, "entropy": ent})
 
     def update(self, samples: Samples, step_times_s: np.ndarray, oom: np.ndarray) -> dict[str, float]:
@@ -172,6 +184,8 @@ class ReinforceLearner(Learner):
         logp, ent = samples.extra["logp"], samples.extra["entropy"]
         r, mask, adv = batch_advantage(rewards, ran, self.baseline, self.updates, config.valid_only_after,
                                        config.normalize_advantage)
+        mask = mask.to(logp.device)
+        adv = adv.to(logp.device) if adv is not None else None
         diagnostics = {"baseline": self.baseline, "entropy": float(ent.detach().mean())}
         if adv is not None:
             if config.ppo_epochs == 0:

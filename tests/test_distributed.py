@@ -24,7 +24,7 @@ from placer.distributed import (  # noqa: E402
     merge_parameters,
     ray_session,
 )
-from placer.interim_learners import InterimPost  # noqa: E402
+from placer.post import PostLearner  # noqa: E402
 from placer.post import PostConfig, post_search  # noqa: E402
 from placer.reinforce import ReinforceConfig, reinforce_search  # noqa: E402
 
@@ -124,7 +124,7 @@ def test_the_cross_entropy_step_runs_at_the_server_over_pooled_samples(rnnlm_sma
     """ParameterServer.pooled as a plain object: Eq. 10 over both controllers' placements."""
     cfg = PostConfig(budget=100, k=3, n_ce=6, rho=0.5, epsilon=0.0, seed=0)
     g, d = rnnlm_small.grouping.num_groups, len(k80x2.devices)
-    server = ParameterServer({"u": np.zeros((g, d))}, InterimPost, cfg, rnnlm_small, k80x2, "sim", {})
+    server = ParameterServer({"u": np.zeros((g, d))}, PostLearner, cfg, rnnlm_small, k80x2, "sim", {})
     rng = np.random.default_rng(0)
     rows = rng.integers(0, d, size=(6, g))
     times = np.array([5.0, 1.0, 4.0, 2.0, 6.0, 3.0])
@@ -216,17 +216,17 @@ def test_gpu_requests_and_their_absence(local_ray, rnnlm_small, k80x2):
 
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="policy_device: 'cuda' but CUDA is not available"):
-            _make_learner(_interim("rl"), cfg, rnnlm_small, k80x2, "sim", {}, "cuda", False)
+            _make_learner(_learner_cls("rl"), cfg, rnnlm_small, k80x2, "sim", {}, "cuda", False)
     seen: dict = {}
     distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=1,
                        on_start=lambda a: seen.update(gpus=ray.get(a["workers"][0].visible_gpus.remote())))
     assert seen == {"gpus": ""}  # a worker that asked for no GPU sees none
 
 
-def _interim(name):
-    from placer.interim_learners import INTERIM_LEARNERS
+def _learner_cls(name):
+    from placer import LEARNERS
 
-    return INTERIM_LEARNERS[name]
+    return LEARNERS[name]
 
 
 def test_a_worker_error_is_raised_as_its_type(local_ray, rnnlm_small, k80x2):
