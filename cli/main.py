@@ -73,7 +73,7 @@ def experiment(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
     size: str = typer.Option("small", help="small (demo) | paper (2017 sizes)"),
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
-    methods: str = typer.Option(None, help="comma-separated methods (default: every baseline that applies, rl and post)"),
+    methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce); default: every baseline that applies but optimum, rl and post"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
     keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
     saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
@@ -105,7 +105,7 @@ def experiment(
     from cli.learners import parse_learner_options
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
-    from placer import LEARNERS
+    from placer import DEFAULT_LEARNERS, LEARNERS
 
     user_graph = graph_def is not None or keras is not None or saved_model is not None
     if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
@@ -118,7 +118,7 @@ def experiment(
         _fail(str(exc))
     valid = [*BASELINES, *LEARNERS]
     if methods is None:
-        chosen = [m for m in valid if not (user_graph and m == "expert")]
+        chosen = [m for m in [*BASELINES, *DEFAULT_LEARNERS] if not (user_graph and m == "expert")]
         chosen = [m for m in chosen if m not in DEFAULT_EXCLUDED]  # the optimum only when asked for
         if not spec.gpu_indices:
             chosen = [m for m in chosen if m not in GPU_BASELINES]

@@ -9,15 +9,15 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 import tasks
-from baselines import BASELINES
+from baselines import BASELINES, DEFAULT_EXCLUDED
 from baselines.report import add_ratio_columns
 from cluster.op_placement import is_op_placement
 from flows.choices import ClusterName, EnvName, GrouperName, MethodName, ModelName, SizeName
-from placer import LEARNERS
+from placer import DEFAULT_LEARNERS, LEARNERS
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed, run_folder, save_run_folder
 
-METHODS = (*BASELINES, *LEARNERS)
+METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
 
 
 @flow(name="placement-experiment", on_failure=[mark_failed], on_crashed=[mark_killed], on_cancellation=[mark_killed])
