@@ -1,6 +1,6 @@
 """Op coverage of users' models that no benchmark of ours builds by hand.
 
-Usage: ``python benchmarks/coverage.py [--models mobilenet_v2,...] [--batch 2] [--image-size 64]``
+Usage: ``python benchmarks/op_coverage.py [--models mobilenet_v2,...] [--batch 2] [--image-size 64]``
 from the project root. Each model is a Keras 3 model (``import keras``; random weights:
 ``weights=None``) returned by a builder function of this module and imported the way a
 user imports it, ``prepare_user_graph(keras="benchmarks.coverage:<builder>")`` (a
