@@ -248,5 +248,25 @@ BASELINES: dict[str, BaselineFn] = {
 GPU_BASELINES = ("single_gpu", "expert", "mincut", "metis", "m_topo", "m_etf", "m_sct")
 """Baselines that need a GPU in the cluster."""
 
+OP_LEVEL_BASELINES = ("m_topo", "m_etf", "m_sct")
+"""Baselines that place the op graph (return a :class:`cluster.op_placement.OpPlacement`)."""
+
 DEFAULT_EXCLUDED = ("optimum",)
 """Baselines the experiment runs only when asked (``--methods``): the optimum may take a minute."""
+
+
+def applicable_baselines(spec: ClusterSpec, user_graph: bool, optimum: bool = True, group_level: bool = False) -> list[str]:
+    """Names of the :data:`BASELINES` that apply to a graph on ``spec``, in their order: ``single_cpu``
+    needs a CPU, :data:`GPU_BASELINES` need a GPU, ``expert`` needs a benchmark's layer rules (not a
+    user's graph); ``optimum=False`` leaves out :data:`DEFAULT_EXCLUDED` (the optimum, up to a minute);
+    ``group_level`` leaves out the op-level placers (:data:`OP_LEVEL_BASELINES`)."""
+    out = []
+    for name in BASELINES:
+        if (name == "single_cpu" and not spec.cpu_indices) or (name in GPU_BASELINES and not spec.gpu_indices):
+            continue
+        if (name == "expert" and user_graph) or (not optimum and name in DEFAULT_EXCLUDED):
+            continue
+        if group_level and name in OP_LEVEL_BASELINES:
+            continue
+        out.append(name)
+    return out

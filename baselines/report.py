@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from baselines import BASELINES, GPU_BASELINES, BaselineContext
+from baselines import BASELINES, BaselineContext, applicable_baselines
 from baselines.bounds import lower_bound
 from baselines.optimum import DEFAULT_TIME_LIMIT_S, optimum
 from cluster.op_placement import is_op_placement
@@ -66,16 +66,6 @@ def add_ratio_columns(results: dict[str, dict], refs: dict) -> dict[str, float]:
             if row[key] is not None:
                 flat[f"{method}.{key}"] = float(row[key])
     return flat
-
-
-def applicable_baselines(spec, user_graph: bool) -> list[str]:
-    """Every baseline that applies: no GPU baselines on a cluster without GPUs, no ``expert`` for a user's graph."""
-    out = list(BASELINES)
-    if user_graph:
-        out.remove("expert")
-    if not spec.gpu_indices:
-        out = [m for m in out if m not in GPU_BASELINES]
-    return out
 
 
 def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,

@@ -101,7 +101,7 @@ def experiment(
     spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
-    from baselines import BASELINES, DEFAULT_EXCLUDED, GPU_BASELINES
+    from baselines import BASELINES, GPU_BASELINES, applicable_baselines
     from cli.learners import parse_learner_options
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
@@ -118,10 +118,7 @@ def experiment(
         _fail(str(exc))
     valid = [*BASELINES, *LEARNERS]
     if methods is None:
-        chosen = [m for m in [*BASELINES, *DEFAULT_LEARNERS] if not (user_graph and m == "expert")]
-        chosen = [m for m in chosen if m not in DEFAULT_EXCLUDED]  # the optimum only when asked for
-        if not spec.gpu_indices:
-            chosen = [m for m in chosen if m not in GPU_BASELINES]
+        chosen = [*applicable_baselines(spec, user_graph, optimum=False), *DEFAULT_LEARNERS]  # the optimum when asked for
     else:
         chosen = [m.strip() for m in methods.split(",") if m.strip()]
     for m in chosen:

@@ -134,7 +134,7 @@ def placement_fidelity(
         gpu_only = mt.random_placement_set(prepared, spec, random, seed + 1, gpu_only=True)
         placements.update(gpu_only)
         kinds.update(dict.fromkeys(gpu_only, "random-gpu"))
-    for name in mt.applicable_baselines(prepared, spec):
+    for name in mt.applicable_baselines(prepared, spec, group_level=True):  # fidelity compares group placements
         placements[name] = tasks.baseline_placement(name, prepared, spec)
         kinds[name] = "baseline"
     stamp = time.strftime("%Y%m%d-%H%M%S")

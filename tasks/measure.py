@@ -10,7 +10,7 @@ import numpy as np
 from prefect import task
 from prefect.cache_policies import NONE
 
-from baselines import BASELINES
+from baselines import applicable_baselines as baselines_for
 from cluster.calibrate import CostTable, calibrate
 from cluster.environment import ENVIRONMENTS, Environment, make_environment
 from cluster.fidelity import fidelity, random_placements
@@ -21,25 +21,11 @@ from placer import LEARNERS
 from placer.search import SearchResult, run_search
 from tracking.measure import record_fidelity, record_training
 
-_NEEDS_GPU = ("single_gpu", "expert", "mincut")
 
-
-def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec) -> list[str]:
-    """Names of the :data:`baselines.BASELINES` that apply to this graph and cluster, in their order.
-
-    ``single_cpu`` needs a CPU; ``single_gpu``, ``expert`` and ``mincut`` need a GPU;
-    ``expert`` needs a benchmark (a user's graph has no layer rules); ``scotch`` always applies.
-    """
-    out = []
-    for name in BASELINES:
-        if name == "single_cpu" and not spec.cpu_indices:
-            continue
-        if name in _NEEDS_GPU and not spec.gpu_indices:
-            continue
-        if name == "expert" and prepared.benchmark is None:
-            continue
-        out.append(name)
-    return out
+def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec, group_level: bool = False) -> list[str]:
+    """The baselines that apply to ``prepared`` on ``spec``, not the optimum
+    (:func:`baselines.applicable_baselines`); ``group_level``: group placements only."""
+    return baselines_for(spec, prepared.benchmark is None, optimum=False, group_level=group_level)
 
 
 def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None) -> Environment:
