@@ -34,7 +34,8 @@ def baselines_command(
     from pathlib import Path
 
     from baselines import BASELINES, GPU_BASELINES
-    from baselines.report import applicable_baselines, run_baselines
+    from baselines import applicable_baselines
+    from baselines.report import run_baselines
     from cluster.spec import load_cluster
     from compgraph.grouping import GROUPERS
 
