@@ -108,8 +108,7 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
         placements["optimum"] = refs["optimum_placement"]
         seconds["optimum"] = refs["optimum_seconds"]
     refs["lower_bound_seconds"] = time.perf_counter() - start - (refs["optimum_seconds"] or 0.0)
-    env = make_environment(env_kind, prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches,
-                           **(env_options or {}))
+    env = make_environment(env_kind, prepared, spec, env_options)
     results = evaluate_placements(env, {m: placements[m] for m in methods})
     add_ratio_columns(results, refs)
     rows = {}

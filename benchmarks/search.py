@@ -52,8 +52,8 @@ def main() -> None:
         prepared = prepare(model, args.size, grouper="2017", cache_dir=args.cache_dir)
         for name in args.learners.split(","):
             cls = LEARNERS[name]
-            grouping = colocation_grouping(prepared.graph) if cls.units == "colocation" else prepared.grouping
-            env = make_environment("sim", prepared.graph, grouping, spec)
+            grouping = colocation_grouping(prepared.graph) if cls.units == "colocation" else None
+            env = make_environment("sim", prepared, spec, grouping=grouping)
             budget = budgets.get(name, args.budget)
             learner = cls(env, cls.Config(budget=budget, seed=args.seed))
             cpu, wall = time.process_time(), time.perf_counter()
