@@ -79,7 +79,7 @@ def test_deploy_all_and_run_experiment_and_sweep_through_a_worker(server, tmp_pa
     with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
         with get_client(sync_client=True) as client:
             deployments = {d.name: d for d in client.read_deployments()}
-            assert set(deployments) >= {"demo", "nightly-sweep", "calibrate", "fidelity", "train"}
+            assert set(deployments) >= {"demo", "nightly-sweep", "reproduce", "calibrate", "fidelity", "train", "distributed"}
             assert [s.schedule.cron for s in deployments["nightly-sweep"].schedules] == ["0 3 * * *"]
             # the UI form: dropdowns (enums) and help text
             schema = deployments["demo"].parameter_openapi_schema["properties"]
