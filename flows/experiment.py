@@ -76,7 +76,8 @@ def placement_experiment(
                                                        env_options)
         else:
             found = tasks.learner_search(method, prepared, spec, env, config, log_path, ckpt_path, resume, env_options)
-            groupings[method] = tasks.learner_grouping(method, prepared)
+            if LEARNERS[method].units == "colocation":  # placed over its own units: measured over them
+                groupings[method] = tasks.learner_grouping(method, prepared)
         method_params[method] = {**config.model_dump(), "failing_signal": found.failing_signal,
                                  "paper": LEARNERS[method].paper, "units": LEARNERS[method].units,
                                  "controllers": controllers if method == "rl" else 0}
@@ -91,7 +92,7 @@ def placement_experiment(
         from tasks.measure import train_placement
 
         for method in (summary.get("best_learned"), summary.get("best_baseline")):
-            own_units = method in groupings and groupings[method] is not prepared.grouping  # TODO: train op placements
+            own_units = method in groupings  # TODO: train a colocation learner's placement (over other units)
             if method is not None and method not in training and placements.get(method) is not None and not own_units:
                 training[method] = train_placement(prepared, spec, env, placements[method], train_steps, seed)
     summary["training"] = training

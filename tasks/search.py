@@ -92,7 +92,6 @@ def evaluate(
     step times compare. The summary's learners are the methods of :data:`placer.LEARNERS`.
     """
     env = environment(prepared, spec, env_kind, env_options)
-    others = {m: environment(prepared, spec, env_kind, env_options, g) for m, g in (groupings or {}).items()
-              if g is not prepared.grouping}
+    others = {m: environment(prepared, spec, env_kind, env_options, g) for m, g in (groupings or {}).items()}
     results = evaluate_placements(env, placements, others)
     return results, summarize(results, [m for m in results if m in LEARNERS])
