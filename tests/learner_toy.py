@@ -69,6 +69,11 @@ SEARCH: dict[str, dict] = {
     "ppo": {"budget": 600, "ppo_learning_rate": 0.1},
     "ce": {"budget": 600},
     "pg": {"budget": 600, "ppo_learning_rate": 0.1},
+    # the op-grouping learners with test-size networks (algorithms unchanged); their optimum
+    # tests are in test_learners_grouping.py, on a graph with colocation constraints
+    "hierarchical": {"budget": 60, "hidden_size": 32},
+    "eagle": {"budget": 60, "hidden_size": 32, "num_groups": 16},
+    "eagle_ce": {"budget": 60, "hidden_size": 32, "num_groups": 16, "ce_interval": 20},
 }
 DEFAULT_SEARCH = {"budget": 600}
 

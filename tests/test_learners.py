@@ -42,7 +42,10 @@ def test_registry_lists_the_learners():
         assert "budget" in cls.Config.model_fields and "seed" in cls.Config.model_fields
 
 
-@pytest.mark.parametrize("name", list(LEARNERS))
+GROUP_LEARNERS = [n for n, c in LEARNERS.items() if c.units == "groups"]
+
+
+@pytest.mark.parametrize("name", GROUP_LEARNERS)  # hierarchical, eagle, eagle_ce: test_learners_grouping.py
 def test_learner_reaches_the_exact_optimum(name, best):
     """One of seeds 0-2 finds the enumerated optimum; every seed within 10% of it."""
     found = []
