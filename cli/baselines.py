@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _fail, _prepare_graph, _write_json, app
+from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app
 
 
 @app.command("baselines")
@@ -33,7 +33,7 @@ def baselines_command(
     """Run every baseline (and the optimum) on one graph and cluster; measure them in the simulator."""
     from pathlib import Path
 
-    from baselines import BASELINES, GPU_BASELINES
+    from baselines import BASELINES
     from baselines import applicable_baselines
     from baselines.report import run_baselines
     from cluster.spec import load_cluster
@@ -50,19 +50,7 @@ def baselines_command(
     if time_limit <= 0:
         _fail(f"--time-limit must be positive, got {time_limit}")
     user_graph = graph_def is not None or keras is not None
-    if methods is None:
-        chosen = applicable_baselines(spec, user_graph)
-    else:
-        chosen = [m.strip() for m in methods.split(",") if m.strip()]
-        for m in chosen:
-            if m not in BASELINES:
-                _fail(f"unknown method {m!r}; valid: {', '.join(BASELINES)}")
-        if not chosen:
-            _fail(f"--methods is empty; valid: {', '.join(BASELINES)}")
-        if user_graph and "expert" in chosen:
-            _fail("method 'expert' needs a benchmark's layer rules; drop it from --methods for --graph-def/--keras")
-        if not spec.gpu_indices and any(m in GPU_BASELINES for m in chosen):
-            _fail(f"cluster {spec.name!r} has no GPU; drop {', '.join(m for m in chosen if m in GPU_BASELINES)} from --methods")
+    chosen = _choose_methods(methods, list(BASELINES), applicable_baselines(spec, user_graph), spec, user_graph)
     cache = cache_dir or str(Path(out_dir) / "graph-cache")
     prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0)
     start = time.perf_counter()

@@ -77,3 +77,22 @@ def _prepare_graph(
         _fail(str(exc))
     except ValueError as exc:
         _fail(str(exc))
+
+
+def _choose_methods(methods: str | None, valid: list[str], default: list[str], spec, user_graph: bool) -> list[str]:
+    """The methods of ``--methods`` (comma-separated; ``None``: ``default``), checked: each in
+    ``valid``, not empty, ``expert`` only for a benchmark, GPU baselines only on a cluster with a
+    GPU. A bad one is one line, exit 2."""
+    from baselines import GPU_BASELINES
+
+    chosen = list(default) if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
+    for m in chosen:
+        if m not in valid:
+            _fail(f"unknown method {m!r}; valid: {', '.join(valid)}")
+    if not chosen:
+        _fail(f"--methods is empty; valid: {', '.join(valid)}")
+    if user_graph and "expert" in chosen:
+        _fail("method 'expert' needs a benchmark's layer rules; drop it from --methods for --graph-def/--keras")
+    if not spec.gpu_indices and any(m in GPU_BASELINES for m in chosen):
+        _fail(f"cluster {spec.name!r} has no GPU; drop {', '.join(m for m in chosen if m in GPU_BASELINES)} from --methods")
+    return chosen

@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _check_model, _fail, _prepare_graph, _write_json, app  # noqa: F401  (shared helpers, in cli.common)
+from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app  # noqa: F401  (shared helpers, in cli.common)
 from cli.runtime import preflight, run_flow
 
 
@@ -101,7 +101,7 @@ def experiment(
     spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
-    from baselines import BASELINES, GPU_BASELINES, applicable_baselines
+    from baselines import BASELINES, applicable_baselines
     from cli.learners import parse_learner_options
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
@@ -116,18 +116,8 @@ def experiment(
         spec = load_cluster(cluster)
     except ValueError as exc:
         _fail(str(exc))
-    valid = [*BASELINES, *LEARNERS]
-    if methods is None:
-        chosen = [*applicable_baselines(spec, user_graph, optimum=False), *DEFAULT_LEARNERS]  # the optimum when asked for
-    else:
-        chosen = [m.strip() for m in methods.split(",") if m.strip()]
-    for m in chosen:
-        if m not in valid:
-            _fail(f"unknown method {m!r}; valid: {', '.join(valid)}")
-    if not chosen:
-        _fail(f"--methods is empty; valid: {', '.join(valid)}")
-    if user_graph and "expert" in chosen:
-        _fail("method 'expert' needs a benchmark's layer rules; drop it from --methods for --graph-def/--keras")
+    default = [*applicable_baselines(spec, user_graph, optimum=False), *DEFAULT_LEARNERS]  # the optimum when asked for
+    chosen = _choose_methods(methods, [*BASELINES, *LEARNERS], default, spec, user_graph)
     if budget < 1:
         _fail(f"--budget must be at least 1, got {budget}")
     if k < 1:
@@ -145,8 +135,6 @@ def experiment(
         _fail(f"--train-steps must be at least 0, got {train_steps}")
     if env not in ENVIRONMENTS:
         _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
-    if not spec.gpu_indices and any(m in GPU_BASELINES for m in chosen):
-        _fail(f"cluster {spec.name!r} has no GPU; drop {', '.join(m for m in chosen if m in GPU_BASELINES)} from --methods")
     from compgraph.grouping import GROUPERS
 
     if grouper is not None and grouper not in GROUPERS:

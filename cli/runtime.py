@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from tracking.locks import exclusive_lock
+
 STARTUP_TIMEOUT_S = 180.0
 """Default wait for the temporary server's ``/api/health`` (seconds); Prefect's own default is 20 s."""
 
@@ -84,19 +86,6 @@ def _die_with_parent() -> None:  # runs in the server process before exec (Linux
         pass
 
 
-@contextlib.contextmanager
-def _exclusive_lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def start_server(timeout_s: float | None = None) -> tuple[subprocess.Popen, str]:
     """Start Prefect's API server on a free port of 127.0.0.1 and wait until it answers.
 
@@ -111,7 +100,7 @@ def start_server(timeout_s: float | None = None) -> tuple[subprocess.Popen, str]
     timeout_s = timeout_s or float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", STARTUP_TIMEOUT_S))
     home = prefect_home()
     log = home / "placement-server.log"
-    with _exclusive_lock(home / "placement-server.lock"):  # one migration of the database at a time
+    with exclusive_lock(home / "placement-server.lock"):  # one migration of the database at a time
         port = _free_port()
         api_url = f"http://127.0.0.1:{port}/api"
         env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}

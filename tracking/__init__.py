@@ -65,16 +65,10 @@ def _sqlite_lock(uri: str):
     if not str(uri).startswith("sqlite:///"):
         yield
         return
-    import fcntl
+    from tracking.locks import exclusive_lock
 
-    path = Path(str(uri)[len("sqlite:///"):] + ".lock")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(str(uri)[len("sqlite:///"):] + ".lock"):
+        yield
 
 
 def record_experiment(
