@@ -189,16 +189,18 @@ def train(
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
 ) -> None:
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
-    from baselines import BASELINES
+    from baselines import BASELINES, GPU_BASELINES, OP_LEVEL_BASELINES
     from cluster.environment import ENVIRONMENTS
     from placer import LEARNERS
 
     _check_model(model, size)
     spec = _load_spec(cluster)
-    valid = [*BASELINES, *LEARNERS]
+    # training takes a placement over the prepared groups: not the op-level placers, nor the
+    # learners that group ops themselves
+    valid = [*(b for b in BASELINES if b not in OP_LEVEL_BASELINES), *(n for n, c in LEARNERS.items() if c.units == "groups")]
     if method not in valid:
         _fail(f"unknown method {method!r}; valid: {', '.join(valid)}")
-    if not spec.gpu_indices and method in ("single_gpu", "expert", "mincut"):
+    if not spec.gpu_indices and method in GPU_BASELINES:
         _fail(f"method {method!r} needs a GPU; cluster {spec.name!r} has none")
     if not spec.cpu_indices and method == "single_cpu":
         _fail(f"method 'single_cpu' needs a CPU; cluster {spec.name!r} has none")

@@ -79,6 +79,16 @@ def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small
     assert frozen.step_times[:4] == expected.step_times[:4] and frozen.step_times != expected.step_times
 
 
+def test_one_controller_equals_the_in_process_search_with_the_ppo_option(local_ray, rnnlm_small, k80x2):
+    """The named PPO option of rl distributes through the learner contract (the controller runs the
+    learner's own update): one controller gives the in-process search."""
+    cfg = ReinforceConfig(budget=16, k=4, seed=0, hidden_size=32, ppo_epochs=2, normalize_advantage=True,
+                          learning_rate=0.01)
+    env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
+    expected = reinforce_search(env, cfg)
+    _same(distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2), expected)
+
+
 def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=22, k=4, seed=3, hidden_size=32)
     log = tmp_path / "a.jsonl"

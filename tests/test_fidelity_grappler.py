@@ -35,10 +35,10 @@ def test_fidelity_against_grappler_prints_tau_and_mape(prefect_harness, tmp_path
     res = json.loads((tmp_path / "f.json").read_text())
     assert res["against"] == "grappler" and res["cost_table"] is None
     kinds = [row["kind"] for row in res["rows"]]
-    assert kinds == ["random"] * 2 + ["random-gpu"] * 2 + ["baseline"] * 5 + ["learner"] * 2
+    assert kinds == ["random"] * 2 + ["random-gpu"] * 2 + ["baseline"] * 6 + ["learner"] * 2
     for row in res["rows"]:
         assert row["sim_s"] > 0 and row["real_s"] > 0 and row["sim_calibrated_s"] is None
-        assert row["gpu_only"] == (row["kind"] == "random-gpu" or row["name"] in ("single_gpu", "expert", "mincut")
+        assert row["gpu_only"] == (row["kind"] == "random-gpu" or row["name"] in ("single_gpu", "expert", "mincut", "metis")
                                    or (row["kind"] == "learner" and row["gpu_only"]))
     assert res["n"] == len(res["rows"]) and res["n_gpu_only"] >= 4
     assert -1 <= res["kendall_tau"] <= 1 and res["mape"] >= 0

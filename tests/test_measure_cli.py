@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-ROW_NAMES = ["random_0", "random_1", "single_cpu", "single_gpu", "expert", "scotch", "mincut", "rl", "post"]
+ROW_NAMES = ["random_0", "random_1", "single_cpu", "single_gpu", "expert", "scotch", "mincut", "metis", "rl", "post"]
 METRICS = ("kendall_tau", "mape", "kendall_tau_calibrated", "mape_calibrated")
 
 
@@ -75,7 +75,7 @@ def test_fidelity_calibrates_first_prints_metrics_and_logs_an_mlflow_run(prefect
     assert (res["model"], res["size"], res["cluster"]) == ("rnnlm", "small", "cpu4")
     rows = res["rows"]
     assert [row["name"] for row in rows] == ROW_NAMES
-    assert [row["kind"] for row in rows] == ["random"] * 2 + ["baseline"] * 5 + ["learner"] * 2
+    assert [row["kind"] for row in rows] == ["random"] * 2 + ["baseline"] * 6 + ["learner"] * 2
     for row in rows:
         assert row["sim_s"] > 0 and row["sim_calibrated_s"] > 0 and row["real_s"] > 0 and not row["real_oom"]
     real = np.array([row["real_s"] for row in rows])
@@ -169,7 +169,7 @@ def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefec
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--random", "-1"], "--random must be at least 0, got -1"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--cost-table", "/nonexistent/t.json"], "--cost-table: cost table /nonexistent/t.json"),
-        (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "magic"], "unknown method 'magic'; valid: single_cpu, single_gpu, expert, scotch, mincut, rl, post"),
+        (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "magic"], "unknown method 'magic'; valid: single_cpu, single_gpu, expert, scotch, mincut, metis, optimum, rl, post, ppo, ce, pg"),
         (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--env", "cloud"], "unknown environment 'cloud'; valid: sim, real"),
         (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--steps", "0"], "--steps must be at least 1, got 0"),
         (["train", "--model", "nope", "--cluster", "cpu4", "--method", "expert"], "unknown model 'nope'"),

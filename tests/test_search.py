@@ -118,13 +118,6 @@ def test_ppo_option_is_deterministic_and_changes_the_updates(env):
     assert a.step_times[10:] != faithful.step_times[10:]
 
 
-def test_distributed_search_refuses_the_ppo_option(rnnlm_small, k80x2):
-    from placer.distributed import distributed_reinforce_search
-
-    with pytest.raises(ValueError, match="ppo_epochs=4"):
-        distributed_reinforce_search(rnnlm_small, k80x2, ReinforceConfig(budget=8, k=4, ppo_epochs=4))
-
-
 def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_small):
     """The recomputing attention node gives the scores, log-probabilities and gradients of
     the plain ``attn_v(tanh(keys + attn_dec(dec)))`` formula (2017 Sec. 3.2's attention)."""

@@ -264,8 +264,7 @@ def test_env_real_runs_a_keras3_step_on_two_devices(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "user_k3_real", raising=False)
     prep = prepare_user_graph(keras="user_k3_real:build")
     assert prep.import_info["init_op"] == "init"
-    env = make_environment("real", prep.graph, prep.grouping, load_cluster("cpu4"), prep.graph_def, prep.fetches,
-                           steps=3, warmup=1)
+    env = make_environment("real", prep, load_cluster("cpu4"), {"steps": 3, "warmup": 1})
     placement = np.arange(prep.grouping.num_groups) % 2
     m = env.measure(placement)
     assert m.oom is False and m.step_time_s > 0
