@@ -75,6 +75,7 @@ class ReinforceConfig(LearnerConfig):
     failing_signal: float | None = Field(None, gt=0)
     valid_only_after: int = Field(5000, ge=0)
     hidden_size: int = Field(256, ge=1)
+    attention_size: int | None = Field(None, ge=1)
     torch_threads: int | None = Field(1, ge=1)
     entropy_coef: float = Field(0.0, ge=0)
     normalize_advantage: bool = False
@@ -147,7 +148,7 @@ class ReinforceLearner(Learner):
         torch.manual_seed(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.policy = Seq2SeqPlacer(group_features(env.graph, env.grouping), len(env.spec.devices),
-                                    hidden_size=config.hidden_size)
+                                    hidden_size=config.hidden_size, attention_size=config.attention_size)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.failing_signal = config.failing_signal if config.failing_signal is not None else default_failing_signal(env)
         self.baseline = self.failing_signal

@@ -136,28 +136,63 @@ def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_smal
     for a, b in zip(g1, g2):
         assert torch.allclose(a, b, atol=1e-5)
 
-    # the whole policy: log-probabilities of given placements and the REINFORCE gradient match
-    # a copy whose attention is the plain formula
+    # the chunked blocks give the same scores and gradients as one block
+    old = _AdditiveScores.CHUNK_ELEMENTS
+    _AdditiveScores.CHUNK_ELEMENTS = 61 * 16 * 2  # two query rows a block
+    try:
+        chunked = _AdditiveScores.apply(keys, query, v)
+        g3 = torch.autograd.grad((chunked * w).sum(), (keys, query, v))
+    finally:
+        _AdditiveScores.CHUNK_ELEMENTS = old
+    assert torch.allclose(chunked, fused, atol=1e-6)
+    for a, b in zip(g3, g1):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def _plain_step_by_step(policy, batch, generator=None, actions=None):
+    """2017 Sec. 3.2's decoder written the plain way (one autograd graph over every step,
+    tanh attention): the reference the fast policy (no-autograd sampling, then one
+    teacher-forced scoring pass) must equal in samples, log-probabilities and gradients."""
+    import torch
+
+    enc = policy.encode()
+    g, h = enc.shape
+    keys = policy.attn_enc(enc)
+    d = policy.decoder
+    hx, cx = enc.new_zeros(batch, h), enc.new_zeros(batch, h)
+    prev = torch.full((batch,), policy.num_devices, dtype=torch.long)
+    chosen, logps, ents = [], [], []
+    for i in range(g):
+        x = torch.cat([policy.device_embedding(prev), enc[i].expand(batch, h)], dim=1)
+        hx, cx = torch.lstm_cell(x, (hx, cx), d.weight_ih_l0, d.weight_hh_l0, d.bias_ih_l0, d.bias_hh_l0)
+        scores = policy.attn_v(torch.tanh(keys.unsqueeze(0) + policy.attn_dec(hx).unsqueeze(1))).squeeze(2)
+        context = torch.softmax(scores, dim=1) @ enc
+        logp = torch.log_softmax(policy.out(torch.cat([hx, context], dim=1)), dim=1)
+        a = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1) if actions is None else actions[:, i]
+        chosen.append(a)
+        logps.append(logp.gather(1, a.unsqueeze(1)).squeeze(1))
+        ents.append(-(logp.exp() * logp).sum(1))
+        prev = a
+    return torch.stack(chosen, 1), torch.stack(logps, 1).sum(1), torch.stack(ents, 1).sum(1)
+
+
+@pytest.mark.parametrize("attention_size", [None, 8])
+def test_fast_policy_equals_the_plain_step_by_step_policy(rnnlm_small, attention_size):
+    """Same distribution, same updates: the fast sampling and scoring of :class:`Seq2SeqPlacer`
+    draw the same placements from the same generator as the plain step-by-step decoder, and
+    give the same log-probabilities, entropies and REINFORCE gradients."""
+    import torch
+
     f = group_features(rnnlm_small.graph, rnnlm_small.grouping)
     torch.manual_seed(0)
-    policy = Seq2SeqPlacer(f, 3, hidden_size=32)
-    actions, logp, _ = policy(4, generator=torch.Generator().manual_seed(1))
-    grads = torch.autograd.grad(logp.sum(), list(policy.parameters()))
-    import placer.seq2seq as s2s
-
-    real = s2s._AdditiveScores
-
-    class Plain:
-        @staticmethod
-        def apply(k, q, vv):
-            return (torch.tanh(k.unsqueeze(0) + q.unsqueeze(1)) * vv).sum(2)
-
-    s2s._AdditiveScores = Plain
-    try:
-        _, logp_plain, _ = policy(4, actions=actions)
-        grads_plain = torch.autograd.grad(logp_plain.sum(), list(policy.parameters()))
-    finally:
-        s2s._AdditiveScores = real
-    assert torch.allclose(logp, logp_plain, atol=1e-5)
-    for a, b in zip(grads, grads_plain):
-        assert torch.allclose(a, b, atol=1e-5)
+    policy = Seq2SeqPlacer(f, 3, hidden_size=32, attention_size=attention_size)
+    actions, logp, ent = policy(4, generator=torch.Generator().manual_seed(1))
+    ref_actions, ref_logp, ref_ent = _plain_step_by_step(policy, 4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(actions, ref_actions)
+    assert torch.allclose(logp, ref_logp, atol=1e-4) and torch.allclose(ent, ref_ent, atol=1e-4)
+    params = list(policy.parameters())
+    grads = torch.autograd.grad((logp * torch.tensor([1.0, -2.0, 0.5, 3.0])).sum(), params)
+    _, ref_logp2, _ = _plain_step_by_step(policy, 4, actions=actions)
+    ref_grads = torch.autograd.grad((ref_logp2 * torch.tensor([1.0, -2.0, 0.5, 3.0])).sum(), params)
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
