@@ -9,6 +9,10 @@ its own final best.
 Usage:
     python benchmarks/search.py [--learners rl,post,ppo,ce,pg] [--models nmt,inception_v3]
         [--size paper] [--cluster k80x4] [--budget 2000] [--budget-for rl=200] [--seed 0]
+        [--set rl.attention_size=32 --set eagle.attention='"after"' ...]
+
+``--set LEARNER.FIELD=JSON`` measures a named option instead of the paper's default (each row
+carries the options it ran with).
 """
 
 from __future__ import annotations
@@ -41,10 +45,16 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2000)
     ap.add_argument("--budget-for", action="append", default=[], help="LEARNER=N: a smaller budget for a slow learner")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], help="LEARNER.FIELD=JSON: a config override (a named option)")
     ap.add_argument("--cache-dir", default="placement-runs/graph-cache")
     args = ap.parse_args()
     torch.set_num_threads(1)
     budgets = {k: int(v) for k, v in (x.split("=") for x in args.budget_for)}
+    overrides: dict[str, dict] = {}
+    for item in args.set:
+        key, value = item.split("=", 1)
+        learner_name, field = key.split(".", 1)
+        overrides.setdefault(learner_name, {})[field] = json.loads(value)
     spec = load_cluster(args.cluster)
     out = {"cluster": spec.name, "size": args.size, "seed": args.seed, "torch_threads": 1,
            "load_avg_1m_at_start": os.getloadavg()[0], "runs": []}
@@ -55,7 +65,8 @@ def main() -> None:
             grouping = colocation_grouping(prepared.graph) if cls.units == "colocation" else None
             env = make_environment("sim", prepared, spec, grouping=grouping)
             budget = budgets.get(name, args.budget)
-            learner = cls(env, cls.Config(budget=budget, seed=args.seed))
+            options = overrides.get(name, {})
+            learner = cls(env, cls.Config(budget=budget, seed=args.seed, **options))
             cpu, wall = time.process_time(), time.perf_counter()
             r = run_search(learner, env)
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -64,7 +75,7 @@ def main() -> None:
                 ran = [t for t in r.step_times[:n] if t is not None]
                 return min(ran) if len(r.step_times) >= n and ran else None
 
-            row = {"learner": name, "model": model, "units": grouping.num_groups, "budget": budget,
+            row = {"learner": name, "options": options, "model": model, "units": grouping.num_groups, "budget": budget,
                    "placements_per_cpu_s": budget / cpu, "cpu_s": cpu, "wall_s": wall,
                    "best_after_500_s": best_after(500), "best_after_2000_s": best_after(2000),
                    "final_best_s": r.best_step_time_s, "placements_to_within_5pct": r.placements_to_within(0.05),

@@ -44,6 +44,15 @@ average of ``R_1..R_t`` (decay ``baseline_decay`` per placement, 0.9: the paper 
 that nearly every advantage was positive on the test graph.) An OOM
 placement gets the step time ``10 x T_serial`` (the paper gives none).
 
+**Speed** (same distribution and updates): the attention scores are
+:func:`placer.attention.additive_scores` (``tanh`` as ``2 sigmoid(2x) - 1``, blocks recomputed
+in the backward pass instead of one ``[K, G, H]`` autograd tensor per step); the update's
+``kl`` diagnostic is the mean ``log pi_old - log pi`` at the last PPO epoch, before its step
+(measuring it after the step decoded the whole batch once more). With the paper's attention
+*before* the decoder, each of the 4 PPO epochs still decodes the batch step by step (the
+context at step ``t`` needs ``h_{t-1}``); the named option ``attention="after"`` (Fig. 4b, Table
+II's alternative) scores a batch in one LSTM call.
+
 **eagle_ce** (Sec. III-D "PPO joint with cross-entropy minimization", IV-C): every 50
 placements, the 5 best placements sampled so far (all of them, not just the last 50) are
 elites and the policy is moved towards them: ``ce_epochs`` (4, our choice: the paper gives
@@ -62,6 +71,7 @@ from pydantic import Field
 from torch import nn
 
 from cluster.environment import Environment
+from placer.attention import additive_scores
 from placer.hierarchical import (
     LinearGrouper,
     clip_and_step,
@@ -76,21 +86,35 @@ from placer.learner import Learner, LearnerConfig, Samples, register
 
 
 class EaglePlacer(nn.Module):
-    """EAGLE's seq2seq placer with attention before the decoder (Fig. 4a; module docstring).
+    """EAGLE's seq2seq placer (module docstring): attention before the decoder (Fig. 4a, the
+    paper's choice) or, as a named option, after it (Fig. 4b, the Hierarchical Planner's, which
+    EAGLE's Table II compares).
+
+    With attention *after* the decoder the decoder's input at step ``t`` is only the previous
+    device's embedding, so scoring given placements is one ``nn.LSTM`` call over the sequence
+    and the attention is batched over all steps (as :class:`placer.hierarchical.HierarchicalPlacer`);
+    *before* the decoder, the context at step ``t`` depends on ``h_{t-1}`` and every step runs in turn.
 
     Args:
-        in_size: width of a group's input; num_devices: ``D``; hidden_size: 512 (even).
+        in_size: width of a group's input; num_devices: ``D``; hidden_size: 512 (even);
+        attention: ``"before"`` (Fig. 4a) or ``"after"`` (Fig. 4b).
     """
 
-    def __init__(self, in_size: int, num_devices: int, hidden_size: int = 512) -> None:
+    def __init__(self, in_size: int, num_devices: int, hidden_size: int = 512, attention: str = "before") -> None:
         super().__init__()
+        if attention not in ("before", "after"):
+            raise ValueError(f"attention: unknown {attention!r}; valid: before, after")
         h = hidden_size
-        self.h, self.d = h, num_devices
+        self.h, self.d, self.attention = h, num_devices, attention
         self.encoder = nn.LSTM(in_size, h // 2, batch_first=True, bidirectional=True)
         self.device_embedding = nn.Embedding(num_devices + 1, h)  # row D: <go>
         self.attn_enc = nn.Linear(h, h, bias=False)
         self.attn_dec = nn.Linear(h, h)
         self.attn_v = nn.Linear(h, 1, bias=False)
+        if attention == "after":
+            self.decoder = nn.LSTM(h, h, batch_first=True)  # reads the previous device's embedding
+            self.out = nn.Linear(2 * h, num_devices)  # [h_t, c_t] -> logits
+            return
         # decoder LSTM cell on [device embedding, context]; gates i, f, g, o (PyTorch order)
         self.w_emb = nn.Parameter(torch.empty(4 * h, h))
         self.w_ctx = nn.Parameter(torch.empty(4 * h, h))
@@ -101,32 +125,48 @@ class EaglePlacer(nn.Module):
             nn.init.uniform_(w, -bound, bound)
         self.out = nn.Linear(h, num_devices)
 
+    def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x [K, G, E]`` -> ``(encoder outputs [K, G, H], keys [K, G, H], h0 [K, H], c0 [K, H])``."""
+        enc, (hn, cn) = self.encoder(x)  # [K, G, H]
+        k, g, h = enc.shape
+        return enc, self.attn_enc(enc), hn.transpose(0, 1).reshape(k, h), cn.transpose(0, 1).reshape(k, h)
+
     def _run(self, x: torch.Tensor, actions: torch.Tensor | None, generator: torch.Generator | None
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Decode all groups: sample (``actions`` None) or score given ``actions [K, G]``.
+        """Decode all groups step by step: sample (``actions`` None) or score given ``actions [K, G]``.
 
         Returns ``(actions [K, G], log p [K, G] per decision, entropy [K] summed over the decisions)``.
         """
-        enc, (hn, cn) = self.encoder(x)  # [K, G, H]
+        enc, keys, hx, cx = self._encode(x)
         k, g, h = enc.shape
-        hx = hn.transpose(0, 1).reshape(k, h)
-        cx = cn.transpose(0, 1).reshape(k, h)
-        keys = self.attn_enc(enc)  # [K, G, H]
-        emb_gates = self.device_embedding.weight @ self.w_emb.T + self.b  # [D + 1, 4H]
-        w_h = torch.cat([self.w_hh, self.attn_dec.weight], dim=0).T  # [H, 5H]
+        v = self.attn_v.weight[0]
         prev = torch.full((k,), self.d, dtype=torch.long)
         chosen, logps, ent = [], [], x.new_zeros(k)
+        if self.attention == "after":
+            dec = self.decoder
+            emb_gates = self.device_embedding.weight @ dec.weight_ih_l0.T + dec.bias_ih_l0 + dec.bias_hh_l0
+            w_h = torch.cat([dec.weight_hh_l0, self.attn_dec.weight], dim=0).T  # [H, 5H]
+        else:
+            emb_gates = self.device_embedding.weight @ self.w_emb.T + self.b  # [D + 1, 4H]
+            w_h = torch.cat([self.w_hh, self.attn_dec.weight], dim=0).T  # [H, 5H]
         hproj = hx @ w_h
         for i in range(g):
             rec, query = hproj[:, : 4 * h], hproj[:, 4 * h :] + self.attn_dec.bias
-            scores = self.attn_v(torch.tanh(keys + query.unsqueeze(1))).squeeze(2)  # [K, G]
-            context = (torch.softmax(scores, dim=1).unsqueeze(1) @ enc).squeeze(1)  # [K, H]
-            gates = emb_gates[prev] + context @ self.w_ctx.T + rec
+            if self.attention == "before":  # context from h_{t-1}, then the LSTM reads it
+                context = (torch.softmax(additive_scores(keys, query.unsqueeze(1), v), dim=2) @ enc).squeeze(1)
+                gates = emb_gates[prev] + context @ self.w_ctx.T + rec
+            else:
+                gates = emb_gates[prev] + rec
             ig, fg, gg, og = gates.chunk(4, dim=1)
             cx = torch.sigmoid(fg) * cx + torch.sigmoid(ig) * torch.tanh(gg)
             hx = torch.sigmoid(og) * torch.tanh(cx)
             hproj = hx @ w_h
-            lp = torch.log_softmax(self.out(hx), dim=1)
+            if self.attention == "before":
+                lp = torch.log_softmax(self.out(hx), dim=1)
+            else:  # the LSTM's output h_t attends, then [h_t, c_t] -> logits
+                query = hproj[:, 4 * h :] + self.attn_dec.bias
+                context = (torch.softmax(additive_scores(keys, query.unsqueeze(1), v), dim=2) @ enc).squeeze(1)
+                lp = torch.log_softmax(self.out(torch.cat([hx, context], dim=1)), dim=1)
             a = sample_categorical(lp, generator) if actions is None else actions[:, i]
             logps.append(lp.gather(1, a.unsqueeze(1)).squeeze(1))
             ent = ent + (-(lp.exp() * lp).sum(1))
@@ -142,8 +182,16 @@ class EaglePlacer(nn.Module):
 
     def score(self, x: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced ``(log p [K, G] per decision, entropy [K])`` of ``actions [K, G]``, with gradient."""
-        _, lp, ent = self._run(x, actions, None)
-        return lp, ent
+        if self.attention == "before":
+            _, lp, ent = self._run(x, actions, None)
+            return lp, ent
+        enc, keys, h0, c0 = self._encode(x)
+        k, g, h = enc.shape
+        prev = torch.cat([actions.new_full((k, 1), self.d), actions[:, :-1]], dim=1)
+        out, _ = self.decoder(self.device_embedding(prev), (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
+        context = torch.softmax(additive_scores(keys, self.attn_dec(out), self.attn_v.weight[0]), dim=2) @ enc
+        lp_all = torch.log_softmax(self.out(torch.cat([out, context], dim=2)), dim=2)  # [K, G, D]
+        return lp_all.gather(2, actions.unsqueeze(2)).squeeze(2), -(lp_all.exp() * lp_all).sum(dim=(1, 2))
 
 
 class EagleConfig(LearnerConfig):
@@ -159,6 +207,9 @@ class EagleConfig(LearnerConfig):
         num_groups: the grouper's groups (256).
         grouping_hidden_size: the grouper's hidden units (64).
         hidden_size: encoder (both directions together) and decoder LSTM width (512).
+        attention: ``before`` the decoder (Fig. 4a, the paper's) or ``after`` it (Fig. 4b; a
+            named option, EAGLE Table II compares both): scoring placements is then one
+            LSTM call and batched attention instead of a step-by-step pass.
         link_hidden_size: width of the RNN from grouper parameters to placer inputs (64: ours).
         baseline_decay: decay of the reward's exponential moving average (0.9: ours).
         max_num_outputs, max_output_size, adj_embed_dim: op/group inputs as the grappler code (5, 5, 20).
@@ -183,6 +234,7 @@ class EagleConfig(LearnerConfig):
     num_groups: int = Field(256, ge=1)
     grouping_hidden_size: int = Field(64, ge=1)
     hidden_size: int = Field(512, ge=2, multiple_of=2)
+    attention: Literal["before", "after"] = "before"
     link_hidden_size: int = Field(64, ge=1)
     baseline_decay: float = Field(0.9, ge=0, lt=1)
     max_num_outputs: int = Field(5, ge=1)
@@ -230,7 +282,7 @@ class Eagle(Learner):
         def build():
             return (LinearGrouper(self._x.shape[1], c.grouping_hidden_size, self.num_groups),
                     nn.LSTM(c.grouping_hidden_size, c.link_hidden_size, batch_first=True),
-                    EaglePlacer(emb, self.num_devices, c.hidden_size))
+                    EaglePlacer(emb, self.num_devices, c.hidden_size, c.attention))
 
         self.grouper, self.link, self.placer = seeded_init(c.seed, build)
         self.params = [*self.grouper.parameters(), *self.link.parameters(), *self.placer.parameters()]
@@ -306,9 +358,9 @@ class Eagle(Learner):
                 loss = -surr.mean() - c.entropy_coef * ent.mean()
                 loss.backward()
                 grad_norm = clip_and_step(self.params, self.optimizer, c.grad_clip)
-            with torch.no_grad():
-                logp_new, _ = self._log_prob(ex["groups"], ex["actions"], ex["embeddings"])
-            kl = float((old - logp_new).mean())
+            # KL(old || policy) estimated at the last epoch, before its step: one decoding of the
+            # batch fewer than measuring after the step (a tenth of the update's time)
+            kl = float((old - logp.detach()).mean())
             self.updates += 1
             out = {"loss": float(loss.detach()), "entropy": float(ent.detach().mean()), "kl": kl, "baseline": float(self.baseline),
                    "advantage": float(adv.mean()), "clip_fraction": float(((ratio - 1).abs() > c.ppo_clip).float().mean()),

@@ -20,10 +20,11 @@ plain step-by-step implementation):
   comes after the decoder LSTM, so the whole decoder is one ``nn.LSTM`` call over the
   sequence and the attention and output layers are batched over all steps. The per-step
   Python and autograd work of the old single pass (about 60% of its time on nmt paper) is gone.
-- The additive attention scores ``v . tanh(W_e enc_j + W_d dec_i)`` (:class:`_AdditiveScores`)
-  use ``tanh(x) = 2 sigmoid(2x) - 1`` (torch's CPU sigmoid is ~6x faster than its tanh), keep
-  only their inputs and recompute the ``[rows, G, A]`` term in chunks in the backward pass
-  (a whole ``[K, G, G, A]`` tensor would be 2 GB on nmt paper).
+- The additive attention scores ``v . tanh(W_e enc_j + W_d dec_i)``
+  (:func:`placer.attention.additive_scores`) use ``tanh(x) = 2 sigmoid(2x) - 1`` (torch's CPU
+  sigmoid is ~6x faster than its tanh), keep only their inputs and recompute the
+  ``[rows, G, A]`` term in blocks in the backward pass (a whole ``[K, G, G, A]`` tensor would
+  be 2 GB on nmt paper).
 
 Named option (not in the paper, off by default): ``attention_size`` ``A`` (default: ``hidden_size``),
 the width of the attention's hidden layer (Bahdanau et al.'s ``n'``); the attention costs
@@ -36,60 +37,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from placer.attention import additive_scores
 from placer.features import GroupFeatures
-
-
-class _AdditiveScores(torch.autograd.Function):
-    """``scores[n, j] = sum_a v[a] * tanh(keys[j, a] + query[n, a])``: ``keys [G, A]``,
-    ``query [N, A]``, ``v [A]`` -> ``[N, G]``.
-
-    Computed with the identity ``tanh(x) = 2 sigmoid(2x) - 1`` as
-    ``2 (sigmoid(2 keys + 2 query) @ v) - sum(v)``: the same function (float32 rounding apart,
-    about 1e-5 on nmt paper's scores), 4x faster on one CPU thread because torch's CPU sigmoid
-    is about 6x faster than its tanh. ``[rows, G, A]`` blocks of ``CHUNK_ELEMENTS`` at most;
-    nothing of that size is kept for the backward pass, which recomputes it
-    (``d tanh(x) / dx = 1 - tanh^2 = 4 s (1 - s)`` with ``s = sigmoid(2x)``).
-    """
-
-    CHUNK_ELEMENTS = 1 << 20  # 4 MB of float32 per block
-
-    @staticmethod
-    def forward(ctx, keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(keys, query, v)
-        n, g = query.shape[0], keys.shape[0]
-        out = query.new_empty(n, g)
-        vsum = v.sum()
-        for lo, hi in _chunks(n, keys.numel()):
-            s = _sigmoid_2x(keys, query[lo:hi])  # [rows, G, A]
-            torch.matmul(s, v, out=out[lo:hi])
-        return out.mul_(2.0).sub_(vsum)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        keys, query, v = ctx.saved_tensors
-        grad_keys, grad_query, grad_v = torch.zeros_like(keys), torch.empty_like(query), torch.zeros_like(v)
-        g, a = keys.shape
-        for lo, hi in _chunks(query.shape[0], keys.numel()):
-            s = _sigmoid_2x(keys, query[lo:hi])  # [rows, G, A]
-            gr = grad[lo:hi]  # [rows, G]
-            # d scores / d v[a] = sum grad * tanh = 2 sum grad * s - sum grad
-            grad_v += (gr.reshape(1, -1) @ s.reshape(-1, a)).squeeze(0).mul_(2.0).sub_(gr.sum())
-            s.sub_(s * s).mul_(gr.unsqueeze(2) * 4.0).mul_(v)  # d scores / d (keys + query) = 4 s (1 - s) v grad
-            grad_keys += s.sum(0)
-            torch.sum(s, 1, out=grad_query[lo:hi])
-        return grad_keys, grad_query, grad_v
-
-
-def _chunks(n: int, block: int) -> list[tuple[int, int]]:
-    """Row ranges of ``n`` query rows so that ``rows x block`` stays within ``CHUNK_ELEMENTS``."""
-    step = max(1, _AdditiveScores.CHUNK_ELEMENTS // max(block, 1))
-    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
-
-
-def _sigmoid_2x(keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(2 keys[None] + 2 query[:, None])``: ``[G, A]``, ``[N, A]`` -> ``[N, G, A]`` (one new tensor)."""
-    z = torch.add(keys.unsqueeze(0), query.unsqueeze(1))
-    return z.mul_(2.0).sigmoid_()
 
 
 class Seq2SeqPlacer(nn.Module):
@@ -178,7 +127,7 @@ class Seq2SeqPlacer(nn.Module):
             ig, fg, gg, og = gates.chunk(4, dim=1)
             cx = torch.sigmoid(fg) * cx + torch.sigmoid(ig) * torch.tanh(gg)
             hx = torch.sigmoid(og) * torch.tanh(cx)
-            scores = _AdditiveScores.apply(keys, self.attn_dec(hx), v)  # [K, G]
+            scores = additive_scores(keys.unsqueeze(0), self.attn_dec(hx).unsqueeze(0), v)[0]  # [K, G]
             context = torch.softmax(scores, dim=1) @ enc  # [K, H]
             logits = self.out(torch.cat([hx, context], dim=1))
             prev = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
@@ -194,7 +143,7 @@ class Seq2SeqPlacer(nn.Module):
         x = torch.cat([self.device_embedding(prev), enc.unsqueeze(0).expand(k, g, h)], dim=2)
         dec, _ = self.decoder(x)  # [K, G, H]
         keys = self.attn_enc(enc)  # [G, A]
-        scores = _AdditiveScores.apply(keys, self.attn_dec(dec).reshape(k * g, -1), self.attn_v.weight[0])
+        scores = additive_scores(keys.unsqueeze(0), self.attn_dec(dec).reshape(1, k * g, -1), self.attn_v.weight[0])[0]
         context = torch.softmax(scores, dim=1) @ enc  # [K * G, H]
         logits = self.out(torch.cat([dec.reshape(k * g, h), context], dim=1))
         logp = torch.log_softmax(logits, dim=1)  # [K * G, D]

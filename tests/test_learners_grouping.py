@@ -241,3 +241,28 @@ def test_unit_logits_are_the_sum_of_their_ops_logits(rnnlm_small):
 def test_bad_input_settings_are_refused(rnnlm_small):
     with pytest.raises(ValueError, match="scaling"):
         unit_inputs(rnnlm_small.graph, colocation_grouping(rnnlm_small.graph), scaling="zscore")
+
+
+def test_eagle_attention_after_scores_in_one_pass_as_step_by_step():
+    """EAGLE's named option ``attention="after"`` (Fig. 4b): the batched teacher-forced scoring
+    (one LSTM call, attention over all steps) gives the step-by-step decoder's log-probabilities,
+    entropies and gradients, and sampling draws placements those scores agree with."""
+    import torch
+
+    from placer.eagle import EaglePlacer
+
+    torch.manual_seed(0)
+    placer = EaglePlacer(in_size=7, num_devices=3, hidden_size=16, attention="after")
+    x = torch.randn(4, 9, 7)
+    actions, lp_sample = placer.sample(x, torch.Generator().manual_seed(2))
+    lp, ent = placer.score(x, actions)
+    _, lp_step, ent_step = placer._run(x, actions, None)
+    assert torch.allclose(lp, lp_sample, atol=1e-5) and torch.allclose(lp, lp_step, atol=1e-5)
+    assert torch.allclose(ent, ent_step, atol=1e-5)
+    params = list(placer.parameters())
+    w = torch.randn(lp.shape)
+    for a, b in zip(torch.autograd.grad((lp * w).sum() + ent.sum(), params, allow_unused=True),
+                    torch.autograd.grad((lp_step * w).sum() + ent_step.sum(), params, allow_unused=True)):
+        assert (a is None and b is None) or torch.allclose(a, b, atol=1e-5)
+    with pytest.raises(ValueError, match="attention"):
+        EaglePlacer(in_size=7, num_devices=3, hidden_size=16, attention="sideways")

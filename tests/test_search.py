@@ -123,11 +123,12 @@ def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_smal
     the plain ``attn_v(tanh(keys + attn_dec(dec)))`` formula (2017 Sec. 3.2's attention)."""
     import torch
 
-    from placer.seq2seq import _AdditiveScores
+    import placer.attention as attention
+    from placer.attention import additive_scores
 
     torch.manual_seed(0)
     keys, query, v = torch.randn(61, 16, requires_grad=True), torch.randn(5, 16, requires_grad=True), torch.randn(16, requires_grad=True)
-    fused = _AdditiveScores.apply(keys, query, v)
+    fused = additive_scores(keys.unsqueeze(0), query.unsqueeze(0), v)[0]
     plain = (torch.tanh(keys.unsqueeze(0) + query.unsqueeze(1)) * v).sum(2)
     w = torch.randn(5, 61)
     g1 = torch.autograd.grad((fused * w).sum(), (keys, query, v))
@@ -137,13 +138,22 @@ def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_smal
         assert torch.allclose(a, b, atol=1e-5)
 
     # the chunked blocks give the same scores and gradients as one block
-    old = _AdditiveScores.CHUNK_ELEMENTS
-    _AdditiveScores.CHUNK_ELEMENTS = 61 * 16 * 2  # two query rows a block
+    old = attention.CHUNK_ELEMENTS
+    attention.CHUNK_ELEMENTS = 61 * 16 * 2  # two query rows a block
     try:
-        chunked = _AdditiveScores.apply(keys, query, v)
+        chunked = additive_scores(keys.unsqueeze(0), query.unsqueeze(0), v)[0]
         g3 = torch.autograd.grad((chunked * w).sum(), (keys, query, v))
+        # several memories, blocks over memories (one query each) and over queries
+        kb, qb = torch.randn(3, 61, 16, requires_grad=True), torch.randn(3, 1, 16, requires_grad=True)
+        for qq in (qb, torch.randn(3, 5, 16, requires_grad=True)):
+            got = additive_scores(kb, qq, v)
+            ref = (torch.tanh(kb.unsqueeze(1) + qq.unsqueeze(2)) * v).sum(3)
+            wb = torch.randn(ref.shape)
+            assert torch.allclose(got, ref, atol=1e-5)
+            for a, b in zip(torch.autograd.grad((got * wb).sum(), (kb, qq, v)), torch.autograd.grad((ref * wb).sum(), (kb, qq, v))):
+                assert torch.allclose(a, b, atol=1e-4)
     finally:
-        _AdditiveScores.CHUNK_ELEMENTS = old
+        attention.CHUNK_ELEMENTS = old
     assert torch.allclose(chunked, fused, atol=1e-6)
     for a, b in zip(g3, g1):
         assert torch.allclose(a, b, atol=1e-5)

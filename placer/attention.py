@@ -1,0 +1,84 @@
+"""Additive (Bahdanau) attention scores, computed fast and in bounded memory on a CPU.
+
+``scores[b, l, g] = sum_a v[a] tanh(keys[b, g, a] + query[b, l, a])`` (Bahdanau, Cho, Bengio,
+ICLR 2015, Eq. 6 with the projections applied by the caller): the content-based attention of
+every seq2seq placer here (2017 Sec. 3.2, the Hierarchical Planner, EAGLE Fig. 4).
+
+Two things make it fast without changing it (``tests/test_search.py`` checks values and
+gradients against the plain ``tanh`` formula):
+
+- ``tanh(x) = 2 sigmoid(2x) - 1``, so ``scores = 2 (sigmoid(2 keys + 2 query) @ v) - sum(v)``:
+  torch's CPU ``sigmoid`` is about 6x faster than its ``tanh`` (502 x 256 x 8 elements on one
+  thread: 0.42 ms against 2.7 ms); the results agree to float32 rounding (about 1e-5).
+- The ``[rows, G, A]`` blocks are made ``CHUNK_ELEMENTS`` at a time and never kept for the
+  backward pass, which recomputes them (``d tanh(x)/dx = 4 s (1 - s)``, ``s = sigmoid(2x)``):
+  autograd would keep one ``[K, G, A]`` tensor per decoder step (about 4 GB for nmt paper's
+  502 groups, K = 8, A = 256).
+"""
+
+from __future__ import annotations
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 20  #: elements of one ``[rows, G, A]`` block (4 MB of float32)
+
+
+def additive_scores(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Additive attention scores (module docstring), with autograd when it is enabled.
+
+    Args:
+        keys: ``[B, G, A]`` (the projected memory; ``B`` may be 1 for a memory shared by all rows).
+        query: ``[B, L, A]`` (the projected decoder states).
+        v: ``[A]``.
+    Returns:
+        ``[B, L, G]`` float scores.
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    if keys.dim() != 3 or query.dim() != 3 or keys.shape[0] != query.shape[0] or keys.shape[2] != query.shape[2] \
+            or v.shape != (keys.shape[2],):
+        raise ValueError(f"additive_scores: keys {tuple(keys.shape)}, query {tuple(query.shape)}, v {tuple(v.shape)}: "
+                         "expected [B, G, A], [B, L, A], [A]")
+    return _AdditiveScores.apply(keys, query, v)
+
+
+def _blocks(b: int, n: int, g: int, a: int) -> list[tuple[int, int, int, int]]:
+    """``(b0, b1, l0, l1)`` blocks of ``b`` memories x ``n`` queries of ``CHUNK_ELEMENTS`` at most (one row at least)."""
+    rows = max(1, CHUNK_ELEMENTS // max(1, g * a))
+    if n >= rows:
+        return [(i, i + 1, lo, min(n, lo + rows)) for i in range(b) for lo in range(0, n, rows)]
+    per = max(1, rows // max(n, 1))
+    return [(i, min(b, i + per), 0, n) for i in range(0, b, per)]
+
+
+def _sigmoid_2x(keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    """``sigmoid(2 keys[:, None] + 2 query[:, :, None])``: ``[b, G, A]``, ``[b, l, A]`` -> ``[b, l, G, A]``."""
+    return torch.add(keys.unsqueeze(1), query.unsqueeze(2)).mul_(2.0).sigmoid_()
+
+
+class _AdditiveScores(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(keys, query, v)
+        (b, g, a), n = keys.shape, query.shape[1]
+        out = query.new_empty(b, n, g)
+        for b0, b1, l0, l1 in _blocks(b, n, g, a):
+            s = _sigmoid_2x(keys[b0:b1], query[b0:b1, l0:l1])  # [b, l, G, A]
+            out[b0:b1, l0:l1] = s @ v
+        return out.mul_(2.0).sub_(v.sum())
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        keys, query, v = ctx.saved_tensors
+        (b, g, a), n = keys.shape, query.shape[1]
+        grad = grad.contiguous()
+        grad_keys, grad_query, grad_v = torch.zeros_like(keys), torch.empty_like(query), torch.zeros_like(v)
+        for b0, b1, l0, l1 in _blocks(b, n, g, a):
+            s = _sigmoid_2x(keys[b0:b1], query[b0:b1, l0:l1])  # [b, l, G, A]
+            gr = grad[b0:b1, l0:l1]  # [b, l, G]
+            # d scores / d v = sum grad * tanh = 2 sum grad * s - sum grad
+            grad_v += (gr.reshape(1, -1) @ s.reshape(-1, a)).squeeze(0).mul_(2.0).sub_(gr.sum())
+            s.sub_(s * s).mul_(gr.unsqueeze(3) * 4.0).mul_(v)  # d scores / d (keys + query) = 4 s (1 - s) v grad
+            grad_keys[b0:b1] += s.sum(1)
+            grad_query[b0:b1, l0:l1] = s.sum(2)
+        return grad_keys, grad_query, grad_v
