@@ -75,7 +75,7 @@ def main() -> None:
                 ran = [t for t in r.step_times[:n] if t is not None]
                 return min(ran) if len(r.step_times) >= n and ran else None
 
-            row = {"learner": name, "options": options, "model": model, "units": grouping.num_groups, "budget": budget,
+            row = {"learner": name, "options": options, "model": model, "units": env.grouping.num_groups, "budget": budget,
                    "placements_per_cpu_s": budget / cpu, "cpu_s": cpu, "wall_s": wall,
                    "best_after_500_s": best_after(500), "best_after_2000_s": best_after(2000),
                    "final_best_s": r.best_step_time_s, "placements_to_within_5pct": r.placements_to_within(0.05),

@@ -23,23 +23,29 @@ import torch
 CHUNK_ELEMENTS = 1 << 20  #: elements of one ``[rows, G, A]`` block (4 MB of float32)
 
 
-def additive_scores(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def additive_scores(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor,
+                    values: torch.Tensor | None = None) -> torch.Tensor:
     """Additive attention scores (module docstring), with autograd when it is enabled.
 
     Args:
         keys: ``[B, G, A]`` (the projected memory; ``B`` may be 1 for a memory shared by all rows).
         query: ``[B, L, A]`` (the projected decoder states).
         v: ``[A]``.
+        values: the scores of these inputs already computed (``[B, L, G]``, e.g. by the
+            no-autograd pass that sampled the placements being scored): returned as the
+            forward result instead of computing them again; the backward pass is the same.
+            They must be the scores of (numerically) the same ``keys`` and ``query``.
     Returns:
         ``[B, L, G]`` float scores.
     Raises:
         ValueError: shapes that do not match.
     """
     if keys.dim() != 3 or query.dim() != 3 or keys.shape[0] != query.shape[0] or keys.shape[2] != query.shape[2] \
-            or v.shape != (keys.shape[2],):
-        raise ValueError(f"additive_scores: keys {tuple(keys.shape)}, query {tuple(query.shape)}, v {tuple(v.shape)}: "
-                         "expected [B, G, A], [B, L, A], [A]")
-    return _AdditiveScores.apply(keys, query, v)
+            or v.shape != (keys.shape[2],) \
+            or (values is not None and values.shape != (keys.shape[0], query.shape[1], keys.shape[1])):
+        raise ValueError(f"additive_scores: keys {tuple(keys.shape)}, query {tuple(query.shape)}, v {tuple(v.shape)}, "
+                         f"values {None if values is None else tuple(values.shape)}: expected [B, G, A], [B, L, A], [A], [B, L, G]")
+    return _AdditiveScores.apply(keys, query, v, values)
 
 
 def _blocks(b: int, n: int, g: int, a: int) -> list[tuple[int, int, int, int]]:
@@ -58,8 +64,10 @@ def _sigmoid_2x(keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
 
 class _AdditiveScores(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor, values: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(keys, query, v)
+        if values is not None:
+            return values.detach().clone()
         (b, g, a), n = keys.shape, query.shape[1]
         out = query.new_empty(b, n, g)
         for b0, b1, l0, l1 in _blocks(b, n, g, a):
@@ -81,4 +89,4 @@ class _AdditiveScores(torch.autograd.Function):
             s.sub_(s * s).mul_(gr.unsqueeze(3) * 4.0).mul_(v)  # d scores / d (keys + query) = 4 s (1 - s) v grad
             grad_keys[b0:b1] += s.sum(1)
             grad_query[b0:b1, l0:l1] = s.sum(2)
-        return grad_keys, grad_query, grad_v
+        return grad_keys, grad_query, grad_v, None

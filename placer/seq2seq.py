@@ -103,14 +103,20 @@ class Seq2SeqPlacer(nn.Module):
             placements, the sum over groups of each one's log-probability, and of the
             per-step entropies (with autograd when it is enabled).
         """
+        scores = None
         if actions is None:
-            actions = self.sample(batch, generator)
-        logp, ent = self.score(actions)
+            actions, scores = self.sample(batch, generator)
+        logp, ent = self.score(actions, scores)
         return actions, logp.sum(1), ent.sum(1)
 
     @torch.no_grad()
-    def sample(self, batch: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``batch`` placements ``[K, G]`` int64, the decoder stepped one group at a time, no autograd."""
+    def sample(self, batch: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``batch`` placements, the decoder stepped one group at a time, no autograd.
+
+        Returns:
+            ``(placements [K, G] int64, attention scores [K, G, G])``: the scores each step
+            attended with, which :meth:`score` re-uses as its forward values.
+        """
         enc = self.encode()  # [G, H]
         g, h = enc.shape
         keys = self.attn_enc(enc)  # [G, A]
@@ -122,20 +128,27 @@ class Seq2SeqPlacer(nn.Module):
         hx, cx = enc.new_zeros(batch, h), enc.new_zeros(batch, h)
         prev = torch.full((batch,), self.num_devices, dtype=torch.long, device=enc.device)
         chosen = torch.empty(batch, g, dtype=torch.long, device=enc.device)
+        all_scores = enc.new_empty(batch, g, g)
         for i in range(g):
             gates = torch.addmm(emb[prev] + enc_x[i], hx, w_h.T)
             ig, fg, gg, og = gates.chunk(4, dim=1)
             cx = torch.sigmoid(fg) * cx + torch.sigmoid(ig) * torch.tanh(gg)
             hx = torch.sigmoid(og) * torch.tanh(cx)
             scores = additive_scores(keys.unsqueeze(0), self.attn_dec(hx).unsqueeze(0), v)[0]  # [K, G]
+            all_scores[:, i] = scores
             context = torch.softmax(scores, dim=1) @ enc  # [K, H]
             logits = self.out(torch.cat([hx, context], dim=1))
             prev = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
             chosen[:, i] = prev
-        return chosen
+        return chosen, all_scores
 
-    def score(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced ``(log p [K, G], entropy [K, G])`` per decision of ``actions [K, G]``."""
+    def score(self, actions: torch.Tensor, scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced ``(log p [K, G], entropy [K, G])`` per decision of ``actions [K, G]``.
+
+        ``scores``: the attention scores ``[K, G, G]`` :meth:`sample` drew ``actions`` with, used
+        as the forward values of the attention (computing them again is a third of the
+        attention's cost); ``None``: computed here.
+        """
         enc = self.encode()  # [G, H]
         k, g = actions.shape
         h = enc.shape[1]
@@ -143,7 +156,8 @@ class Seq2SeqPlacer(nn.Module):
         x = torch.cat([self.device_embedding(prev), enc.unsqueeze(0).expand(k, g, h)], dim=2)
         dec, _ = self.decoder(x)  # [K, G, H]
         keys = self.attn_enc(enc)  # [G, A]
-        scores = additive_scores(keys.unsqueeze(0), self.attn_dec(dec).reshape(1, k * g, -1), self.attn_v.weight[0])[0]
+        scores = additive_scores(keys.unsqueeze(0), self.attn_dec(dec).reshape(1, k * g, -1), self.attn_v.weight[0],
+                                 None if scores is None else scores.reshape(1, k * g, g))[0]
         context = torch.softmax(scores, dim=1) @ enc  # [K * G, H]
         logits = self.out(torch.cat([dec.reshape(k * g, h), context], dim=1))
         logp = torch.log_softmax(logits, dim=1)  # [K * G, D]
