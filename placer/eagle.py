@@ -97,20 +97,23 @@ class EaglePlacer(nn.Module):
 
     Args:
         in_size: width of a group's input; num_devices: ``D``; hidden_size: 512 (even);
-        attention: ``"before"`` (Fig. 4a) or ``"after"`` (Fig. 4b).
+        attention: ``"before"`` (Fig. 4a) or ``"after"`` (Fig. 4b);
+        attention_size: width of the attention's hidden layer (``None``: ``hidden_size``).
     """
 
-    def __init__(self, in_size: int, num_devices: int, hidden_size: int = 512, attention: str = "before") -> None:
+    def __init__(self, in_size: int, num_devices: int, hidden_size: int = 512, attention: str = "before",
+                 attention_size: int | None = None) -> None:
         super().__init__()
         if attention not in ("before", "after"):
             raise ValueError(f"attention: unknown {attention!r}; valid: before, after")
         h = hidden_size
+        a = h if attention_size is None else attention_size
         self.h, self.d, self.attention = h, num_devices, attention
         self.encoder = nn.LSTM(in_size, h // 2, batch_first=True, bidirectional=True)
         self.device_embedding = nn.Embedding(num_devices + 1, h)  # row D: <go>
-        self.attn_enc = nn.Linear(h, h, bias=False)
-        self.attn_dec = nn.Linear(h, h)
-        self.attn_v = nn.Linear(h, 1, bias=False)
+        self.attn_enc = nn.Linear(h, a, bias=False)
+        self.attn_dec = nn.Linear(h, a)
+        self.attn_v = nn.Linear(a, 1, bias=False)
         if attention == "after":
             self.decoder = nn.LSTM(h, h, batch_first=True)  # reads the previous device's embedding
             self.out = nn.Linear(2 * h, num_devices)  # [h_t, c_t] -> logits
@@ -210,6 +213,8 @@ class EagleConfig(LearnerConfig):
         attention: ``before`` the decoder (Fig. 4a, the paper's) or ``after`` it (Fig. 4b; a
             named option, EAGLE Table II compares both): scoring placements is then one
             LSTM call and batched attention instead of a step-by-step pass.
+        attention_size: width of the attention's hidden layer (``None``: ``hidden_size``, the
+            paper gives none); a named speed option: the attention costs ``O(K G^2 A)`` a pass.
         link_hidden_size: width of the RNN from grouper parameters to placer inputs (64: ours).
         baseline_decay: decay of the reward's exponential moving average (0.9: ours).
         max_num_outputs, max_output_size, adj_embed_dim: op/group inputs as the grappler code (5, 5, 20).
@@ -235,6 +240,7 @@ class EagleConfig(LearnerConfig):
     grouping_hidden_size: int = Field(64, ge=1)
     hidden_size: int = Field(512, ge=2, multiple_of=2)
     attention: Literal["before", "after"] = "before"
+    attention_size: int | None = Field(None, ge=1)
     link_hidden_size: int = Field(64, ge=1)
     baseline_decay: float = Field(0.9, ge=0, lt=1)
     max_num_outputs: int = Field(5, ge=1)
@@ -282,7 +288,7 @@ class Eagle(Learner):
         def build():
             return (LinearGrouper(self._x.shape[1], c.grouping_hidden_size, self.num_groups),
                     nn.LSTM(c.grouping_hidden_size, c.link_hidden_size, batch_first=True),
-                    EaglePlacer(emb, self.num_devices, c.hidden_size, c.attention))
+                    EaglePlacer(emb, self.num_devices, c.hidden_size, c.attention, c.attention_size))
 
         self.grouper, self.link, self.placer = seeded_init(c.seed, build)
         self.params = [*self.grouper.parameters(), *self.link.parameters(), *self.placer.parameters()]

@@ -268,23 +268,26 @@ class HierarchicalPlacer(nn.Module):
 
     Args:
         in_size: width of a group embedding; num_devices: ``D``; hidden_size: 512 (even);
-        forget_bias: initial forget-gate bias (1.0); temperature, tanh_constant: logit transforms.
+        forget_bias: initial forget-gate bias (1.0); temperature, tanh_constant: logit transforms;
+        attention_size: ``A``, the width of the attention memory (``encoder outputs @ attn_w1``,
+            also the context's width; ``None``: ``hidden_size`` as the code).
     """
 
     def __init__(self, in_size: int, num_devices: int, hidden_size: int = 512, forget_bias: float = 1.0,
-                 temperature: float = 1.0, tanh_constant: float = 1.0) -> None:
+                 temperature: float = 1.0, tanh_constant: float = 1.0, attention_size: int | None = None) -> None:
         super().__init__()
         h = hidden_size
+        a = h if attention_size is None else attention_size
         self.h, self.d = h, num_devices
         self.temperature, self.tanh_constant = temperature, tanh_constant
         self.encoder = nn.LSTM(in_size, h // 2, batch_first=True, bidirectional=True)
         self.decoder = nn.LSTM(h, h, batch_first=True)
         self.device_embeddings = nn.Parameter(torch.empty(num_devices, h))
         self.go = nn.Parameter(torch.empty(1, h))
-        self.attn_w1 = nn.Parameter(torch.empty(h, h))
-        self.attn_w2 = nn.Parameter(torch.empty(h, h))
-        self.attn_v = nn.Parameter(torch.empty(h, 1))
-        self.device_softmax = nn.Parameter(torch.empty(2 * h, num_devices))
+        self.attn_w1 = nn.Parameter(torch.empty(h, a))
+        self.attn_w2 = nn.Parameter(torch.empty(h, a))
+        self.attn_v = nn.Parameter(torch.empty(a, 1))
+        self.device_softmax = nn.Parameter(torch.empty(h + a, num_devices))  # [h_t, context_t] -> logits
         for name, p in self.named_parameters():
             if "bias" in name:
                 nn.init.zeros_(p)
@@ -319,7 +322,8 @@ class HierarchicalPlacer(nn.Module):
         """Sample a device per group: ``(actions [K, G] int64, noise [K, G, D], log p [K])``
         (noise 0 when ``noise_std`` is 0; log p summed over the ``G`` decisions)."""
         mem, (h0, c0) = self.encode(x)
-        k, g, h = mem.shape
+        k, g, _ = mem.shape
+        h = self.h
         dec = self.decoder
         # the decoder's input is a device embedding: its input gates are a [D + 1, 4H] table
         emb_gates = torch.cat([self.device_embeddings, self.go]) @ dec.weight_ih_l0.T + dec.bias_ih_l0 + dec.bias_hh_l0
@@ -381,6 +385,8 @@ class HierarchicalConfig(LearnerConfig):
         num_groups: ``None``: ``min(256, 20 x devices)`` (the code's default).
         grouping_hidden_size: the grouper's hidden width (64).
         hidden_size: the placer's LSTM width (512; the bi-LSTM encoder has 256 per direction).
+        attention_size: width of the attention memory (``None``: ``hidden_size``, as the code; a
+            named speed option).
         max_num_outputs, max_output_size: outputs and dims per output in the op/group inputs (5, 5).
         adj_embed_dim: adjacency width of the op input (20: 10 neighbours).
         forget_bias_init: initial forget-gate bias (1.0).
@@ -405,6 +411,7 @@ class HierarchicalConfig(LearnerConfig):
     num_groups: int | None = Field(None, ge=1)
     grouping_hidden_size: int = Field(64, ge=1)
     hidden_size: int = Field(512, ge=2, multiple_of=2)
+    attention_size: int | None = Field(None, ge=1)
     max_num_outputs: int = Field(5, ge=1)
     max_output_size: int = Field(5, ge=1)
     adj_embed_dim: int = Field(20, ge=2, multiple_of=2)
@@ -456,7 +463,7 @@ class HierarchicalPlanner(Learner):
         def build():
             return (LinearGrouper(self._x.shape[1], c.grouping_hidden_size, self.num_groups),
                     HierarchicalPlacer(emb, self.num_devices, c.hidden_size, c.forget_bias_init,
-                                       c.temperature, c.tanh_constant))
+                                       c.temperature, c.tanh_constant, c.attention_size))
 
         self.grouper, self.placer = seeded_init(c.seed, build)
         self.params = list(self.grouper.parameters()) + list(self.placer.parameters())

@@ -243,7 +243,8 @@ def test_bad_input_settings_are_refused(rnnlm_small):
         unit_inputs(rnnlm_small.graph, colocation_grouping(rnnlm_small.graph), scaling="zscore")
 
 
-def test_eagle_attention_after_scores_in_one_pass_as_step_by_step():
+@pytest.mark.parametrize("attention_size", [None, 8])
+def test_eagle_attention_after_scores_in_one_pass_as_step_by_step(attention_size):
     """EAGLE's named option ``attention="after"`` (Fig. 4b): the batched teacher-forced scoring
     (one LSTM call, attention over all steps) gives the step-by-step decoder's log-probabilities,
     entropies and gradients, and sampling draws placements those scores agree with."""
@@ -252,7 +253,7 @@ def test_eagle_attention_after_scores_in_one_pass_as_step_by_step():
     from placer.eagle import EaglePlacer
 
     torch.manual_seed(0)
-    placer = EaglePlacer(in_size=7, num_devices=3, hidden_size=16, attention="after")
+    placer = EaglePlacer(in_size=7, num_devices=3, hidden_size=16, attention="after", attention_size=attention_size)
     x = torch.randn(4, 9, 7)
     actions, lp_sample = placer.sample(x, torch.Generator().manual_seed(2))
     lp, ent = placer.score(x, actions)
@@ -266,3 +267,19 @@ def test_eagle_attention_after_scores_in_one_pass_as_step_by_step():
         assert (a is None and b is None) or torch.allclose(a, b, atol=1e-5)
     with pytest.raises(ValueError, match="attention"):
         EaglePlacer(in_size=7, num_devices=3, hidden_size=16, attention="sideways")
+
+
+@pytest.mark.parametrize("attention_size", [None, 8])
+def test_hierarchical_placer_scores_its_samples(attention_size):
+    """The Hierarchical Planner's placer (and its named option ``attention_size``): teacher-forced
+    scoring gives the log-probability the step-by-step sampler drew each placement with."""
+    import torch
+
+    from placer.hierarchical import HierarchicalPlacer
+
+    torch.manual_seed(0)
+    placer = HierarchicalPlacer(in_size=7, num_devices=3, hidden_size=16, attention_size=attention_size)
+    x = torch.randn(2, 9, 7)
+    actions, noise, logp = placer.sample(x, torch.Generator().manual_seed(1), noise_std=0.5)
+    scored, ent = placer.score(x, actions, noise)
+    assert torch.allclose(scored, logp, atol=1e-5) and (ent > 0).all()
