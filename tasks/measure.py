@@ -14,8 +14,10 @@ from baselines import applicable_baselines as baselines_for
 from cluster.calibrate import CostTable, calibrate
 from cluster.environment import ENVIRONMENTS, Environment, make_environment
 from cluster.fidelity import fidelity, random_placements
+from cluster.op_placement import is_op_placement, measure_placement
 from cluster.spec import ClusterSpec
 from cluster.training import projected_training, train
+from compgraph.ir import Grouping
 from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
 from placer.search import SearchResult, run_search
@@ -90,15 +92,20 @@ def measure_fidelity(prepared: PreparedGraph, spec: ClusterSpec, placements: dic
 
 
 @task(name="train-placement", cache_policy=NONE)
-def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, group_placement: np.ndarray,
-                    steps: int, seed: int, cost_table: CostTable | None = None) -> dict:
-    """Train ``steps`` steps with ``group_placement`` (``[num_groups]`` device indices), for real or simulated.
+def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, group_placement,
+                    steps: int, seed: int, cost_table: CostTable | None = None, grouping: Grouping | None = None) -> dict:
+    """Train ``steps`` steps with a placement, for real or simulated.
 
-    ``env_kind="real"``: :func:`cluster.training.train` (synthetic inputs from ``seed``, groups
+    The placement: ``[num_groups]`` device indices over ``grouping`` (default the prepared
+    groups; e.g. the colocation units of hierarchical and eagle, :func:`tasks.search.learner_grouping`),
+    or an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``, Baechi's m_topo / m_etf / m_sct).
+    ``env_kind="real"``: :func:`cluster.training.train` (synthetic inputs from ``seed``, units
     with no kernel on their device moved to the first CPU as the simulator does).
     ``env_kind="sim"``: :func:`cluster.training.projected_training` of the simulated step time
-    (calibrated with ``cost_table`` if given, else roofline; the step time is used even if the
-    simulator reports OOM, flagged by ``oom``); ``env_kind="grappler"``: the same from grappler's estimate.
+    (calibrated with ``cost_table`` if given, else roofline; measured in an environment over the
+    placement's own units as :func:`tasks.search.evaluate` does, so the step time is the evaluated one;
+    the step time is used even if the simulator reports OOM, flagged by ``oom``);
+    ``env_kind="grappler"``: the same from grappler's estimate.
 
     Returns:
         ``{"steps", "seconds", "simulated", "step_times_s", "losses", "step_time_s", "setup_s", "oom"}``:
@@ -114,16 +121,41 @@ def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, g
         raise ValueError(f"unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
     if steps < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
-    gp = np.asarray(group_placement, dtype=np.int64)
+    op_level = is_op_placement(group_placement)
+    placement = group_placement if op_level else np.asarray(group_placement, dtype=np.int64)
+    units = None if op_level else grouping  # an op placement is measured over the prepared groups (or per op)
     if env_kind in ("sim", "grappler"):
-        env = _simulated_env(prepared, spec, cost_table) if env_kind == "sim" else make_environment(env_kind, prepared, spec)
-        m = env.measure(gp)
+        options = {"cost_table": cost_table} if env_kind == "sim" else None
+        env = make_environment(env_kind, prepared, spec, options, grouping=units)
+        m = measure_placement(env, placement)
         proj = projected_training(m.simulated_step_time_s, steps)
         return {"steps": proj.steps, "seconds": proj.seconds, "simulated": True, "step_times_s": [], "losses": [],
                 "step_time_s": proj.step_time_s, "setup_s": None, "oom": m.oom}
-    r = train(prepared, spec, gp, steps=steps, seed=seed, soft_placement=True)
+    r = train(prepared, spec, placement, steps=steps, seed=seed, soft_placement=True, grouping=units)
     return {"steps": steps, "seconds": r.total_s, "simulated": False, "step_times_s": list(r.step_times_s),
             "losses": list(r.losses), "step_time_s": float(np.mean(r.step_times_s)), "setup_s": r.setup_s, "oom": False}
+
+
+def train_best(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, summary: dict, placements: dict,
+               groupings: dict[str, Grouping] | None, steps: int, seed: int) -> dict:
+    """The experiment's end-to-end training evaluation (2017 Sec. 4.3): the best learned and the best
+    baseline placement (``summary["best_learned"]``, ``summary["best_baseline"]``) trained for
+    ``steps`` steps with :func:`train_placement` (for real with ``env_kind="real"``, projected from
+    the simulated step time otherwise), whatever their units: the prepared groups, a learner's own
+    units (``groupings[method]``) or an op-level placement.
+
+    Returns:
+        method -> :func:`train_placement`'s dict; empty with ``steps == 0`` or no placement (all OOM).
+    """
+    training: dict = {}
+    if steps <= 0:
+        return training
+    for method in (summary.get("best_learned"), summary.get("best_baseline")):
+        if method is None or method in training or placements.get(method) is None:
+            continue
+        training[method] = train_placement(prepared, spec, env_kind, placements[method], steps, seed,
+                                           grouping=(groupings or {}).get(method))
+    return training
 
 
 @task(name="record-fidelity", cache_policy=NONE)

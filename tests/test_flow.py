@@ -24,7 +24,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     from flows.experiment import METHODS, placement_experiment
 
     out = tmp_path / "runs"
-    result = placement_experiment(budget=16, k=8, seed=0, out_dir=str(out))
+    result = placement_experiment(budget=16, learner_options={"rl": {"k": 8}}, seed=0, out_dir=str(out))
     assert set(result["methods"]) == set(METHODS)
     for name, row in result["methods"].items():
         assert row["oom"] is False and row["step_time_s"] > 0, name
@@ -37,6 +37,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     parent = client.get_run(result["mlflow_run_id"])
     assert parent.data.tags["prefect.flow_run_id"] == result["prefect_flow_run_id"]
     assert parent.data.params["model"] == "rnnlm" and parent.data.params["budget"] == "16"
+    assert parent.data.params["k"] == "8"  # rl's K, from learner_options
     children = client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     )
