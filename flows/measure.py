@@ -23,6 +23,7 @@ from prefect.runtime import flow_run
 
 import tasks
 import tasks.measure as mt
+from flows.choices import AgainstName, ClusterName, EnvName, MethodName, ModelName, SizeName
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 
@@ -50,12 +51,17 @@ def _named(prepared, spec, gp) -> dict[str, str]:
 
 
 @flow(name="placement-calibrate")
-def placement_calibrate(model: str = "rnnlm", size: str = "small", cluster: str = "cpu4", steps: int = 5,
-                        seed: int = 0, out: str | None = None) -> dict:
+def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cluster: ClusterName = "cpu4",
+                        steps: int = 5, seed: int = 0, out: str | None = None) -> dict:
     """Calibrate per-op times of a model on a cluster and save the cost table.
 
     Args:
+        model: benchmark model whose training step is traced (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec; every device kind is traced on this machine
+            (cpu4: four logical CPUs).
         steps: traced steps per device kind (the first dropped; >= 2).
+        seed: seed of the synthetic inputs.
         out: where the table goes; default :func:`default_cost_table_path` under ``placement-runs``.
     Returns:
         ``{"model", "size", "cluster", "ops", "measured_ops", "coverage", "path", "steps", "devices"}``:
@@ -82,9 +88,9 @@ def placement_calibrate(model: str = "rnnlm", size: str = "small", cluster: str 
 
 @flow(name="placement-fidelity")
 def placement_fidelity(
-    model: str = "rnnlm",
-    size: str = "small",
-    cluster: str = "cpu4",
+    model: ModelName = "rnnlm",
+    size: SizeName = "small",
+    cluster: ClusterName = "cpu4",
     random: int = 8,
     steps: int = 10,
     seed: int = 0,
@@ -93,7 +99,7 @@ def placement_fidelity(
     budget: int = 1000,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,
-    against: str = "real",
+    against: AgainstName = "real",
 ) -> dict:
     """Simulated (roofline and calibrated) against real step times on a set of placements, logged to MLflow.
 
@@ -107,9 +113,19 @@ def placement_fidelity(
     (``rl``, ``post``) after ``budget`` placements searched in the calibrated simulator.
 
     Args:
+        model: benchmark model (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec; placements run for real on this machine.
+        random: seeded uniformly random placements besides the baselines and the learners.
         steps: real steps per placement, the first dropped (2017 Sec. 3.4: 10); >= 2.
+        seed: seed of the random placements, the searches and the synthetic inputs.
         cost_table: a saved cost table; ``None``: calibrate first (``calibrate_steps`` steps)
             and save it to :func:`default_cost_table_path` under ``out_dir``.
+        calibrate_steps: traced steps per device kind when calibrating first (>= 2).
+        budget: placements each learner (rl, post) samples in the calibrated simulator.
+        out_dir: folder of the MLflow store (when tracking_uri is empty), cost tables and placement logs.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        against: the reference: real (TensorFlow on this machine) or grappler (TensorFlow's cost model).
     Returns:
         ``{"model", "size", "cluster", "ops", "groups", "n", "kendall_tau", "mape",
         "kendall_tau_calibrated", "mape_calibrated", "rows", "cost_table", "coverage",
@@ -187,13 +203,13 @@ def placement_fidelity(
 
 @flow(name="placement-train")
 def placement_train(
-    model: str = "rnnlm",
-    size: str = "small",
-    cluster: str = "cpu4",
-    method: str = "expert",
+    model: ModelName = "rnnlm",
+    size: SizeName = "small",
+    cluster: ClusterName = "cpu4",
+    method: MethodName = "expert",
     steps: int = 20,
     seed: int = 0,
-    env: str = "real",
+    env: EnvName = "real",
     budget: int = 1000,
     cost_table: str | None = None,
     out_dir: str = DEFAULT_OUT_DIR,
@@ -205,6 +221,20 @@ def placement_train(
     A baseline's placement is built (:data:`baselines.BASELINES`); a learner's (``rl``,
     ``post``) is the best of ``budget`` placements searched in the simulator (calibrated
     with ``cost_table`` if given, else roofline). The sim projection uses the same simulator.
+
+    Args:
+        model: benchmark model (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec.
+        method: the baseline or learner whose placement is trained.
+        steps: training steps (>= 1).
+        seed: seed of the synthetic inputs and of a learner's search.
+        env: real (TensorFlow on this machine), sim (projected from the simulated step time) or grappler
+            (projected from TensorFlow's cost model).
+        budget: placements a learner samples in the simulator.
+        cost_table: a saved cost table: a learner searches, and env sim projects, with calibrated op times.
+        out_dir: folder of the MLflow store (when tracking_uri is empty) and placement logs.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
 
     Returns:
         :func:`tasks.measure.train_placement`'s dict plus ``model``, ``size``, ``cluster``,
