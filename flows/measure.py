@@ -23,6 +23,7 @@ from prefect.runtime import flow_run
 
 import tasks
 import tasks.measure as mt
+from cluster.op_placement import is_op_placement
 from flows.choices import AgainstName, ClusterName, EnvName, MethodName, ModelName, SizeName
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
@@ -43,11 +44,6 @@ def _flow_run_id() -> str | None:
 
 def _none_if_nan(x):
     return None if isinstance(x, float) and math.isnan(x) else x
-
-
-def _named(prepared, spec, gp) -> dict[str, str]:
-    names = spec.device_names
-    return {g: names[int(d)] for g, d in zip(prepared.grouping.names, gp)}
 
 
 @flow(name="placement-calibrate")
@@ -177,7 +173,7 @@ def placement_fidelity(
         artifact_location=artifact_root(out),
         params=params,
         result={**result, "rows": rows},
-        placements={name: _named(prepared, spec, gp) for name, gp in placements.items()},
+        placements={name: mt.named_placement(prepared, spec, gp) for name, gp in placements.items()},
         cost_table_path=str(table_path) if table_path else None,
         prefect_flow_run_id=flow_run_id,
     )
@@ -218,9 +214,11 @@ def placement_train(
     """Train with one method's placement for ``steps`` steps (``env="real"``) or project the time
     from the simulated step time (``env="sim"``), and log it to MLflow.
 
-    A baseline's placement is built (:data:`baselines.BASELINES`); a learner's (``rl``,
-    ``post``) is the best of ``budget`` placements searched in the simulator (calibrated
-    with ``cost_table`` if given, else roofline). The sim projection uses the same simulator.
+    A baseline's placement is built (:data:`baselines.BASELINES`; the op-level placers m_topo,
+    m_etf, m_sct place every op); a learner's (:data:`placer.LEARNERS`) is the best of ``budget``
+    placements searched in the simulator over its units (the prepared groups, or the colocation
+    units of hierarchical and eagle; calibrated with ``cost_table`` if given, else roofline).
+    The sim projection uses the same simulator.
 
     Args:
         model: benchmark model (``placement models``).
@@ -239,7 +237,7 @@ def placement_train(
     Returns:
         :func:`tasks.measure.train_placement`'s dict plus ``model``, ``size``, ``cluster``,
         ``method``, ``env``, ``label`` (``real`` or ``simulated``), ``placement``
-        (group -> device name), ``mlflow_run_id``, ``mlflow_tracking_uri``, ``prefect_flow_run_id``.
+        (unit -> device name: groups, colocation units or ops), ``units``, ``mlflow_run_id``, ``mlflow_tracking_uri``, ``prefect_flow_run_id``.
     Raises:
         ValueError: a learner whose search found no placement that fits in memory.
     """
@@ -248,21 +246,24 @@ def placement_train(
     prepared = tasks.preprocess(model, size)
     spec = tasks.load_cluster_spec(cluster)
     table = mt.load_cost_table(Path(cost_table)) if cost_table else None
+    grouping = None  # the units of the placement: the prepared groups unless a learner places its own
     if method in LEARNERS:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_path = out / "placement-logs" / f"{stamp}-train-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
         found = mt.simulated_search(prepared, spec, method, budget, seed, table, log_path)
         if found.best_placement is None:
             raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")
-        gp = found.best_placement
+        gp, grouping = found.best_placement, tasks.learner_grouping(method, prepared)
     else:
         gp = tasks.baseline_placement(method, prepared, spec)
-    result = mt.train_placement(prepared, spec, env, gp, steps, seed, cost_table=table)
-    placement = _named(prepared, spec, gp)
+    result = mt.train_placement(prepared, spec, env, gp, steps, seed, cost_table=table, grouping=grouping)
+    placement = mt.named_placement(prepared, spec, gp, grouping)
+    units = "ops" if is_op_placement(gp) else (grouping or prepared.grouping).grouper
     flow_run_id = _flow_run_id()
     params = {"model": model, "size": size, "cluster": spec.name, "method": method, "steps": steps, "seed": seed,
               "env": env, "budget": budget if method in LEARNERS else None,
-              "cost_table": cost_table or "", "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups}
+              "cost_table": cost_table or "", "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
+              "units": units}
     run_id = mt.record_training_run(tracking_uri=uri, artifact_location=artifact_root(out), params=params,
                                     result=result, placement=placement, prefect_flow_run_id=flow_run_id)
     return {
@@ -274,6 +275,7 @@ def placement_train(
         "label": "simulated" if result["simulated"] else "real",
         **result,
         "placement": placement,
+        "units": units,
         "mlflow_run_id": run_id,
         "mlflow_tracking_uri": uri,
         "prefect_flow_run_id": flow_run_id,

@@ -30,9 +30,20 @@ def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec, group_level
     return baselines_for(spec, prepared.benchmark is None, optimum=False, group_level=group_level)
 
 
-def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None) -> Environment:
-    """The fast simulator: calibrated (the table's op times and link) if ``cost_table`` is given, else roofline."""
-    return make_environment("sim", prepared, spec, {"cost_table": cost_table})
+def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None,
+                   grouping: Grouping | None = None) -> Environment:
+    """The fast simulator over ``grouping`` (default the prepared groups): calibrated (the table's op
+    times and link) if ``cost_table`` is given, else roofline."""
+    return make_environment("sim", prepared, spec, {"cost_table": cost_table}, grouping=grouping)
+
+
+def named_placement(prepared: PreparedGraph, spec: ClusterSpec, placement, grouping: Grouping | None = None) -> dict[str, str]:
+    """A placement as unit name -> device name: group names of ``grouping`` (default the prepared
+    groups) for ``[num_groups]`` device indices, op names for an :class:`cluster.op_placement.OpPlacement`."""
+    names = spec.device_names
+    if is_op_placement(placement):
+        return {op.name: names[int(d)] for op, d in zip(prepared.graph.ops, placement.ops)}
+    return {g: names[int(d)] for g, d in zip((grouping or prepared.grouping).names, placement)}
 
 
 @task(name="calibrate-costs", cache_policy=NONE)
@@ -71,14 +82,17 @@ def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, see
 def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, budget: int, seed: int,
                      cost_table: CostTable | None, log_path: Path | None) -> SearchResult:
     """A learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in the
-    simulator over the prepared groups: calibrated with ``cost_table``, else roofline.
+    simulator over its units (:func:`tasks.search.learner_grouping`: the prepared groups, or the
+    colocation units of a learner that groups ops itself): calibrated with ``cost_table``, else roofline.
 
     Raises:
         ValueError: an unknown learner (lists the valid ones).
     """
     if learner not in LEARNERS:
         raise ValueError(f"unknown learner {learner!r}; valid: {', '.join(LEARNERS)}")
-    env = _simulated_env(prepared, spec, cost_table)
+    from tasks.search import learner_grouping
+
+    env = _simulated_env(prepared, spec, cost_table, learner_grouping(learner, prepared))
     config = LEARNERS[learner].Config(budget=budget, seed=seed)
     return run_search(LEARNERS[learner](env, config), env, log_path=log_path, resume=True)
 
