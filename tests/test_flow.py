@@ -124,3 +124,28 @@ def test_cli_graph_stats_json(rnnlm_small):
     stats = json.loads(r.stdout)
     assert stats["ops"] == rnnlm_small.graph.num_ops and stats["groups"] == rnnlm_small.grouping.num_groups
     assert stats["total_flops"] > 1e9 and stats["param_bytes"] > 1e7
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--methods", "rl,post", "--k", "4"], {"rl": {"k": 4}}),
+    (["--methods", "rl", "--k", "4", "--learner-option", "rl.k=6"], {"rl": {"k": 6}}),  # the learner option wins
+    (["--methods", "rl"], {"rl": {"k": 8}}),
+    (["--methods", "post", "--k", "4"], {}),  # rl is not searched: --k goes nowhere
+])
+def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, expected):
+    """The flow has no ``k`` parameter (only rl uses it): the CLI's ``--k`` becomes ``learner_options["rl"]["k"]``."""
+    import cli.main
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def run_flow(flow_fn, fail, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(cli.main, "run_flow", run_flow)
+    r = CliRunner().invoke(cli.main.app, ["experiment", *args, "--out-dir", str(tmp_path)])
+    assert isinstance(r.exception, Stop), r.output
+    assert "k" not in seen and seen["learner_options"] == expected
