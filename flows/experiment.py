@@ -13,7 +13,7 @@ from baselines import BASELINES, DEFAULT_EXCLUDED
 from flows.choices import ClusterName, EnvName, GrouperName, MethodName, ModelName, SizeName
 from placer import DEFAULT_LEARNERS
 from tracking import artifact_root, default_tracking_uri
-from tracking.live import ExperimentRecorder, mark_failed, mark_killed, run_folder, save_run_folder
+from tracking.live import ExperimentRecorder, mark_failed, mark_killed
 
 METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
 
@@ -123,11 +123,4 @@ def placement_experiment(
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect
     record, result = tasks.experiment_outcome(prepared, size, spec, env, methods, budget, seed, learner_options, searches,
                                               results, summary, refs, training, uri, flow_run_id)
-    run_dir = result["run_dir"] = str(save_run_folder(run_folder(out, stamp, prepared.name, size, spec.name, seed), record,
-                                                      result, prepared, spec))
-    if not spool:
-        result["mlflow_run_id"] = tasks.record(tracking_uri=uri, artifact_location=artifact_root(out), run_ids=recorder.run_ids,
-                                               run_dir=run_dir, **record)
-    recorder.finish(result["mlflow_run_id"] if not spool else "spooled")
-    tasks.publish_experiment(result)
-    return result
+    return tasks.save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, spool)

@@ -117,4 +117,4 @@ from tasks.search import (  # noqa: E402,F401
     learner_setting, run_paths,
 )
 from tasks.measure import train_best  # noqa: E402,F401
-from tasks.experiment import experiment_outcome, graph_params, start_params  # noqa: E402,F401
+from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params  # noqa: E402,F401

@@ -1,8 +1,11 @@
-"""The experiment flow's bookkeeping, kept out of the flow: its MLflow parameters and the
+"""The experiment flow's bookkeeping, kept out of the flow: its MLflow parameters, the
 assembly of the record (what :func:`tracking.record_experiment` logs and the run folder keeps)
-and of the result object (``placement experiment --json``). Plain functions, no Prefect tasks."""
+and of the result object (``placement experiment --json``), and the record stage (run folder,
+MLflow, Prefect artifacts). Plain functions; the Prefect tasks they call keep their names."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from baselines.report import add_ratio_columns
 from cluster.spec import ClusterSpec
@@ -68,3 +71,28 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
         "prefect_flow_run_id": flow_run_id,
     }
     return record, result
+
+
+def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared: PreparedGraph, spec: ClusterSpec,
+                    tracking_uri: str, recorder, spool: bool) -> dict:
+    """The experiment's record stage, in this order: the run folder
+    ``<out>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (:func:`tracking.live.save_run_folder`:
+    results.json, table.md, placements.json, plots/), then MLflow (task ``record-mlflow``, unless
+    ``spool``: ``placement log-run`` logs the folder later), then the recorder's runs closed
+    (:class:`tracking.live.ExperimentRecorder`) and the Prefect artifacts published.
+
+    Returns:
+        ``result`` with ``run_dir`` and ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
+    """
+    import tasks
+    from tracking import artifact_root
+    from tracking.live import run_folder, save_run_folder
+
+    folder = run_folder(out, stamp, prepared.name, result["size"], spec.name, record["params"]["seed"])
+    run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
+    if not spool:
+        result["mlflow_run_id"] = tasks.record(tracking_uri=tracking_uri, artifact_location=artifact_root(out),
+                                               run_ids=recorder.run_ids, run_dir=run_dir, **record)
+    recorder.finish(result["mlflow_run_id"] if not spool else "spooled")
+    tasks.publish_experiment(result)
+    return result
