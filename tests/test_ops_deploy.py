@@ -69,7 +69,8 @@ def _prefect(env, *args, timeout=300):
 
 #: every deployment of prefect.yaml with the smallest parameters that still exercise it (out_dir/out added per run)
 RUNS = {
-    "placement-experiment/demo": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", "train_steps=0"],
+    "placement-experiment/demo": ["-p", "budget=4", "-p", 'methods=["single_gpu", "rl"]', "-p", "train_steps=0",
+                                  "-p", 'learner_options={"rl": {"k": 2}}'],
     "placement-sweep/nightly-sweep": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", 'models=["rnnlm"]',
                                       "-p", "size=small", "-p", 'clusters=["k80x2"]'],
     "placement-experiment/distributed": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", "controllers=1",
@@ -132,6 +133,12 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
         assert len(folders) == 1 and (folders[0] / "results.json").exists(), name
         assert _finished_mlflow_runs(tmp_path / name)["placement-experiment"] >= 3, name  # parent + one per method
     assert list((tmp_path / "nightly-sweep" / "sweeps").iterdir())  # the sweep's comparison table
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'demo' / 'mlflow.db'}")
+    (parent,) = [r for r in client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id])
+                 if r.data.tags.get("placement.kind") == "experiment"]
+    assert parent.data.params["k"] == "2"  # learner_options from the run's parameters reached rl
     logs = [p.name for p in (tmp_path / "distributed" / "placement-logs").glob("*.jsonl")]
     assert logs == ["rnnlm-small-k80x2-2017-post-ray1-seed0-budget4.jsonl"], logs  # searched on Ray, 1 controller
     assert _finished_mlflow_runs(tmp_path / "reproduce")["placement-reproduce"] == 1
