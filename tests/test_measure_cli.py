@@ -143,6 +143,23 @@ def test_train_a_learner_that_places_colocation_units_for_real(prefect_harness, 
     assert _client(out).get_run(res["mlflow_run_id"]).data.params["units"] == "colocation"
 
 
+def test_train_an_op_level_placement_projects_its_simulated_step(prefect_harness, tmp_path, rnnlm_small, k80x2):
+    """m_topo places every op (splitting the 2017 groups): trained (here projected) like any other placement."""
+    from baselines import BASELINES, BaselineContext
+    from cluster.environment import make_environment
+    from cluster.op_placement import measure_placement
+
+    out = tmp_path / "runs"
+    r = invoke(["train", "--model", "rnnlm", "--cluster", "k80x2", "--method", "m_topo", "--steps", "3", "--env", "sim",
+                "--out-dir", str(out), "--json", "-"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["units"] == "ops" and list(res["placement"]) == [op.name for op in rnnlm_small.graph.ops]
+    ctx = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, k80x2, rnnlm_small.benchmark, rnnlm_small.config)
+    step = measure_placement(make_environment("sim", rnnlm_small, k80x2), BASELINES["m_topo"](ctx)).step_time_s
+    assert res["simulated"] is True and res["step_time_s"] == pytest.approx(step) and res["seconds"] == pytest.approx(3 * step)
+
+
 def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefect_harness, tmp_path, calibrated,
                                                                            rnnlm_small):
     from cluster.calibrate import CostTable
