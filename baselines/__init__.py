@@ -255,6 +255,15 @@ DEFAULT_EXCLUDED = ("optimum",)
 """Baselines the experiment runs only when asked (``--methods``): the optimum may take a minute."""
 
 
+def place_baselines(methods, prepared, spec: ClusterSpec) -> dict:
+    """Each baseline of ``methods`` (names of :data:`BASELINES`) on a prepared graph
+    (:class:`compgraph.prepare.PreparedGraph`: its graph, groups, benchmark and config) under ``spec``:
+    name -> ``[num_groups]`` device indices (an :class:`cluster.op_placement.OpPlacement` for
+    :data:`OP_LEVEL_BASELINES`). Raises KeyError for an unknown name."""
+    ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
+    return {m: BASELINES[m](ctx) for m in methods}
+
+
 def applicable_baselines(spec: ClusterSpec, user_graph: bool, optimum: bool = True, group_level: bool = False) -> list[str]:
     """Names of the :data:`BASELINES` that apply to a graph on ``spec``, in their order: ``single_cpu``
     needs a CPU, :data:`GPU_BASELINES` need a GPU, ``expert`` needs a benchmark's layer rules (not a

@@ -142,6 +142,8 @@ def experiment(
     if num_groups is not None and num_groups < 1:
         _fail(f"--num-groups must be at least 1, got {num_groups}")
     options = parse_learner_options(learner_option, chosen, budget, seed, _fail)
+    if "rl" in chosen:  # --k is rl's K (2017 Eq. 3), a field of its config; --learner-option rl.k=N wins
+        options.setdefault("rl", {}).setdefault("k", k)
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:
@@ -152,7 +154,7 @@ def experiment(
     start = time.perf_counter()
     result = run_flow(
         placement_experiment, _fail,
-        model=model, size=size, cluster=cluster, methods=chosen, budget=budget, k=k, seed=seed, env=env,
+        model=model, size=size, cluster=cluster, methods=chosen, budget=budget, seed=seed, env=env,
         out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
         num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
         ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume, spool=spool,

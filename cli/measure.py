@@ -178,26 +178,25 @@ def train(
     model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
     size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
     cluster: str = typer.Option(..., help="preset name or YAML spec"),
-    method: str = typer.Option(..., help="single_cpu | single_gpu | expert | scotch | mincut | rl | post"),
+    method: str = typer.Option(..., help="a baseline (single_cpu | single_gpu | expert | scotch | mincut | metis | m_topo | m_etf | m_sct | optimum) or a learner (rl | post | ppo | ce | pg | hierarchical | eagle | eagle_ce)"),
     steps: int = typer.Option(20, help="training steps (>= 1)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs and of a learner's search"),
     env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time) | grappler (projected from TensorFlow's cost model)"),
-    budget: int = typer.Option(1000, help="placements a learner (rl, post) samples in the simulator"),
+    budget: int = typer.Option(1000, help="placements a learner samples in the simulator"),
     cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
     json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
 ) -> None:
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
-    from baselines import BASELINES, GPU_BASELINES, OP_LEVEL_BASELINES
+    from baselines import BASELINES, GPU_BASELINES
     from cluster.environment import ENVIRONMENTS
     from placer import LEARNERS
 
     _check_model(model, size)
     spec = _load_spec(cluster)
-    # training takes a placement over the prepared groups: not the op-level placers, nor the
-    # learners that group ops themselves
-    valid = [*(b for b in BASELINES if b not in OP_LEVEL_BASELINES), *(n for n, c in LEARNERS.items() if c.units == "groups")]
+    # any placement trains: over the prepared groups, a learner's own units or every op (m_topo, m_etf, m_sct)
+    valid = [*BASELINES, *LEARNERS]
     if method not in valid:
         _fail(f"unknown method {method!r}; valid: {', '.join(valid)}")
     if not spec.gpu_indices and method in GPU_BASELINES:

@@ -16,7 +16,9 @@ plus a weak prior ``PRIOR_WEIGHT * log(p / ref)`` per parameter towards its refe
 tell apart stay at their references; ``scipy.optimize.least_squares`` (trust-region
 reflective, bounds) in log-parameter space.
 
-Baseline placements: Scotch and MinCut map the group graph with the cost model's op times
+Baseline placements (computed by a placer the caller injects, :attr:`TableData.place`, so that
+``cluster`` does not import ``baselines``; ``tasks.reproduce`` passes :func:`baselines.place_baselines`):
+Scotch and MinCut map the group graph with the cost model's op times
 and link costs, so they depend on the parameters. A fit round holds the placements fixed
 (the loss is then smooth); the placements are recomputed with the round's result and the
 fit repeated (:data:`FIT_ROUNDS` rounds); reported figures always use placements computed
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,17 +187,36 @@ class ModelData:
     features: tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+Placer = Callable[[object, ClusterSpec], dict]
+"""``place(prepared, spec) -> {method: [num_groups] device indices}``: the baselines of the table
+(:data:`BASELINE_METHODS`) on one prepared graph under one spec (e.g.
+``functools.partial(baselines.place_baselines, BASELINE_METHODS)``)."""
+
+
 @dataclass
 class TableData:
-    """The paper-size graphs of the table's models and the two base presets."""
+    """The paper-size graphs of the table's models, the two base presets, and the baseline placer
+    (:data:`Placer`, injected by the caller; ``None``: nothing can be placed)."""
 
     models: dict[str, ModelData]
     base: dict[int, ClusterSpec] = field(default_factory=dict)
+    place: Placer | None = None
+
+    def baseline_placements(self, model: str, spec: ClusterSpec) -> dict[str, np.ndarray]:
+        """Group placements of the 2017 baselines of ``model`` under ``spec`` (:attr:`place`).
+
+        Raises:
+            ValueError: no placer was given (:func:`load_table_data`'s ``place``).
+        """
+        if self.place is None:
+            raise ValueError("TableData.place: no baseline placer given (load_table_data(..., place=...))")
+        return self.place(self.models[model].prepared, spec)
 
 
 def load_table_data(models=MODELS, cache_dir: str | Path = "placement-runs/graph-cache", size: str = "paper",
-                    presets: dict[int, str] | None = None) -> TableData:
-    """Prepare (or read from the cache) each model at ``size`` and load the presets."""
+                    presets: dict[int, str] | None = None, place: Placer | None = None) -> TableData:
+    """Prepare (or read from the cache) each model at ``size`` and load the presets; ``place``:
+    the baseline placer (:data:`Placer`) the table's baselines are computed with."""
     from compgraph.prepare import prepare
 
     data = {}
@@ -202,15 +224,7 @@ def load_table_data(models=MODELS, cache_dir: str | Path = "placement-runs/graph
         p = prepare(m, size, cache_dir=str(cache_dir))
         data[m] = ModelData(p, op_features(p.graph))
     base = {g: load_cluster(name) for g, name in (presets or CLUSTERS).items()}
-    return TableData(data, base)
-
-
-def baseline_placements(prepared, spec: ClusterSpec, methods=BASELINE_METHODS) -> dict[str, np.ndarray]:
-    """Group placements of the 2017 baselines (:data:`baselines.BASELINES`) under ``spec``."""
-    from baselines import BASELINES, BaselineContext
-
-    ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
-    return {m: BASELINES[m](ctx) for m in methods}
+    return TableData(data, base, place)
 
 
 def simulate(md: ModelData, spec: ClusterSpec, placements: dict[str, np.ndarray]) -> dict[str, dict]:
@@ -235,7 +249,7 @@ def specs_for(data: TableData, values: dict[str, float], allocator_overhead: flo
 
 
 def all_placements(data: TableData, specs: dict[int, ClusterSpec], models) -> dict[tuple[str, int], dict]:
-    return {(m, g): baseline_placements(data.models[m].prepared, specs[g]) for m in models for g in specs}
+    return {(m, g): data.baseline_placements(m, specs[g]) for m in models for g in specs}
 
 
 def predict(data: TableData, values: dict[str, float], models, allocator_overhead: float | None = None,
@@ -464,7 +478,7 @@ def evaluate_specs(data: TableData, specs: dict[int, ClusterSpec], models,
     out = {}
     for m in models:
         for g, spec in specs.items():
-            placements = baseline_placements(data.models[m].prepared, spec)
+            placements = data.baseline_placements(m, spec)
             placements.update((extra or {}).get((m, g), {}))
             out[(m, g)] = simulate(data.models[m], spec, placements)
     return out

@@ -1,7 +1,9 @@
 """End-to-end training evaluation: train for real with a placement, or project on a simulated cluster.
 
 :func:`train` runs ``steps`` real training steps of the benchmark's graph under a group
-placement (:class:`cluster.real.PlacedSession`, synthetic inputs from the seed; step ``k``'s
+placement (over the prepared groups or another grouping, e.g. the colocation units of the
+Hierarchical Planner and EAGLE) or an op-level placement (:class:`cluster.op_placement.OpPlacement`,
+e.g. Baechi's m-TOPO / m-ETF / m-SCT) (:class:`cluster.real.PlacedSession`, synthetic inputs from the seed; step ``k``'s
 batch depends only on ``(seed, k)``) and returns each step's wall-clock seconds and loss.
 :func:`projected_training` is the simulated counterpart: step time x steps, labelled as
 simulated. MLflow logging is the caller's (``tracking/``).
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster.spec import ClusterSpec
+from compgraph.ir import Grouping
 
 
 @dataclass
@@ -50,16 +53,25 @@ class ProjectedTraining:
     label: str = "simulated"
 
 
-def train(prepared, spec: ClusterSpec, group_placement: np.ndarray, steps: int = 20, seed: int = 0,
+def op_grouping(graph) -> Grouping:
+    """One group per op (grouper ``"op"``): the grouping an op-level placement runs over."""
+    return Grouping(np.arange(graph.num_ops, dtype=np.int64), [op.name for op in graph.ops], "op")
+
+
+def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: int = 0,
           on_step: Callable[[int, float, float], None] | None = None, soft_placement: bool = False,
-          devices: list[str] | None = None) -> TrainingResult:
+          devices: list[str] | None = None, grouping: Grouping | None = None) -> TrainingResult:
     """Train the prepared model for ``steps`` real steps with ``group_placement``.
 
     Args:
         prepared: a :class:`compgraph.prepare.PreparedGraph` (with ``graph_def``; its fetches
             must include a scalar float loss).
         spec: the cluster (devices mapped by :func:`cluster.real.tf_devices` unless ``devices``).
-        group_placement: ``[num_groups]`` device indices.
+        group_placement: ``[num_groups]`` device indices over ``grouping`` (default
+            ``prepared.grouping``), or an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``
+            device indices; each op placed on its own device, TensorFlow's colocation checked).
+        grouping: the units ``group_placement`` is over (e.g. :func:`compgraph.grouping.colocation_grouping`);
+            ignored for an op placement.
         steps: training steps (>= 1).
         seed: seed of the synthetic inputs and of TensorFlow's graph-level seed.
         on_step: called after each step with ``(step, step_time_s, loss)``, step from 0.
@@ -68,17 +80,22 @@ def train(prepared, spec: ClusterSpec, group_placement: np.ndarray, steps: int =
         :class:`TrainingResult`.
     Raises:
         ValueError: ``steps < 1``, a bad placement, or fetches without a scalar float loss;
+        cluster.real.ColocationError: an op placement that splits ops TensorFlow must colocate;
         cluster.real.PlacementError: a placement TensorFlow cannot run;
         tensorflow.errors.ResourceExhaustedError: a device ran out of memory.
     """
     import time
 
     from cluster.environment import make_environment
+    from cluster.op_placement import is_op_placement
 
     if steps < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
+    if is_op_placement(group_placement):  # per-op devices: one unit per op
+        grouping, group_placement = op_grouping(prepared.graph), group_placement.ops
     env = make_environment("real", prepared, spec, {"steps": 2, "warmup": 1, "seed": seed,
-                                                    "soft_placement": soft_placement, "devices": devices})
+                                                    "soft_placement": soft_placement, "devices": devices},
+                           grouping=grouping)
     t0 = time.perf_counter()
     times, losses = [], []
     with env.session(group_placement) as sess:

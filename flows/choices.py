@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Literal, Union
 
 from cluster.environment import ENVIRONMENTS
+from cluster.fidelity import AGAINST
+from cluster.reproduce import BASELINE_METHODS, CLUSTERS
+from cluster.reproduce import MODELS as TABLE_MODELS
 from cluster.spec import preset_names
 from compgraph.grouping import GROUPERS
 from compgraph.models import BENCHMARKS
@@ -36,3 +39,42 @@ def _method_names() -> tuple[str, ...]:
 
 MethodName = Literal[_method_names()]  # type: ignore[valid-type]
 """A baseline of :data:`baselines.BASELINES` or a learner of :data:`placer.LEARNERS`."""
+
+
+def _learner_names() -> tuple[str, ...]:
+    from placer import LEARNERS
+
+    return tuple(LEARNERS)
+
+
+LearnerName = Literal[_learner_names()]  # type: ignore[valid-type]
+"""A learner of :data:`placer.LEARNERS`."""
+
+AgainstName = Literal[AGAINST]  # type: ignore[valid-type]
+"""The reference of a fidelity measurement (:data:`cluster.fidelity.AGAINST`): real runs or grappler's cost model."""
+
+TABLES = ("2017-table2",)
+"""The paper tables ``placement-reproduce`` reproduces."""
+
+TableName = Literal[TABLES]  # type: ignore[valid-type]
+"""A paper table of :data:`TABLES`."""
+
+TableModel = Literal[TABLE_MODELS]  # type: ignore[valid-type]
+"""A model (row) of 2017 Table 2 (:data:`cluster.reproduce.MODELS`)."""
+
+GpuCount = Literal[tuple(CLUSTERS)]  # type: ignore[valid-type]
+"""A GPU count of 2017 Table 2 (:data:`cluster.reproduce.CLUSTERS`: 2 or 4 K80s)."""
+
+
+def _table_methods() -> tuple[str, ...]:
+    from placer import LEARNERS
+
+    # learners that place the prepared groups (the table compares group placements)
+    return (*BASELINE_METHODS, *(n for n, c in LEARNERS.items() if c.units == "groups"))
+
+
+TABLE_METHODS = _table_methods()
+"""The methods of a ``placement-reproduce`` row: the 2017 baselines and the group-placing learners."""
+
+TableMethod = Literal[TABLE_METHODS]  # type: ignore[valid-type]
+"""A method of :data:`TABLE_METHODS`."""

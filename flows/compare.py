@@ -10,6 +10,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
 import tasks
+from flows.choices import ClusterName, EnvName, GrouperName, LearnerName, ModelName, SizeName
 from placer import LEARNERS
 from placer.compare import summarize_runs
 from placer.search import run_name
@@ -31,14 +32,14 @@ def record(**kwargs) -> str:
 
 @flow(name="compare-learners")
 def compare_learners(
-    model: str = "rnnlm",
-    size: str = "small",
-    cluster: str = "k80x2",
-    learners: list[str] | None = None,
+    model: ModelName = "rnnlm",
+    size: SizeName = "small",
+    cluster: ClusterName = "k80x2",
+    learners: list[LearnerName] | None = None,
     seeds: list[int] = [0, 1, 2],
     budget: int = 1000,
-    env: str = "sim",
-    grouper: str | None = None,
+    env: EnvName = "sim",
+    grouper: GrouperName | None = None,
     learner_options: dict[str, dict] | None = None,
     resume: bool = False,
     out_dir: str = "placement-runs",
@@ -47,7 +48,23 @@ def compare_learners(
 ) -> dict:
     """Run every learner of ``learners`` (default: all of :data:`placer.LEARNERS`) once per seed
     with the same budget in the same kind of environment; returns the per-learner summary
-    (:func:`placer.compare.summarize_runs`), the plot's path and the MLflow run."""
+    (:func:`placer.compare.summarize_runs`), the plot's path and the MLflow run.
+
+    Args:
+        model: benchmark model (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec.
+        learners: the learners compared (empty: every learner of placer.LEARNERS).
+        seeds: one search per learner and seed; the summary gives the median and spread over them.
+        budget: placements each learner samples per seed.
+        env: where placements are measured: sim (simulator), real (TensorFlow on this machine) or grappler.
+        grouper: how ops are grouped (empty: 2017 for benchmarks).
+        learner_options: per learner, fields of its config overriding the paper defaults, e.g. {"rl": {"k": 8}}.
+        resume: continue interrupted searches from their placement logs and checkpoints.
+        out_dir: folder of the MLflow store (when tracking_uri is empty), the plots, logs and graph cache.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
+    """
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     chosen = list(learners or LEARNERS)

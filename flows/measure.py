@@ -23,6 +23,8 @@ from prefect.runtime import flow_run
 
 import tasks
 import tasks.measure as mt
+from cluster.op_placement import is_op_placement
+from flows.choices import AgainstName, ClusterName, EnvName, MethodName, ModelName, SizeName
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 
@@ -44,18 +46,18 @@ def _none_if_nan(x):
     return None if isinstance(x, float) and math.isnan(x) else x
 
 
-def _named(prepared, spec, gp) -> dict[str, str]:
-    names = spec.device_names
-    return {g: names[int(d)] for g, d in zip(prepared.grouping.names, gp)}
-
-
 @flow(name="placement-calibrate")
-def placement_calibrate(model: str = "rnnlm", size: str = "small", cluster: str = "cpu4", steps: int = 5,
-                        seed: int = 0, out: str | None = None) -> dict:
+def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cluster: ClusterName = "cpu4",
+                        steps: int = 5, seed: int = 0, out: str | None = None) -> dict:
     """Calibrate per-op times of a model on a cluster and save the cost table.
 
     Args:
+        model: benchmark model whose training step is traced (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec; every device kind is traced on this machine
+            (cpu4: four logical CPUs).
         steps: traced steps per device kind (the first dropped; >= 2).
+        seed: seed of the synthetic inputs.
         out: where the table goes; default :func:`default_cost_table_path` under ``placement-runs``.
     Returns:
         ``{"model", "size", "cluster", "ops", "measured_ops", "coverage", "path", "steps", "devices"}``:
@@ -82,9 +84,9 @@ def placement_calibrate(model: str = "rnnlm", size: str = "small", cluster: str 
 
 @flow(name="placement-fidelity")
 def placement_fidelity(
-    model: str = "rnnlm",
-    size: str = "small",
-    cluster: str = "cpu4",
+    model: ModelName = "rnnlm",
+    size: SizeName = "small",
+    cluster: ClusterName = "cpu4",
     random: int = 8,
     steps: int = 10,
     seed: int = 0,
@@ -93,7 +95,7 @@ def placement_fidelity(
     budget: int = 1000,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,
-    against: str = "real",
+    against: AgainstName = "real",
 ) -> dict:
     """Simulated (roofline and calibrated) against real step times on a set of placements, logged to MLflow.
 
@@ -107,9 +109,19 @@ def placement_fidelity(
     (``rl``, ``post``) after ``budget`` placements searched in the calibrated simulator.
 
     Args:
+        model: benchmark model (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec; placements run for real on this machine.
+        random: seeded uniformly random placements besides the baselines and the learners.
         steps: real steps per placement, the first dropped (2017 Sec. 3.4: 10); >= 2.
+        seed: seed of the random placements, the searches and the synthetic inputs.
         cost_table: a saved cost table; ``None``: calibrate first (``calibrate_steps`` steps)
             and save it to :func:`default_cost_table_path` under ``out_dir``.
+        calibrate_steps: traced steps per device kind when calibrating first (>= 2).
+        budget: placements each learner (rl, post) samples in the calibrated simulator.
+        out_dir: folder of the MLflow store (when tracking_uri is empty), cost tables and placement logs.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        against: the reference: real (TensorFlow on this machine) or grappler (TensorFlow's cost model).
     Returns:
         ``{"model", "size", "cluster", "ops", "groups", "n", "kendall_tau", "mape",
         "kendall_tau_calibrated", "mape_calibrated", "rows", "cost_table", "coverage",
@@ -161,7 +173,7 @@ def placement_fidelity(
         artifact_location=artifact_root(out),
         params=params,
         result={**result, "rows": rows},
-        placements={name: _named(prepared, spec, gp) for name, gp in placements.items()},
+        placements={name: mt.named_placement(prepared, spec, gp) for name, gp in placements.items()},
         cost_table_path=str(table_path) if table_path else None,
         prefect_flow_run_id=flow_run_id,
     )
@@ -187,13 +199,13 @@ def placement_fidelity(
 
 @flow(name="placement-train")
 def placement_train(
-    model: str = "rnnlm",
-    size: str = "small",
-    cluster: str = "cpu4",
-    method: str = "expert",
+    model: ModelName = "rnnlm",
+    size: SizeName = "small",
+    cluster: ClusterName = "cpu4",
+    method: MethodName = "expert",
     steps: int = 20,
     seed: int = 0,
-    env: str = "real",
+    env: EnvName = "real",
     budget: int = 1000,
     cost_table: str | None = None,
     out_dir: str = DEFAULT_OUT_DIR,
@@ -202,14 +214,30 @@ def placement_train(
     """Train with one method's placement for ``steps`` steps (``env="real"``) or project the time
     from the simulated step time (``env="sim"``), and log it to MLflow.
 
-    A baseline's placement is built (:data:`baselines.BASELINES`); a learner's (``rl``,
-    ``post``) is the best of ``budget`` placements searched in the simulator (calibrated
-    with ``cost_table`` if given, else roofline). The sim projection uses the same simulator.
+    A baseline's placement is built (:data:`baselines.BASELINES`; the op-level placers m_topo,
+    m_etf, m_sct place every op); a learner's (:data:`placer.LEARNERS`) is the best of ``budget``
+    placements searched in the simulator over its units (the prepared groups, or the colocation
+    units of hierarchical and eagle; calibrated with ``cost_table`` if given, else roofline).
+    The sim projection uses the same simulator.
+
+    Args:
+        model: benchmark model (``placement models``).
+        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        cluster: preset cluster or the path of a YAML cluster spec.
+        method: the baseline or learner whose placement is trained.
+        steps: training steps (>= 1).
+        seed: seed of the synthetic inputs and of a learner's search.
+        env: real (TensorFlow on this machine), sim (projected from the simulated step time) or grappler
+            (projected from TensorFlow's cost model).
+        budget: placements a learner samples in the simulator.
+        cost_table: a saved cost table: a learner searches, and env sim projects, with calibrated op times.
+        out_dir: folder of the MLflow store (when tracking_uri is empty) and placement logs.
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
 
     Returns:
         :func:`tasks.measure.train_placement`'s dict plus ``model``, ``size``, ``cluster``,
         ``method``, ``env``, ``label`` (``real`` or ``simulated``), ``placement``
-        (group -> device name), ``mlflow_run_id``, ``mlflow_tracking_uri``, ``prefect_flow_run_id``.
+        (unit -> device name: groups, colocation units or ops), ``units``, ``mlflow_run_id``, ``mlflow_tracking_uri``, ``prefect_flow_run_id``.
     Raises:
         ValueError: a learner whose search found no placement that fits in memory.
     """
@@ -218,21 +246,24 @@ def placement_train(
     prepared = tasks.preprocess(model, size)
     spec = tasks.load_cluster_spec(cluster)
     table = mt.load_cost_table(Path(cost_table)) if cost_table else None
+    grouping = None  # the units of the placement: the prepared groups unless a learner places its own
     if method in LEARNERS:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_path = out / "placement-logs" / f"{stamp}-train-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
         found = mt.simulated_search(prepared, spec, method, budget, seed, table, log_path)
         if found.best_placement is None:
             raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")
-        gp = found.best_placement
+        gp, grouping = found.best_placement, tasks.learner_grouping(method, prepared)
     else:
         gp = tasks.baseline_placement(method, prepared, spec)
-    result = mt.train_placement(prepared, spec, env, gp, steps, seed, cost_table=table)
-    placement = _named(prepared, spec, gp)
+    result = mt.train_placement(prepared, spec, env, gp, steps, seed, cost_table=table, grouping=grouping)
+    placement = mt.named_placement(prepared, spec, gp, grouping)
+    units = "ops" if is_op_placement(gp) else (grouping or prepared.grouping).grouper
     flow_run_id = _flow_run_id()
     params = {"model": model, "size": size, "cluster": spec.name, "method": method, "steps": steps, "seed": seed,
               "env": env, "budget": budget if method in LEARNERS else None,
-              "cost_table": cost_table or "", "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups}
+              "cost_table": cost_table or "", "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
+              "units": units}
     run_id = mt.record_training_run(tracking_uri=uri, artifact_location=artifact_root(out), params=params,
                                     result=result, placement=placement, prefect_flow_run_id=flow_run_id)
     return {
@@ -244,6 +275,7 @@ def placement_train(
         "label": "simulated" if result["simulated"] else "real",
         **result,
         "placement": placement,
+        "units": units,
         "mlflow_run_id": run_id,
         "mlflow_tracking_uri": uri,
         "prefect_flow_run_id": flow_run_id,

@@ -18,13 +18,12 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 import tasks.reproduce as rtasks
+from cluster.reproduce import CLUSTERS, MODELS
+from flows.choices import TABLE_METHODS, TABLES, GpuCount, SizeName, TableMethod, TableModel, TableName
 from placer import LEARNERS
-from cluster.reproduce import BASELINE_METHODS, CLUSTERS, MODELS
 from tracking import artifact_root, default_tracking_uri
 
-TABLES = ("2017-table2",)
-# learners that place the prepared groups (the table compares group placements)
-METHODS = (*BASELINE_METHODS, *(n for n, c in LEARNERS.items() if c.units == "groups"))
+METHODS = TABLE_METHODS  # the baselines and the learners that place the prepared groups (the table compares group placements)
 
 
 def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path: Path) -> np.ndarray:
@@ -38,20 +37,33 @@ def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path
 
 @flow(name="placement-reproduce")
 def placement_reproduce(
-    table: str = "2017-table2",
-    models: list[str] = list(MODELS),
-    gpus: list[int] = [2, 4],
-    methods: list[str] = list(METHODS),
+    table: TableName = "2017-table2",
+    models: list[TableModel] = list(MODELS),
+    gpus: list[GpuCount] = [2, 4],
+    methods: list[TableMethod] = list(METHODS),
     budget: int = 0,
     seed: int = 0,
     out_dir: str = "placement-runs",
     cache_dir: str | None = None,
     tracking_uri: str | None = None,
     fit_path: str | None = None,
-    size: str = "paper",
+    size: SizeName = "paper",
 ) -> dict:
     """Run the table's rows and compare them with the paper; returns
     :func:`cluster.reproduce.reproduce_table`'s dict plus the run's ids.
+
+    Args:
+        table: the paper table (2017-table2: Mirhoseini et al. 2017, Table 2).
+        models: the table's rows to run (rnnlm, nmt, inception_v3).
+        gpus: the K80 counts of the rows (2: k80x2, 4: k80x4).
+        methods: baselines (always run) and learners (searched only with budget > 0).
+        budget: placements each learner samples per row (0: baselines only).
+        seed: seed of the searches.
+        out_dir: folder of the MLflow store (when tracking_uri is empty), the graph cache and the placement logs.
+        cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
+        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        fit_path: the stored preset fits giving the held-out column (empty: cluster/presets/k80_fit.json).
+        size: benchmark size of the rows (paper: the table's; small: a quick check, not comparable to the paper).
 
     Raises:
         ValueError: an unknown table, model, GPU count or method.

@@ -14,7 +14,7 @@ from pathlib import Path
 from prefect import flow
 
 import tasks
-from flows.choices import ClusterName, ModelName, SizeName
+from flows.choices import ClusterName, MethodName, ModelName, SizeName
 from flows.experiment import placement_experiment
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import finish_sweep, start_sweep
@@ -27,9 +27,10 @@ def placement_sweep(
     clusters: list[ClusterName] = ["k80x2", "k80x4"],
     seeds: list[int] = [0],
     budget: int = 1000,
-    methods: list[str] | None = None,
+    methods: list[MethodName] | None = None,
     out_dir: str = "placement-runs",
     tracking_uri: str | None = None,
+    learner_options: dict[str, dict] | None = None,
 ) -> list[dict]:
     """Run :func:`flows.experiment.placement_experiment` for every (model, cluster, seed).
 
@@ -42,6 +43,8 @@ def placement_sweep(
         methods: methods of every experiment (empty: every method that applies).
         out_dir: folder of the run folders, the MLflow store (when tracking_uri is empty) and the graph cache.
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        learner_options: per learner, fields of its config overriding the paper defaults in every experiment,
+            e.g. {"rl": {"k": 8}} (rl's K, 2017 Eq. 3).
 
     Returns:
         One summary per run: ``model``, ``cluster``, ``seed``, ``best_baseline``,
@@ -59,6 +62,8 @@ def placement_sweep(
                               tracking_uri=tracking_uri, mlflow_parent_run_id=sweep_id)
                 if methods is not None:
                     kwargs["methods"] = methods
+                if learner_options is not None:
+                    kwargs["learner_options"] = learner_options
                 try:
                     r = placement_experiment(**kwargs)
                 except Exception as exc:  # one bad combination must not stop the nightly sweep

@@ -19,8 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from functools import partial  # noqa: E402
+
+from baselines import place_baselines  # noqa: E402
 from cluster.reproduce import (  # noqa: E402
-    FIT_PARAMS, MODELS, PAPER_TABLE2, fit, load_table_data, paper_cells, predict, write_presets,
+    BASELINE_METHODS, FIT_PARAMS, MODELS, PAPER_TABLE2, fit, load_table_data, paper_cells, predict, write_presets,
 )
 
 
@@ -32,7 +35,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", default="placement-runs/graph-cache")
     args = ap.parse_args(argv)
     t0 = time.time()
-    data = load_table_data(MODELS, args.cache_dir)
+    data = load_table_data(MODELS, args.cache_dir, place=partial(place_baselines, BASELINE_METHODS))
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     out = {"paper": PAPER_TABLE2, "params": [p.__dict__ for p in FIT_PARAMS], "leave_one_out": {}}
     for held in MODELS:

@@ -51,6 +51,14 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
     return BASELINES[method](ctx)
 
 
+def baseline_placements(methods: list[str], prepared: PreparedGraph, spec: ClusterSpec) -> dict:
+    """The placement of every baseline of ``methods`` (one task ``baseline-<method>`` each, in
+    order); learners and the optimum (a reference point, :func:`reference_points`) are skipped."""
+    from placer import LEARNERS
+
+    return {m: baseline_placement(m, prepared, spec) for m in methods if m not in LEARNERS and m != "optimum"}
+
+
 @task(name="reference-points", cache_policy=NONE)
 def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, want_optimum: bool) -> dict:
     """The lower bound and, if asked, the optimum (:func:`baselines.report.reference_points`)."""
@@ -104,4 +112,9 @@ def record(**kwargs) -> str | None:
 from tasks.publish import publish_experiment, publish_sweep  # noqa: E402,F401  (Prefect artifacts)
 
 
-from tasks.search import environment, evaluate, learner_config, learner_grouping, learner_search, run_paths  # noqa: E402,F401
+from tasks.search import (  # noqa: E402,F401
+    LearnerSearches, RaySettings, environment, evaluate, learner_config, learner_grouping, learner_search, learner_searches,
+    learner_setting, run_paths,
+)
+from tasks.measure import train_best  # noqa: E402,F401
+from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params  # noqa: E402,F401

@@ -14,8 +14,10 @@ from baselines import applicable_baselines as baselines_for
 from cluster.calibrate import CostTable, calibrate
 from cluster.environment import ENVIRONMENTS, Environment, make_environment
 from cluster.fidelity import fidelity, random_placements
+from cluster.op_placement import is_op_placement, measure_placement
 from cluster.spec import ClusterSpec
 from cluster.training import projected_training, train
+from compgraph.ir import Grouping
 from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
 from placer.search import SearchResult, run_search
@@ -28,9 +30,20 @@ def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec, group_level
     return baselines_for(spec, prepared.benchmark is None, optimum=False, group_level=group_level)
 
 
-def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None) -> Environment:
-    """The fast simulator: calibrated (the table's op times and link) if ``cost_table`` is given, else roofline."""
-    return make_environment("sim", prepared, spec, {"cost_table": cost_table})
+def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostTable | None,
+                   grouping: Grouping | None = None) -> Environment:
+    """The fast simulator over ``grouping`` (default the prepared groups): calibrated (the table's op
+    times and link) if ``cost_table`` is given, else roofline."""
+    return make_environment("sim", prepared, spec, {"cost_table": cost_table}, grouping=grouping)
+
+
+def named_placement(prepared: PreparedGraph, spec: ClusterSpec, placement, grouping: Grouping | None = None) -> dict[str, str]:
+    """A placement as unit name -> device name: group names of ``grouping`` (default the prepared
+    groups) for ``[num_groups]`` device indices, op names for an :class:`cluster.op_placement.OpPlacement`."""
+    names = spec.device_names
+    if is_op_placement(placement):
+        return {op.name: names[int(d)] for op, d in zip(prepared.graph.ops, placement.ops)}
+    return {g: names[int(d)] for g, d in zip((grouping or prepared.grouping).names, placement)}
 
 
 @task(name="calibrate-costs", cache_policy=NONE)
@@ -69,14 +82,17 @@ def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, see
 def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, budget: int, seed: int,
                      cost_table: CostTable | None, log_path: Path | None) -> SearchResult:
     """A learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in the
-    simulator over the prepared groups: calibrated with ``cost_table``, else roofline.
+    simulator over its units (:func:`tasks.search.learner_grouping`: the prepared groups, or the
+    colocation units of a learner that groups ops itself): calibrated with ``cost_table``, else roofline.
 
     Raises:
         ValueError: an unknown learner (lists the valid ones).
     """
     if learner not in LEARNERS:
         raise ValueError(f"unknown learner {learner!r}; valid: {', '.join(LEARNERS)}")
-    env = _simulated_env(prepared, spec, cost_table)
+    from tasks.search import learner_grouping
+
+    env = _simulated_env(prepared, spec, cost_table, learner_grouping(learner, prepared))
     config = LEARNERS[learner].Config(budget=budget, seed=seed)
     return run_search(LEARNERS[learner](env, config), env, log_path=log_path, resume=True)
 
@@ -90,15 +106,20 @@ def measure_fidelity(prepared: PreparedGraph, spec: ClusterSpec, placements: dic
 
 
 @task(name="train-placement", cache_policy=NONE)
-def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, group_placement: np.ndarray,
-                    steps: int, seed: int, cost_table: CostTable | None = None) -> dict:
-    """Train ``steps`` steps with ``group_placement`` (``[num_groups]`` device indices), for real or simulated.
+def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, group_placement,
+                    steps: int, seed: int, cost_table: CostTable | None = None, grouping: Grouping | None = None) -> dict:
+    """Train ``steps`` steps with a placement, for real or simulated.
 
-    ``env_kind="real"``: :func:`cluster.training.train` (synthetic inputs from ``seed``, groups
+    The placement: ``[num_groups]`` device indices over ``grouping`` (default the prepared
+    groups; e.g. the colocation units of hierarchical and eagle, :func:`tasks.search.learner_grouping`),
+    or an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``, Baechi's m_topo / m_etf / m_sct).
+    ``env_kind="real"``: :func:`cluster.training.train` (synthetic inputs from ``seed``, units
     with no kernel on their device moved to the first CPU as the simulator does).
     ``env_kind="sim"``: :func:`cluster.training.projected_training` of the simulated step time
-    (calibrated with ``cost_table`` if given, else roofline; the step time is used even if the
-    simulator reports OOM, flagged by ``oom``); ``env_kind="grappler"``: the same from grappler's estimate.
+    (calibrated with ``cost_table`` if given, else roofline; measured in an environment over the
+    placement's own units as :func:`tasks.search.evaluate` does, so the step time is the evaluated one;
+    the step time is used even if the simulator reports OOM, flagged by ``oom``);
+    ``env_kind="grappler"``: the same from grappler's estimate.
 
     Returns:
         ``{"steps", "seconds", "simulated", "step_times_s", "losses", "step_time_s", "setup_s", "oom"}``:
@@ -114,16 +135,41 @@ def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, g
         raise ValueError(f"unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
     if steps < 1:
         raise ValueError(f"steps: must be >= 1, got {steps}")
-    gp = np.asarray(group_placement, dtype=np.int64)
+    op_level = is_op_placement(group_placement)
+    placement = group_placement if op_level else np.asarray(group_placement, dtype=np.int64)
+    units = None if op_level else grouping  # an op placement is measured over the prepared groups (or per op)
     if env_kind in ("sim", "grappler"):
-        env = _simulated_env(prepared, spec, cost_table) if env_kind == "sim" else make_environment(env_kind, prepared, spec)
-        m = env.measure(gp)
+        options = {"cost_table": cost_table} if env_kind == "sim" else None
+        env = make_environment(env_kind, prepared, spec, options, grouping=units)
+        m = measure_placement(env, placement)
         proj = projected_training(m.simulated_step_time_s, steps)
         return {"steps": proj.steps, "seconds": proj.seconds, "simulated": True, "step_times_s": [], "losses": [],
                 "step_time_s": proj.step_time_s, "setup_s": None, "oom": m.oom}
-    r = train(prepared, spec, gp, steps=steps, seed=seed, soft_placement=True)
+    r = train(prepared, spec, placement, steps=steps, seed=seed, soft_placement=True, grouping=units)
     return {"steps": steps, "seconds": r.total_s, "simulated": False, "step_times_s": list(r.step_times_s),
             "losses": list(r.losses), "step_time_s": float(np.mean(r.step_times_s)), "setup_s": r.setup_s, "oom": False}
+
+
+def train_best(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, summary: dict, placements: dict,
+               groupings: dict[str, Grouping] | None, steps: int, seed: int) -> dict:
+    """The experiment's end-to-end training evaluation (2017 Sec. 4.3): the best learned and the best
+    baseline placement (``summary["best_learned"]``, ``summary["best_baseline"]``) trained for
+    ``steps`` steps with :func:`train_placement` (for real with ``env_kind="real"``, projected from
+    the simulated step time otherwise), whatever their units: the prepared groups, a learner's own
+    units (``groupings[method]``) or an op-level placement.
+
+    Returns:
+        method -> :func:`train_placement`'s dict; empty with ``steps == 0`` or no placement (all OOM).
+    """
+    training: dict = {}
+    if steps <= 0:
+        return training
+    for method in (summary.get("best_learned"), summary.get("best_baseline")):
+        if method is None or method in training or placements.get(method) is None:
+            continue
+        training[method] = train_placement(prepared, spec, env_kind, placements[method], steps, seed,
+                                           grouping=(groupings or {}).get(method))
+    return training
 
 
 @task(name="record-fidelity", cache_policy=NONE)

@@ -6,14 +6,19 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NONE
 
-from cluster.reproduce import TableData, load_fit, load_table_data, reproduce_table
+from functools import partial
+
+from baselines import place_baselines
+from cluster.reproduce import BASELINE_METHODS, TableData, load_fit, load_table_data, reproduce_table
 from tracking.reproduce import record_reproduction
 
 
 @task(name="reproduce-load-graphs", cache_policy=NONE)
 def load_graphs(models: list[str], cache_dir: str, size: str = "paper") -> TableData:
-    """The table's graphs (through the graph cache) and the shipped presets (:func:`cluster.reproduce.load_table_data`)."""
-    return load_table_data(models, cache_dir, size)
+    """The table's graphs (through the graph cache), the shipped presets and the 2017 baselines
+    (:func:`baselines.place_baselines` of :data:`cluster.reproduce.BASELINE_METHODS`) as the table's placer
+    (:func:`cluster.reproduce.load_table_data`)."""
+    return load_table_data(models, cache_dir, size, place=partial(place_baselines, BASELINE_METHODS))
 
 
 @task(name="reproduce-table", cache_policy=NONE)

@@ -3,6 +3,7 @@ learner of :data:`placer.LEARNERS` (no per-learner dispatch), the placement eval
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import task
@@ -96,3 +97,104 @@ def evaluate(
               if g is not prepared.grouping}
     results = evaluate_placements(env, placements, others)
     return results, summarize(results, [m for m in results if m in LEARNERS])
+
+
+@dataclass
+class RaySettings:
+    """Where the learners search: in-process (``controllers == 0``) or on Ray (2017 Sec. 3.4,
+    :func:`placer.distributed.distributed_search`) with ``controllers`` controllers, ``workers``
+    measuring workers (0: K per controller), ``gpus_per_worker`` GPUs each, the policy on
+    ``policy_device`` (cpu or cuda), synchronous rounds unless ``async_updates``; ``ray_address``:
+    an existing Ray cluster (``None``: a local Ray)."""
+
+    controllers: int = 0
+    ray_address: str | None = None
+    workers: int = 0
+    gpus_per_worker: float = 0
+    policy_device: str = "cpu"
+    async_updates: bool = False
+
+    def distributes(self, method: str) -> bool:
+        """True if ``method`` searches on Ray: controllers > 0 and it places the prepared groups
+        (learners that group ops themselves, ``units == "colocation"``, search in-process)."""
+        return self.controllers > 0 and LEARNERS[method].units == "groups"
+
+
+@dataclass
+class LearnerSearches:
+    """What the learner searches of one experiment found.
+
+    Attributes:
+        placements: method -> best placement (``[num_units]`` device indices over ``groupings[method]``;
+            ``None`` if every sampled placement ran out of memory).
+        curves: method -> learning curve (:attr:`placer.search.SearchResult.curve`).
+        method_params: method -> its settings for MLflow (config, paper, units, controllers, Ray settings).
+        groupings: method -> the grouping its placement is over (:func:`learner_grouping`).
+        extra_artifacts: ``placement-logs/<method>`` -> the path of its placement log.
+    """
+
+    placements: dict = field(default_factory=dict)
+    curves: dict = field(default_factory=dict)
+    method_params: dict = field(default_factory=dict)
+    groupings: dict = field(default_factory=dict)
+    extra_artifacts: dict = field(default_factory=dict)
+
+
+def learner_setting(method: str, name: str, learner_options: dict[str, dict] | None = None):
+    """The value of ``method``'s config field ``name``: ``learner_options[method][name]`` if given,
+    else the paper default (:data:`placer.LEARNERS`); e.g. rl's K for the experiment's ``k`` parameter."""
+    options = (learner_options or {}).get(method, {})
+    return options[name] if name in options else LEARNERS[method].Config.model_fields[name].default
+
+
+def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spec: ClusterSpec, env_kind: str,
+                     out: Path, budget: int, seed: int, learner_options: dict[str, dict] | None = None, resume: bool = False,
+                     env_options: dict | None = None, progress=None, ray: RaySettings | None = None) -> LearnerSearches:
+    """Every learner of ``methods`` (those in :data:`placer.LEARNERS`, in order) searches ``budget``
+    placements: in-process (task ``search-<method>``, :func:`learner_search`) or on Ray
+    (:func:`distributed_placement_search`, see :class:`RaySettings`), with its placement log and
+    checkpoint under ``out`` named by the run's settings (:func:`run_paths`; ``-ray<N>`` in the
+    log's name on Ray), resumed from them with ``resume``.
+
+    Args:
+        size: the experiment's size parameter (names the logs; a user's graph keeps the one asked for).
+        learner_options: per learner, config fields overriding the paper defaults (:func:`learner_config`).
+        progress: ``progress(method, budget) -> on_update`` callback factory (e.g.
+            :meth:`tracking.live.ExperimentRecorder.callback`), or ``None``.
+    Raises:
+        ValueError: an option a learner's config refuses (:func:`learner_config`).
+    """
+    ray = ray or RaySettings()
+    dist = {"workers": ray.workers or None, "gpus_per_worker": ray.gpus_per_worker, "policy_device": ray.policy_device,
+            "async_updates": ray.async_updates}
+    found_all = LearnerSearches()
+    for method in methods:
+        if method not in LEARNERS:
+            continue
+        config = learner_config(method, budget, seed, (learner_options or {}).get(method, {}))
+        log_path, ckpt_path = run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
+                                        seed, config.budget)
+        on_update = progress(method, config.budget) if progress is not None else None
+        distributed = ray.distributes(method)
+        if distributed:
+            from tasks import distributed_placement_search
+
+            log_path = log_path.with_name(log_path.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
+            if not resume:
+                log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
+            found = distributed_placement_search(prepared, spec, env_kind, config, log_path, ray.controllers,
+                                                 ray.ray_address, env_options, on_update, method, **dist)
+        else:
+            found = learner_search(method, prepared, spec, env_kind, config, log_path, ckpt_path, resume, env_options,
+                                   on_update)
+        found_all.groupings[method] = learner_grouping(method, prepared)
+        params = {**config.model_dump(), "failing_signal": found.failing_signal, "paper": LEARNERS[method].paper,
+                  "units": LEARNERS[method].units, "controllers": ray.controllers if distributed else 0}
+        if distributed:
+            params.update({**dist, "workers": ray.workers or "K per controller", **getattr(found, "distributed", {}),
+                           "ray_address": ray.ray_address or "local"})
+        found_all.method_params[method] = params
+        found_all.placements[method] = found.best_placement
+        found_all.curves[method] = found.curve
+        found_all.extra_artifacts[f"placement-logs/{method}"] = str(log_path)
+    return found_all

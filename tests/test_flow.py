@@ -24,7 +24,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     from flows.experiment import METHODS, placement_experiment
 
     out = tmp_path / "runs"
-    result = placement_experiment(budget=16, k=8, seed=0, out_dir=str(out))
+    result = placement_experiment(budget=16, learner_options={"rl": {"k": 8}}, seed=0, out_dir=str(out))
     assert set(result["methods"]) == set(METHODS)
     for name, row in result["methods"].items():
         assert row["oom"] is False and row["step_time_s"] > 0, name
@@ -37,6 +37,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     parent = client.get_run(result["mlflow_run_id"])
     assert parent.data.tags["prefect.flow_run_id"] == result["prefect_flow_run_id"]
     assert parent.data.params["model"] == "rnnlm" and parent.data.params["budget"] == "16"
+    assert parent.data.params["k"] == "8"  # rl's K, from learner_options
     children = client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     )
@@ -123,3 +124,28 @@ def test_cli_graph_stats_json(rnnlm_small):
     stats = json.loads(r.stdout)
     assert stats["ops"] == rnnlm_small.graph.num_ops and stats["groups"] == rnnlm_small.grouping.num_groups
     assert stats["total_flops"] > 1e9 and stats["param_bytes"] > 1e7
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--methods", "rl,post", "--k", "4"], {"rl": {"k": 4}}),
+    (["--methods", "rl", "--k", "4", "--learner-option", "rl.k=6"], {"rl": {"k": 6}}),  # the learner option wins
+    (["--methods", "rl"], {"rl": {"k": 8}}),
+    (["--methods", "post", "--k", "4"], {}),  # rl is not searched: --k goes nowhere
+])
+def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, expected):
+    """The flow has no ``k`` parameter (only rl uses it): the CLI's ``--k`` becomes ``learner_options["rl"]["k"]``."""
+    import cli.main
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def run_flow(flow_fn, fail, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(cli.main, "run_flow", run_flow)
+    r = CliRunner().invoke(cli.main.app, ["experiment", *args, "--out-dir", str(tmp_path)])
+    assert isinstance(r.exception, Stop), r.output
+    assert "k" not in seen and seen["learner_options"] == expected

@@ -129,6 +129,37 @@ def test_train_real_logs_step_time_and_loss_per_step(prefect_harness, tmp_path):
     assert "real training: 3 steps" in r.stderr
 
 
+def test_train_a_learner_that_places_colocation_units_for_real(prefect_harness, tmp_path, rnnlm_small):
+    """hierarchical groups ops itself (over the colocation units): its best placement trains too (issue 9)."""
+    from compgraph.grouping import colocation_grouping
+
+    out = tmp_path / "runs"
+    r = invoke(["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "hierarchical", "--budget", "4",
+                "--steps", "2", "--env", "real", "--out-dir", str(out), "--json", "-"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["simulated"] is False and res["steps"] == 2 and all(np.isfinite(res["losses"]))
+    assert res["units"] == "colocation" and set(res["placement"]) == set(colocation_grouping(rnnlm_small.graph).names)
+    assert _client(out).get_run(res["mlflow_run_id"]).data.params["units"] == "colocation"
+
+
+def test_train_an_op_level_placement_projects_its_simulated_step(prefect_harness, tmp_path, rnnlm_small, k80x2):
+    """m_topo places every op (splitting the 2017 groups): trained (here projected) like any other placement."""
+    from baselines import BASELINES, BaselineContext
+    from cluster.environment import make_environment
+    from cluster.op_placement import measure_placement
+
+    out = tmp_path / "runs"
+    r = invoke(["train", "--model", "rnnlm", "--cluster", "k80x2", "--method", "m_topo", "--steps", "3", "--env", "sim",
+                "--out-dir", str(out), "--json", "-"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["units"] == "ops" and list(res["placement"]) == [op.name for op in rnnlm_small.graph.ops]
+    ctx = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, k80x2, rnnlm_small.benchmark, rnnlm_small.config)
+    step = measure_placement(make_environment("sim", rnnlm_small, k80x2), BASELINES["m_topo"](ctx)).step_time_s
+    assert res["simulated"] is True and res["step_time_s"] == pytest.approx(step) and res["seconds"] == pytest.approx(3 * step)
+
+
 def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefect_harness, tmp_path, calibrated,
                                                                            rnnlm_small):
     from cluster.calibrate import CostTable
@@ -169,7 +200,7 @@ def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefec
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--random", "-1"], "--random must be at least 0, got -1"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--cost-table", "/nonexistent/t.json"], "--cost-table: cost table /nonexistent/t.json"),
-        (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "magic"], "unknown method 'magic'; valid: single_cpu, single_gpu, expert, scotch, mincut, metis, optimum, rl, post, ppo, ce, pg"),
+        (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "magic"], "unknown method 'magic'; valid: single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum, rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce"),
         (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--env", "cloud"], "unknown environment 'cloud'; valid: sim, real"),
         (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--steps", "0"], "--steps must be at least 1, got 0"),
         (["train", "--model", "nope", "--cluster", "cpu4", "--method", "expert"], "unknown model 'nope'"),

@@ -1,6 +1,7 @@
 """The deployments of prefect.yaml, as a user runs them from the UI: a local Prefect server,
-``prefect work-pool create``, ``prefect --no-prompt deploy --all``, ``prefect deployment run`` of the
-experiment and of the sweep, and a process worker that runs them (``--run-once``)."""
+``prefect work-pool create``, ``prefect --no-prompt deploy --all``, ``prefect deployment run`` of every
+deployment (demo, nightly-sweep, distributed, reproduce, calibrate, fidelity, train) with tiny
+parameters, and one process worker that runs them all (``--run-once``)."""
 
 from __future__ import annotations
 
@@ -66,8 +67,32 @@ def _prefect(env, *args, timeout=300):
     return r.stdout
 
 
+#: every deployment of prefect.yaml with the smallest parameters that still exercise it (out_dir/out added per run)
+RUNS = {
+    "placement-experiment/demo": ["-p", "budget=4", "-p", 'methods=["single_gpu", "rl"]', "-p", "train_steps=0",
+                                  "-p", 'learner_options={"rl": {"k": 2}}'],
+    "placement-sweep/nightly-sweep": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", 'models=["rnnlm"]',
+                                      "-p", "size=small", "-p", 'clusters=["k80x2"]'],
+    "placement-experiment/distributed": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", "controllers=1",
+                                         "-p", "workers=1", "-p", "train_steps=0"],
+    "placement-reproduce/reproduce": ["-p", 'models=["rnnlm"]', "-p", "gpus=[2]", "-p", "size=small", "-p", "budget=0"],
+    "placement-calibrate/calibrate": ["-p", "steps=2"],
+    "placement-fidelity/fidelity": ["-p", "random=2", "-p", "steps=2", "-p", "calibrate_steps=2", "-p", "budget=4"],
+    "placement-train/train": ["-p", "steps=2", "-p", "method=single_cpu"],
+}
+
+
+def _finished_mlflow_runs(out: Path) -> dict[str, int]:
+    """experiment name -> FINISHED runs in ``out/mlflow.db``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    return {e.name: sum(r.info.status == "FINISHED" for r in client.search_runs([e.experiment_id], max_results=100))
+            for e in client.search_experiments()}
+
+
 @pytest.mark.slow
-def test_deploy_all_and_run_experiment_and_sweep_through_a_worker(server, tmp_path):
+def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path):
     env = server
     _prefect(env, "work-pool", "create", "placement", "--type", "process")
     out = _prefect(env, "--no-prompt", "deploy", "--all")
@@ -80,25 +105,45 @@ def test_deploy_all_and_run_experiment_and_sweep_through_a_worker(server, tmp_pa
         with get_client(sync_client=True) as client:
             deployments = {d.name: d for d in client.read_deployments()}
             assert set(deployments) >= {"demo", "nightly-sweep", "reproduce", "calibrate", "fidelity", "train", "distributed"}
+            assert {f"{client.read_flow(d.flow_id).name}/{n}" for n, d in deployments.items()} == set(RUNS)
             assert [s.schedule.cron for s in deployments["nightly-sweep"].schedules] == ["0 3 * * *"]
-            # the UI form: dropdowns (enums) and help text
+            # the UI form: dropdowns (enums) and help text (every flow: tests/test_flow_schema.py)
             schema = deployments["demo"].parameter_openapi_schema["properties"]
             assert "k80x2" in json.dumps(schema["cluster"]) and schema["model"]["enum"][0] == "rnnlm"
             assert schema["budget"]["description"]
 
-    runs = tmp_path / "runs"
-    common = ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", f"out_dir={runs}"]
-    _prefect(env, "deployment", "run", "placement-experiment/demo", *common, "-p", "train_steps=0")
-    _prefect(env, "deployment", "run", "placement-sweep/nightly-sweep", *common, "-p", 'models=["rnnlm"]',
-             "-p", "size=small", "-p", 'clusters=["k80x2"]')
-    _prefect(env, "worker", "start", "--pool", "placement", "--run-once", timeout=900)
+    # one run of every deployment, as `prefect deployment run` from a terminal or the UI's Run button;
+    # one process worker (--run-once) takes every scheduled run it finds and runs them side by side
+    outs = {name: tmp_path / name.split("/")[1] for name in RUNS}
+    for name, params in RUNS.items():
+        where = ["-p", f"out={outs[name] / 'table.json'}"] if name.endswith("/calibrate") else ["-p", f"out_dir={outs[name]}"]
+        _prefect(env, "deployment", "run", name, *params, *where)
+    t0 = time.monotonic()
+    _prefect(env, "worker", "start", "--pool", "placement", "--run-once", timeout=1200)
+    print(f"worker ran {len(RUNS)} deployments in {time.monotonic() - t0:.0f} s")
 
     with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
         with get_client(sync_client=True) as client:
-            states = {(r.name, r.state_type.value) for r in client.read_flow_runs() if r.parent_task_run_id is None}
-            flows = {client.read_flow(r.flow_id).name: r.state_type.value for r in client.read_flow_runs()
-                     if r.deployment_id is not None}
-    assert flows == {"placement-experiment": "COMPLETED", "placement-sweep": "COMPLETED"}, states
-    folders = list((runs / "runs").iterdir())
-    assert len(folders) == 2 and all((f / "results.json").exists() for f in folders)
-    assert list((runs / "sweeps").iterdir())  # the sweep's comparison table
+            names = {d.id: f"{client.read_flow(d.flow_id).name}/{d.name}" for d in client.read_deployments()}
+            states = {names[r.deployment_id]: r.state_type.value for r in client.read_flow_runs() if r.deployment_id}
+    assert states == dict.fromkeys(RUNS, "COMPLETED"), states
+    # what came out: run folders, MLflow runs, the cost table
+    for name in ("demo", "nightly-sweep", "distributed"):
+        folders = list((tmp_path / name / "runs").iterdir())
+        assert len(folders) == 1 and (folders[0] / "results.json").exists(), name
+        assert _finished_mlflow_runs(tmp_path / name)["placement-experiment"] >= 3, name  # parent + one per method
+    assert list((tmp_path / "nightly-sweep" / "sweeps").iterdir())  # the sweep's comparison table
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'demo' / 'mlflow.db'}")
+    (parent,) = [r for r in client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id])
+                 if r.data.tags.get("placement.kind") == "experiment"]
+    assert parent.data.params["k"] == "2"  # learner_options from the run's parameters reached rl
+    logs = [p.name for p in (tmp_path / "distributed" / "placement-logs").glob("*.jsonl")]
+    assert logs == ["rnnlm-small-k80x2-2017-post-ray1-seed0-budget4.jsonl"], logs  # searched on Ray, 1 controller
+    assert _finished_mlflow_runs(tmp_path / "reproduce")["placement-reproduce"] == 1
+    table = json.loads((tmp_path / "calibrate" / "table.json").read_text())
+    assert table["model"] == "rnnlm" and table["op_seconds"]
+    assert (tmp_path / "fidelity" / "cost-tables" / "rnnlm-small-cpu4.json").exists()  # calibrated first
+    assert sum(_finished_mlflow_runs(tmp_path / "fidelity").values()) == 1
+    assert sum(_finished_mlflow_runs(tmp_path / "train").values()) == 1

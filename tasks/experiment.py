@@ -1,0 +1,98 @@
+"""The experiment flow's bookkeeping, kept out of the flow: its MLflow parameters, the
+assembly of the record (what :func:`tracking.record_experiment` logs and the run folder keeps)
+and of the result object (``placement experiment --json``), and the record stage (run folder,
+MLflow, Prefect artifacts). Plain functions; the Prefect tasks they call keep their names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from baselines.report import add_ratio_columns
+from cluster.spec import ClusterSpec
+from compgraph.prepare import PreparedGraph
+from tasks.search import LearnerSearches, learner_setting
+
+
+def start_params(methods: list[str], budget: int, seed: int, env: str, learner_options: dict | None) -> dict:
+    """The MLflow parameters known before any work: methods, budget, ``k`` (rl's K, 2017 Eq. 3:
+    ``learner_options["rl"]["k"]`` or the paper default), seed, env."""
+    return {"methods": ",".join(methods), "budget": budget, "k": learner_setting("rl", "k", learner_options),
+            "seed": seed, "env": env}
+
+
+def graph_params(prepared: PreparedGraph, size: str, spec: ClusterSpec) -> dict:
+    """The MLflow parameters known once the graph is prepared: model, size, cluster, op and group counts, grouper."""
+    return {"model": prepared.name, "size": size, "cluster": spec.name, "ops": prepared.graph.num_ops,
+            "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper}
+
+
+def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, env: str, methods: list[str], budget: int,
+                       seed: int, learner_options: dict | None, searches: LearnerSearches, results: dict, summary: dict,
+                       refs: dict, training: dict, tracking_uri: str, flow_run_id: str | None) -> tuple[dict, dict]:
+    """``(record, result)`` of one experiment.
+
+    Args:
+        searches: the learners' searches (:func:`tasks.search.learner_searches`).
+        results, summary: :func:`tasks.search.evaluate`'s pair (``results`` gets the ratio columns).
+        refs: :func:`baselines.report.reference_points`'s dict (lower bound, optimum).
+        training: :func:`tasks.measure.train_best`'s dict (method -> training result).
+    Returns:
+        ``record``: the keyword arguments of :func:`tracking.record_experiment` but the store
+        (params, results, summary with the reference metrics, method_params, curves,
+        prefect_flow_run_id, extra_artifacts); ``result``: the flow's result object (the README's
+        ``--json`` shape; ``mlflow_run_id`` ``None`` until recorded, no ``run_dir`` yet).
+    """
+    summary = {**summary, "training": training}
+    # MLflow parent metrics "<method>.x_lower_bound", "<method>.x_optimum", lower_bound_s, optimum_s
+    ref_metrics = {**add_ratio_columns(results, refs), "lower_bound_s": refs["lower_bound_s"],
+                   "optimum_s": refs["optimum_s"], "optimum_proven": refs["optimum_proven"]}
+    method_params = {m: searches.method_params.get(m, {}) for m in methods}
+    params = {"model": prepared.name, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
+              "k": learner_setting("rl", "k", learner_options), "seed": seed, "env": env, "ops": prepared.graph.num_ops,
+              "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper}
+    params.update(prepared.run_params())  # a user's graph: how it was imported (loops unrolled or kept as one iteration)
+    record = dict(params=params, results=results, summary={**summary, **ref_metrics}, method_params=method_params,
+                  curves=searches.curves, prefect_flow_run_id=flow_run_id, extra_artifacts=searches.extra_artifacts)
+    result = {
+        "model": prepared.name,
+        "size": size,
+        "cluster": spec.name,
+        "env": env,
+        "ops": prepared.graph.num_ops,
+        "groups": prepared.grouping.num_groups,
+        "methods": {m: {"step_time_s": r["step_time_s"], "oom": r["oom"], "placement": r["placement"],
+                        "x_lower_bound": r["x_lower_bound"], "x_optimum": r["x_optimum"]} for m, r in results.items()},
+        "lower_bound_s": refs["lower_bound_s"],
+        "optimum_s": refs["optimum_s"],
+        "optimum_proven": refs["optimum_proven"],
+        **summary,
+        "mlflow_run_id": None,
+        "mlflow_tracking_uri": tracking_uri,
+        "prefect_flow_run_id": flow_run_id,
+    }
+    return record, result
+
+
+def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared: PreparedGraph, spec: ClusterSpec,
+                    tracking_uri: str, recorder, spool: bool) -> dict:
+    """The experiment's record stage, in this order: the run folder
+    ``<out>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (:func:`tracking.live.save_run_folder`:
+    results.json, table.md, placements.json, plots/), then MLflow (task ``record-mlflow``, unless
+    ``spool``: ``placement log-run`` logs the folder later), then the recorder's runs closed
+    (:class:`tracking.live.ExperimentRecorder`) and the Prefect artifacts published.
+
+    Returns:
+        ``result`` with ``run_dir`` and ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
+    """
+    import tasks
+    from tracking import artifact_root
+    from tracking.live import run_folder, save_run_folder
+
+    folder = run_folder(out, stamp, prepared.name, result["size"], spec.name, record["params"]["seed"])
+    run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
+    if not spool:
+        result["mlflow_run_id"] = tasks.record(tracking_uri=tracking_uri, artifact_location=artifact_root(out),
+                                               run_ids=recorder.run_ids, run_dir=run_dir, **record)
+    recorder.finish(result["mlflow_run_id"] if not spool else "spooled")
+    tasks.publish_experiment(result)
+    return result

@@ -1,0 +1,69 @@
+"""The Prefect UI form of every flow a deployment runs (prefect.yaml): every parameter has a default
+and a description (docstring Args, which Prefect reads), and every parameter with choices is typed
+with a Literal of flows/choices.py, so the form shows a dropdown (``enum`` in the parameter schema).
+No server: the schema is the one ``prefect deploy`` sends (``Flow.parameters``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: flow entrypoint -> the parameters that have choices (a dropdown in the form)
+CHOICES = {
+    "flows/experiment.py:placement_experiment": {"model": "rnnlm", "size": "small", "cluster": "k80x2",
+                                                 "methods": "scotch", "env": "sim", "grouper": "metis"},
+    "flows/sweep.py:placement_sweep": {"models": "nmt", "size": "paper", "clusters": "k80x4", "methods": "rl"},
+    "flows/reproduce.py:placement_reproduce": {"table": "2017-table2", "models": "inception_v3", "gpus": 4,
+                                               "methods": "mincut", "size": "paper"},
+    "flows/measure.py:placement_calibrate": {"model": "rnnlm", "size": "small", "cluster": "cpu4"},
+    "flows/measure.py:placement_fidelity": {"model": "rnnlm", "size": "small", "cluster": "cpu4", "against": "grappler"},
+    "flows/measure.py:placement_train": {"model": "rnnlm", "size": "small", "cluster": "cpu4", "method": "m_topo",
+                                         "env": "real"},
+    "flows/compare.py:compare_learners": {"model": "nmt", "size": "small", "cluster": "k80x2", "learners": "eagle",
+                                          "env": "sim", "grouper": "fluid"},
+}
+
+
+def _flow(entrypoint: str):
+    path, name = entrypoint.split(":")
+    return getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), name)
+
+
+def _enums(node) -> list:
+    """Every choice anywhere under a schema node (``enum``, or ``const`` for a one-choice Literal;
+    under ``items`` and ``anyOf``)."""
+    if isinstance(node, dict):
+        own = node.get("enum", []) + ([node["const"]] if "const" in node else [])
+        return [*own, *(e for k, v in node.items() if k not in ("default", "enum") for e in _enums(v))]
+    if isinstance(node, list):
+        return [e for v in node for e in _enums(v)]
+    return []
+
+
+def test_every_deployment_runs_a_flow_checked_here():
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    assert {d["entrypoint"] for d in deployments} <= set(CHOICES)
+
+
+@pytest.mark.parametrize("entrypoint", list(CHOICES))
+def test_flow_parameters_have_defaults_descriptions_and_dropdowns(entrypoint):
+    schema = _flow(entrypoint).parameters.model_dump()
+    props = schema["properties"]
+    assert not schema.get("required"), f"{entrypoint}: parameters without a default: {schema.get('required')}"
+    for name, prop in props.items():
+        assert "default" in prop, f"{entrypoint}: {name} has no default"
+        assert (prop.get("description") or "").strip(), f"{entrypoint}: {name} has no description"
+    for name, example in CHOICES[entrypoint].items():
+        assert example in _enums(props[name]), f"{entrypoint}: {name} has no dropdown with {example!r}: {json.dumps(props[name])}"
+    # a parameter with a dropdown has its default among the choices
+    for name in CHOICES[entrypoint]:
+        default, enums = props[name]["default"], _enums(props[name])
+        for value in (default if isinstance(default, list) else [default]):
+            if value is not None and not (name.startswith("cluster") and isinstance(value, str) and value.endswith(".yaml")):
+                assert value in enums, f"{entrypoint}: default {name}={value!r} is not a choice"
