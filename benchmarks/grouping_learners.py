@@ -18,9 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
+
+# the repository first: this script's folder holds benchmarks/baselines.py, which would shadow the package
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> None:
@@ -29,7 +33,7 @@ def main() -> None:
     ap.add_argument("--cluster", default="k80x4")
     ap.add_argument("--learners", default="hierarchical,eagle,eagle_ce")
     ap.add_argument("--placements", type=int, default=20)
-    ap.add_argument("--set", action="append", default=[], help="learner.field=value (a config override)")
+    ap.add_argument("--set", action="append", default=[], help="LEARNER.FIELD=VALUE: a config override (a named option), as --learner-option")
     args = ap.parse_args()
 
     import placer.eagle  # noqa: F401
@@ -40,11 +44,9 @@ def main() -> None:
     from compgraph.prepare import prepare
     from placer.learner import LEARNERS
 
-    overrides: dict[str, dict] = {}
-    for item in args.set:
-        key, value = item.split("=", 1)
-        learner, field = key.split(".", 1)
-        overrides.setdefault(learner, {})[field] = json.loads(value)
+    from cli.learners import parse_learner_options  # the CLI's --learner-option parsing and validation
+
+    overrides = parse_learner_options(args.set, args.learners.split(","), 1, 0, ap.error)
     spec = load_cluster(args.cluster)
     for model_size in args.models.split(","):
         model, size = model_size.split(":")

@@ -9,9 +9,9 @@ its own final best.
 Usage:
     python benchmarks/search.py [--learners rl,post,ppo,ce,pg] [--models nmt,inception_v3]
         [--size paper] [--cluster k80x4] [--budget 2000] [--budget-for rl=200] [--seed 0]
-        [--set rl.attention_size=32 --set eagle.attention='"after"' ...]
+        [--set rl.attention_size=32 --set eagle.attention=after ...]
 
-``--set LEARNER.FIELD=JSON`` measures a named option instead of the paper's default (each row
+``--set LEARNER.FIELD=VALUE`` (as the CLI's ``--learner-option``) measures a named option instead of the paper's default (each row
 carries the options it ran with).
 """
 
@@ -45,16 +45,14 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2000)
     ap.add_argument("--budget-for", action="append", default=[], help="LEARNER=N: a smaller budget for a slow learner")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--set", action="append", default=[], help="LEARNER.FIELD=JSON: a config override (a named option)")
+    ap.add_argument("--set", action="append", default=[], help="LEARNER.FIELD=VALUE: a config override (a named option), as --learner-option")
     ap.add_argument("--cache-dir", default="placement-runs/graph-cache")
     args = ap.parse_args()
     torch.set_num_threads(1)
     budgets = {k: int(v) for k, v in (x.split("=") for x in args.budget_for)}
-    overrides: dict[str, dict] = {}
-    for item in args.set:
-        key, value = item.split("=", 1)
-        learner_name, field = key.split(".", 1)
-        overrides.setdefault(learner_name, {})[field] = json.loads(value)
+    from cli.learners import parse_learner_options  # the CLI's --learner-option parsing and validation
+
+    overrides = parse_learner_options(args.set, args.learners.split(","), 1, 0, ap.error)
     spec = load_cluster(args.cluster)
     out = {"cluster": spec.name, "size": args.size, "seed": args.seed, "torch_threads": 1,
            "load_avg_1m_at_start": os.getloadavg()[0], "runs": []}
