@@ -206,3 +206,18 @@ def test_fast_policy_equals_the_plain_step_by_step_policy(rnnlm_small, attention
     ref_grads = torch.autograd.grad((ref_logp2 * torch.tensor([1.0, -2.0, 0.5, 3.0])).sum(), params)
     for a, b in zip(grads, ref_grads):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-3)
+
+
+def test_policy_loads_a_checkpoint_whose_decoder_was_an_lstm_cell(rnnlm_small):
+    """Checkpoints written before the decoder became one ``nn.LSTM`` (``decoder.weight_ih`` ...) still load."""
+    import torch
+
+    f = group_features(rnnlm_small.graph, rnnlm_small.grouping)
+    torch.manual_seed(0)
+    saved = Seq2SeqPlacer(f, 3, hidden_size=16).state_dict()
+    old = {k.removesuffix("_l0") if k.startswith("decoder.") else k: v for k, v in saved.items()}
+    assert "decoder.weight_ih" in old
+    torch.manual_seed(1)
+    policy = Seq2SeqPlacer(f, 3, hidden_size=16)
+    policy.load_state_dict(old)
+    assert all(torch.equal(policy.state_dict()[k], v) for k, v in saved.items())
