@@ -11,13 +11,22 @@ the CPU (the paper: "if an operation lacks GPU implementation, it will be placed
   there are more layers than GPUs); for CNNs and BERT, contiguous chunks of layers with
   roughly the same number of layers per GPU ("we heuristically partition the model into
   contiguous parts that have roughly the same number of layers").
-* ``scotch``: Scotch static mapping of the cost-weighted group graph onto the target
+* ``scotch``: Scotch static mapping of the cost-weighted *op graph* onto the target
   architecture of all devices, annotated with their compute capacities (peak FLOP/s)
-  and the links' communication costs (:mod:`baselines.scotch_mapping`).
-* ``mincut``: the same without the CPU.
-* ``metis``: METIS k-way partition of the cost-weighted group graph into one part per GPU
-  (Post, Gao et al. 2018, Table 1), target part weights proportional to the GPUs' peak
-  FLOP/s (``tpwgts``).
+  and the links' communication costs (:mod:`baselines.scotch_mapping`). 2017 Sec. 4.2 gives
+  Scotch "the computational costs of each operation ... the amount of data along each edge":
+  the op graph, with each TensorFlow colocation unit (a variable with its reads and updates,
+  :func:`compgraph.grouping.colocation_units`) contracted to one vertex so that it stays
+  whole. Returns an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``).
+* ``mincut``: the same without the CPU (2017 Sec. 4.2: "MinCut ... the same as Scotch but
+  only considers GPUs").
+* ``metis``: METIS k-way partition of the cost-weighted op graph (colocation units contracted)
+  into one part per GPU (Post, Gao et al. 2018, Table 1: "partitions the network ... according
+  to a cost model of operations"), target part weights proportional to the GPUs' peak
+  FLOP/s (``tpwgts``); an :class:`cluster.op_placement.OpPlacement`.
+* ``scotch_group``, ``mincut_group``, ``metis_group``: the same three on the co-location
+  *group* graph (``[num_groups]``): one vertex per group of the 2017 co-location heuristics.
+  Far fewer cut edges than the op-level mappings; not run by default (ask with ``--methods``).
 * ``m_topo``, ``m_etf``, ``m_sct``: Baechi's memory-constrained list schedulers (Jeon et al.,
   SoCC 2020; :mod:`baselines.baechi`). They place the op graph, not the groups, and return
   an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``), which
@@ -26,27 +35,59 @@ the CPU (the paper: "if an operation lacks GPU implementation, it will be placed
   the group placements when there are at most 3^10 of them, else a time-limited MILP);
   not run by default in the experiment (it can take a minute).
 
-Scotch sees the group graph, not the op graph: placements are per co-location group, so
-an op-level mapping would have to be folded back onto the groups anyway. A group's weight
-is its estimated compute time on the fastest device (roofline, microseconds); an edge's
-weight is the bytes crossing it (KiB); a link's cost is its time to move 1 MiB.
+A vertex's weight (a colocation unit's, or a group's) is its estimated compute time on the
+fastest target device (:func:`cluster.cost_model.op_time_matrix`, microseconds); an edge's
+weight is the bytes crossing it (KiB, at least 1); a link's cost is its time to move 1 MiB
+(:meth:`cluster.spec.ClusterSpec.link`: with the Send/Recv overhead and host staging).
+A unit or group that holds an op with no GPU kernel goes to the CPU after the mapping, whole.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from cluster.cost_model import op_time_matrix, transfer_time
-from cluster.kernels import cpu_fallback, group_gpu_ok
+from cluster.kernels import cpu_fallback, group_gpu_ok, op_gpu_ok
 from cluster.spec import ClusterSpec
 from cluster.op_placement import OpPlacement
+from compgraph.grouping import unit_graph
 from compgraph.ir import Grouping, OpGraph
 from compgraph.models import Benchmark
 
 BaselineFn = Callable[["BaselineContext"], "np.ndarray | OpPlacement"]
+
+
+@dataclass(frozen=True)
+class PartitionGraph:
+    """What Scotch and METIS partition: vertices (co-location groups or colocation units) with
+    compute weights, and the bytes between them.
+
+    Attributes:
+        level: ``"op"`` (vertices are the colocation units of the op graph) or ``"group"``.
+        vertex_of_op: int64 ``[num_ops]``: the vertex of each op.
+        edges: ``(a, b) -> bytes`` with ``a < b``, both directions summed (bytes).
+        gpu_ok: bool ``[num_vertices]``: every op of the vertex has a GPU kernel.
+    """
+
+    level: str
+    vertex_of_op: np.ndarray
+    edges: dict
+    gpu_ok: np.ndarray
+
+    @property
+    def num_vertices(self) -> int:
+        return int(self.gpu_ok.shape[0])
+
+    def vertex_weights_us(self, op_seconds: np.ndarray) -> np.ndarray:
+        """int64 ``[num_vertices]``: the vertices' summed op times (``op_seconds`` ``[num_ops]``,
+        seconds) in whole microseconds, at least 1."""
+        us = np.zeros(self.num_vertices)
+        np.add.at(us, self.vertex_of_op, op_seconds * 1e6)
+        return np.maximum(np.rint(us), 1).astype(np.int64)
 
 
 class BaselineContext:
@@ -59,6 +100,45 @@ class BaselineContext:
         self.benchmark, self.config = benchmark, config
         self.group_gpu_ok = group_gpu_ok(graph, grouping)
         self.info: dict = {}  # what a baseline reports beside its placement (e.g. the optimum\'s bound)
+        self._op_times: np.ndarray | None = None
+        self._partition: dict[str, PartitionGraph] = {}
+
+    @property
+    def op_times(self) -> np.ndarray:
+        """Seconds of each op on each device (:func:`cluster.cost_model.op_time_matrix`), ``[num_ops, num_devices]``."""
+        if self._op_times is None:
+            self._op_times = op_time_matrix(self.graph, self.spec)
+        return self._op_times
+
+    def partition_graph(self, level: str) -> PartitionGraph:
+        """The op graph with its colocation units contracted (``level="op"``), or the group graph
+        (``"group"``), as :class:`PartitionGraph` (computed once per context)."""
+        if level not in self._partition:
+            if level == "op":
+                units = unit_graph(self.graph)
+                vertex_of_op, edges = units.unit_of_op, units.edges
+                n = units.num_units
+            elif level == "group":
+                vertex_of_op, n = np.asarray(self.grouping.op_group, dtype=np.int64), self.grouping.num_groups
+                edges = {}
+                for (a, b), nbytes in self.grouping.group_edges(self.graph).items():
+                    key = (min(a, b), max(a, b))
+                    edges[key] = edges.get(key, 0) + int(nbytes)
+            else:
+                raise ValueError(f"level={level!r}: expected 'op' or 'group'")
+            ok = np.ones(n, dtype=bool)
+            ok[vertex_of_op[~op_gpu_ok(self.graph)]] = False
+            self._partition[level] = PartitionGraph(level, vertex_of_op, edges, ok)
+        return self._partition[level]
+
+    def from_vertices(self, part: PartitionGraph, vertex_devices: np.ndarray) -> np.ndarray | OpPlacement:
+        """A placement of ``part``'s vertices (``[num_vertices]`` device indices) with the no-GPU-kernel
+        rule applied per vertex (whole: a colocation unit or group is never split), as the baseline's
+        result: an :class:`OpPlacement` at level ``op``, ``[num_groups]`` at level ``group``."""
+        placed = cpu_fallback(vertex_devices, part.gpu_ok, self.spec, require_cpu=True)
+        if part.level == "group":
+            return placed
+        return self.op_placement(placed[part.vertex_of_op])
 
     @property
     def cpu(self) -> int:
@@ -120,14 +200,13 @@ def expert(ctx: BaselineContext) -> np.ndarray:
     return ctx.cpu_fallback(out)
 
 
-def _scotch(ctx: BaselineContext, devices: list[int], seed: int = 0) -> np.ndarray:
+def _scotch(ctx: BaselineContext, devices: list[int], level: str, seed: int = 0) -> np.ndarray | OpPlacement:
+    """Scotch static mapping of ``ctx.partition_graph(level)`` onto ``devices`` (module docstring)."""
     from baselines.scotch_mapping import scotch_static_map
 
-    times = op_time_matrix(ctx.graph, ctx.spec)[:, devices].min(axis=1)  # seconds on the fastest device
-    group_us = np.zeros(ctx.grouping.num_groups)
-    np.add.at(group_us, ctx.grouping.op_group, times * 1e6)
-    vertex_weights = np.maximum(np.rint(group_us), 1).astype(np.int64)
-    edges = [(a, b, max(int(round(nbytes / 1024)), 1)) for (a, b), nbytes in ctx.grouping.group_edges(ctx.graph).items()]
+    part = ctx.partition_graph(level)
+    vertex_weights = part.vertex_weights_us(ctx.op_times[:, devices].min(axis=1))  # on the fastest device
+    edges = [(a, b, max(int(round(nbytes / 1024)), 1)) for (a, b), nbytes in part.edges.items()]
     peaks = np.array([ctx.spec.devices[d].peak_flops for d in devices])
     device_weights = np.maximum(np.rint(10 * peaks / peaks.min()), 1).astype(np.int64)
     cost = np.ones((len(devices), len(devices)), dtype=np.int64)
@@ -143,27 +222,38 @@ def _scotch(ctx: BaselineContext, devices: list[int], seed: int = 0) -> np.ndarr
         for (i, j), s in secs.items():
             cost[i, j] = max(int(round(10 * s / fastest)), 1)
     mapping = scotch_static_map(vertex_weights, edges, device_weights, cost, seed=seed)
-    return np.asarray(devices, dtype=np.int64)[mapping]
+    return ctx.from_vertices(part, np.asarray(devices, dtype=np.int64)[mapping])
 
 
-def scotch(ctx: BaselineContext) -> np.ndarray:
-    """Scotch static mapping onto all devices (2017 Sec. 4.2 "Scotch"), CPU-only groups on the CPU."""
-    return ctx.cpu_fallback(_scotch(ctx, list(range(len(ctx.spec.devices)))))
+def scotch(ctx: BaselineContext) -> OpPlacement:
+    """Scotch static mapping of the op graph (colocation units whole) onto all devices (2017 Sec. 4.2
+    "Scotch"); units with an op that has no GPU kernel on the CPU. ``[num_ops]``."""
+    return _scotch(ctx, list(range(len(ctx.spec.devices))), "op")
 
 
-def mincut(ctx: BaselineContext) -> np.ndarray:
-    """Scotch static mapping onto the GPUs only (2017 Sec. 4.2 "MinCut"), CPU-only groups on the CPU."""
-    return ctx.cpu_fallback(_scotch(ctx, ctx.gpus()))
+def mincut(ctx: BaselineContext) -> OpPlacement:
+    """Scotch static mapping of the op graph onto the GPUs only (2017 Sec. 4.2 "MinCut"); only units
+    with an op that has no GPU kernel go to the CPU. ``[num_ops]``."""
+    return _scotch(ctx, ctx.gpus(), "op")
 
 
-def metis(ctx: BaselineContext, seed: int = 0) -> np.ndarray:
-    """METIS k-way partition of the group graph into one part per GPU (Post, Gao et al. 2018,
-    Table 1 "METIS"), CPU-only groups on the CPU.
+def scotch_group(ctx: BaselineContext) -> np.ndarray:
+    """:func:`scotch` on the co-location group graph (``[num_groups]``)."""
+    return _scotch(ctx, list(range(len(ctx.spec.devices))), "group")
 
-    Vertex weights: each group's compute time on the fastest GPU (microseconds, roofline);
-    edge weights: bytes between groups (KiB, both directions summed); ``tpwgts``: the GPUs'
-    peak FLOP/s, normalised (equal for identical GPUs). Part ``k`` goes to the ``k``-th GPU.
-    Deterministic for a given ``seed`` (METIS' ``seed`` option).
+
+def mincut_group(ctx: BaselineContext) -> np.ndarray:
+    """:func:`mincut` on the co-location group graph (``[num_groups]``)."""
+    return _scotch(ctx, ctx.gpus(), "group")
+
+
+def _metis(ctx: BaselineContext, level: str, seed: int = 0) -> np.ndarray | OpPlacement:
+    """METIS k-way partition of ``ctx.partition_graph(level)`` into one part per GPU.
+
+    Vertex weights: each vertex's compute time on the fastest GPU (microseconds); edge weights:
+    bytes between vertices (KiB, both directions summed); ``tpwgts``: the GPUs' peak FLOP/s,
+    normalised (equal for identical GPUs). Part ``k`` goes to the ``k``-th GPU. Deterministic for
+    a given ``seed`` (METIS' ``seed`` option).
 
     Raises:
         ValueError: the cluster has no GPU.
@@ -171,19 +261,13 @@ def metis(ctx: BaselineContext, seed: int = 0) -> np.ndarray:
     import pymetis
 
     gpus = ctx.gpus()
-    g = ctx.grouping.num_groups
-    if len(gpus) == 1 or g <= 1:
-        return ctx.cpu_fallback(np.full(g, gpus[0], dtype=np.int64))
-    times = op_time_matrix(ctx.graph, ctx.spec)[:, gpus].min(axis=1)
-    group_us = np.zeros(g)
-    np.add.at(group_us, ctx.grouping.op_group, times * 1e6)
-    vweights = np.maximum(np.rint(group_us), 1).astype(np.int64)
-    adj: dict[tuple[int, int], int] = {}
-    for (a, b), nbytes in ctx.grouping.group_edges(ctx.graph).items():
-        key = (min(a, b), max(a, b))
-        adj[key] = adj.get(key, 0) + nbytes
-    nbrs: list[list[tuple[int, int]]] = [[] for _ in range(g)]
-    for (a, b), nbytes in adj.items():
+    part = ctx.partition_graph(level)
+    n = part.num_vertices
+    if len(gpus) == 1 or n <= 1:
+        return ctx.from_vertices(part, np.full(n, gpus[0], dtype=np.int64))
+    vweights = part.vertex_weights_us(ctx.op_times[:, gpus].min(axis=1))
+    nbrs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for (a, b), nbytes in part.edges.items():
         w = max(int(round(nbytes / 1024)), 1)
         nbrs[a].append((b, w))
         nbrs[b].append((a, w))
@@ -194,8 +278,8 @@ def metis(ctx: BaselineContext, seed: int = 0) -> np.ndarray:
             eweights.append(w)
         xadj.append(len(adjncy))
     peaks = np.array([ctx.spec.devices[d].peak_flops for d in gpus], dtype=np.float64)
-    if g <= len(gpus):
-        parts = np.arange(g) % len(gpus)
+    if n <= len(gpus):
+        parts = np.arange(n) % len(gpus)
     else:
         from compgraph.grouping import _c_stdout_to_log
 
@@ -203,7 +287,22 @@ def metis(ctx: BaselineContext, seed: int = 0) -> np.ndarray:
             _, parts = pymetis.part_graph(
                 len(gpus), adjacency=pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy), vweights=vweights.tolist(),
                 eweights=eweights, tpwgts=(peaks / peaks.sum()).tolist(), options=pymetis.Options(seed=int(seed)))
-    return ctx.cpu_fallback(np.asarray(gpus, dtype=np.int64)[np.asarray(parts, dtype=np.int64)])
+    return ctx.from_vertices(part, np.asarray(gpus, dtype=np.int64)[np.asarray(parts, dtype=np.int64)])
+
+
+def metis(ctx: BaselineContext) -> OpPlacement:
+    """METIS k-way partition of the op graph (colocation units whole) into one part per GPU (Post,
+    Gao et al. 2018, Table 1 "Metis"); units with an op that has no GPU kernel on the CPU. ``[num_ops]``.
+
+    Raises:
+        ValueError: the cluster has no GPU.
+    """
+    return _metis(ctx, "op")
+
+
+def metis_group(ctx: BaselineContext) -> np.ndarray:
+    """:func:`metis` on the co-location group graph (``[num_groups]``)."""
+    return _metis(ctx, "group")
 
 
 def _baechi(name: str) -> BaselineFn:
@@ -239,20 +338,32 @@ BASELINES: dict[str, BaselineFn] = {
     "scotch": scotch,
     "mincut": mincut,
     "metis": metis,
+    "scotch_group": scotch_group,
+    "mincut_group": mincut_group,
+    "metis_group": metis_group,
     "m_topo": m_topo,
     "m_etf": m_etf,
     "m_sct": m_sct,
     "optimum": optimum,
 }
 
-GPU_BASELINES = ("single_gpu", "expert", "mincut", "metis", "m_topo", "m_etf", "m_sct")
+GPU_BASELINES = ("single_gpu", "expert", "mincut", "metis", "mincut_group", "metis_group", "m_topo", "m_etf", "m_sct")
 """Baselines that need a GPU in the cluster."""
 
-OP_LEVEL_BASELINES = ("m_topo", "m_etf", "m_sct")
+OP_LEVEL_BASELINES = ("scotch", "mincut", "metis", "m_topo", "m_etf", "m_sct")
 """Baselines that place the op graph (return a :class:`cluster.op_placement.OpPlacement`)."""
 
-DEFAULT_EXCLUDED = ("optimum",)
-"""Baselines the experiment runs only when asked (``--methods``): the optimum may take a minute."""
+GROUP_LEVEL_VARIANTS = ("scotch_group", "mincut_group", "metis_group")
+"""The group-level Scotch, MinCut and METIS: named methods, run only when asked."""
+
+DEFAULT_EXCLUDED = ("optimum", *GROUP_LEVEL_VARIANTS)
+"""Baselines the experiment runs only when asked (``--methods``): the optimum may take a minute;
+the group-level partitioners are variants of the papers' op-level ones."""
+
+
+def baseline_level(name: str) -> str:
+    """``"op"`` for a baseline that places the op graph (:data:`OP_LEVEL_BASELINES`), else ``"group"``."""
+    return "op" if name in OP_LEVEL_BASELINES else "group"
 
 
 def place_baselines(methods, prepared, spec: ClusterSpec) -> dict:
@@ -267,15 +378,17 @@ def place_baselines(methods, prepared, spec: ClusterSpec) -> dict:
 def applicable_baselines(spec: ClusterSpec, user_graph: bool, optimum: bool = True, group_level: bool = False) -> list[str]:
     """Names of the :data:`BASELINES` that apply to a graph on ``spec``, in their order: ``single_cpu``
     needs a CPU, :data:`GPU_BASELINES` need a GPU, ``expert`` needs a benchmark's layer rules (not a
-    user's graph); ``optimum=False`` leaves out :data:`DEFAULT_EXCLUDED` (the optimum, up to a minute);
-    ``group_level`` leaves out the op-level placers (:data:`OP_LEVEL_BASELINES`)."""
+    user's graph); ``optimum=False`` leaves out the optimum (up to a minute). The group-level
+    partitioners (:data:`GROUP_LEVEL_VARIANTS`) are left out, unless ``group_level``: then the
+    op-level placers (:data:`OP_LEVEL_BASELINES`) are left out and the group-level variants take
+    their place (e.g. for an environment that measures group placements only)."""
     out = []
     for name in BASELINES:
         if (name == "single_cpu" and not spec.cpu_indices) or (name in GPU_BASELINES and not spec.gpu_indices):
             continue
-        if (name == "expert" and user_graph) or (not optimum and name in DEFAULT_EXCLUDED):
+        if (name == "expert" and user_graph) or (not optimum and name == "optimum"):
             continue
-        if group_level and name in OP_LEVEL_BASELINES:
+        if (name in OP_LEVEL_BASELINES) if group_level else (name in GROUP_LEVEL_VARIANTS):
             continue
         out.append(name)
     return out

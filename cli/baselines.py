@@ -18,7 +18,7 @@ from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app
 @app.command("baselines")
 def baselines_command(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes)"),
+    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
     methods: str = typer.Option(None, help="comma-separated baselines (default: every one that applies, optimum included)"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),

@@ -45,7 +45,7 @@ def parse_learner_options(items: list[str] | None, methods: list[str], budget: i
 @app.command("compare-learners")
 def compare_learners(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small | paper"),
+    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
     cluster: str = typer.Option("k80x2", help="preset name or a YAML cluster spec"),
     learners: str = typer.Option(None, help="comma-separated learners (default: every learner of placer.LEARNERS)"),
     seeds: str = typer.Option("0,1,2", help="comma-separated seeds; every learner runs once per seed"),

@@ -37,7 +37,7 @@ def clusters() -> None:
 @app.command("graph-stats")
 def graph_stats(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small | paper (| large for rnnlm, nmt)"),
+    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of a benchmark"),
     keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of a benchmark"),
     saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of a benchmark"),
@@ -71,7 +71,7 @@ def graph_stats(
 @app.command()
 def experiment(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes)"),
+    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
     methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce); default: every baseline that applies but optimum, rl and post"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),

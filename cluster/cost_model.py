@@ -3,12 +3,14 @@
 **Ops.** For op ``o`` (``f = flops(o)``, ``m = bytes_accessed(o)``, from
 :mod:`compgraph.costs`) on device ``d``::
 
-    compute(o, d) = f / (peak_flops(d) * eff(o, d))
+    compute(o, d) = f / (peak_flops(d) * software_flops_fraction(d) * eff(o, d))
     memory(o, d)  = m / (memory_bandwidth(d) * memory_efficiency(d))
     t(o, d) = op_overhead_s(d) + (max(compute, memory)   if spec.compute_memory_overlap
                                   else compute + memory)
 
-with the achieved compute efficiency depending on the op's type and size::
+where ``software_flops_fraction`` is a named software term (the share of the chip's peak the
+software's kernels can issue, e.g. an SSE-only TensorFlow wheel on an AVX2-FMA CPU), and the
+achieved compute efficiency depends on the op's type and size::
 
     eff(o, d) = dense_efficiency(d) * f / (f + half_efficiency_flops(d))   MatMul, BatchMatMul*
               = conv_efficiency(d)  * f / (f + half_efficiency_flops(d))   Conv2D*, Conv3D*, DepthwiseConv2dNative*
@@ -74,7 +76,7 @@ def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarra
             sized = cls < 2
             eff = np.where(sized, eff * flops / np.maximum(flops + dev.half_efficiency_flops, 1e-300), eff)
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(flops > 0, flops / (dev.peak_flops * eff), 0.0)
+            compute = np.where(flops > 0, flops / (dev.peak_flops * dev.software_flops_fraction * eff), 0.0)
         memory = nbytes / (dev.memory_bandwidth * dev.memory_efficiency)
         body = np.maximum(compute, memory) if spec.compute_memory_overlap else compute + memory
         out[:, j] = body + dev.op_overhead_s

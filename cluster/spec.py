@@ -35,6 +35,10 @@ class Device(BaseModel):
         half_efficiency_flops: op size (FLOP) at which a dense op reaches half its
             efficiency: ``eff(f) = eff * f / (f + half_efficiency_flops)``; 0 = no size effect.
         memory_efficiency: achieved fraction of ``memory_bandwidth`` (1.0 = the datasheet).
+        software_flops_fraction: a named software term, not a hardware figure: the fraction of
+            ``peak_flops`` the software's kernels can issue at all, e.g. 0.25 on a Haswell whose
+            TensorFlow wheel was built for SSE only (8 of its 32 FP32 FLOP per cycle). The
+            efficiencies apply on top of it (:mod:`cluster.cost_model`). 1.0 = none.
         allocator_overhead: bytes the allocator holds per byte of tensors (TensorFlow's BFC
             allocator rounds and fragments; temporaries the graph does not show): a device is
             out of memory when ``allocator_overhead * peak > memory_bytes``
@@ -62,6 +66,7 @@ class Device(BaseModel):
     other_efficiency: float = Field(1.0, gt=0, le=1)
     half_efficiency_flops: float = Field(0.0, ge=0)
     memory_efficiency: float = Field(1.0, gt=0, le=1)
+    software_flops_fraction: float = Field(1.0, gt=0, le=1)
     allocator_overhead: float = Field(1.0, ge=1)
     model: str = ""
     tf_device: str | None = Field(None, pattern=r"^/(device:)?(CPU|GPU|cpu|gpu):\d+$")

@@ -8,8 +8,8 @@ from typing import Literal, Union
 
 from cluster.environment import ENVIRONMENTS
 from cluster.fidelity import AGAINST
-from cluster.reproduce import BASELINE_METHODS, CLUSTERS
-from cluster.reproduce import MODELS as TABLE_MODELS
+from cluster.tables import ROWS
+from cluster.tables import TABLES as PAPER_TABLES
 from cluster.spec import preset_names
 from compgraph.grouping import GROUPERS
 from compgraph.models import BENCHMARKS
@@ -53,28 +53,28 @@ LearnerName = Literal[_learner_names()]  # type: ignore[valid-type]
 AgainstName = Literal[AGAINST]  # type: ignore[valid-type]
 """The reference of a fidelity measurement (:data:`cluster.fidelity.AGAINST`): real runs or grappler's cost model."""
 
-TABLES = ("2017-table2",)
-"""The paper tables ``placement-reproduce`` reproduces."""
+TABLES = (*PAPER_TABLES, "all")
+"""The paper tables ``placement-reproduce`` reproduces (:data:`cluster.tables.TABLES`), or ``all``."""
 
 TableName = Literal[TABLES]  # type: ignore[valid-type]
 """A paper table of :data:`TABLES`."""
 
+TABLE_MODELS = tuple(dict.fromkeys(r.model for r in ROWS))
 TableModel = Literal[TABLE_MODELS]  # type: ignore[valid-type]
-"""A model (row) of 2017 Table 2 (:data:`cluster.reproduce.MODELS`)."""
+"""A model of a row of the papers' tables (:data:`cluster.tables.ROWS`)."""
 
-GpuCount = Literal[tuple(CLUSTERS)]  # type: ignore[valid-type]
-"""A GPU count of 2017 Table 2 (:data:`cluster.reproduce.CLUSTERS`: 2 or 4 K80s)."""
+GpuCount = Literal[tuple(sorted({r.gpus for r in ROWS}))]  # type: ignore[valid-type]
+"""A GPU count of a row of the papers' tables (2, 4 or 8)."""
 
 
 def _table_methods() -> tuple[str, ...]:
     from placer import LEARNERS
 
-    # learners that place the prepared groups (the table compares group placements)
-    return (*BASELINE_METHODS, *(n for n, c in LEARNERS.items() if c.units == "groups"))
+    return tuple(LEARNERS)
 
 
 TABLE_METHODS = _table_methods()
-"""The methods of a ``placement-reproduce`` row: the 2017 baselines and the group-placing learners."""
+"""The learners a ``placement-reproduce`` row can search (beside the table's baselines, which always run)."""
 
 TableMethod = Literal[TABLE_METHODS]  # type: ignore[valid-type]
-"""A method of :data:`TABLE_METHODS`."""
+"""A learner of :data:`TABLE_METHODS`."""

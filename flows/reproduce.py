@@ -1,11 +1,12 @@
-"""The ``placement-reproduce`` flow: 2017 Table 2, row by row, beside the paper.
+"""The ``placement-reproduce`` flow: the papers' tables, row by row, beside the papers.
 
-For every model (rnnlm, nmt, inception_v3) and preset (k80x2, k80x4): the baselines
-(single_cpu, single_gpu, scotch, mincut, expert) under the shipped presets and under the
-presets fitted without that model (the held-out prediction, from
-``cluster/presets/k80_fit.json``), and the learners at ``budget`` placements (none at
-budget 0); the comparison is :func:`cluster.reproduce.reproduce_table`, logged to MLflow
-(experiment ``placement-reproduce``, :mod:`tracking.reproduce`).
+For every row of 2017 Table 2, Post Table 1 and EAGLE Table IV (:mod:`cluster.tables`; one table
+or ``all``): the table's baselines on the row's model at the table's settings and on its machine's
+preset (:mod:`cluster.machines`), under the shipped presets and, for 2017 Table 2, under the
+presets fitted without that model (the held-out prediction, from ``cluster/presets/k80_fit.json``);
+the learners at ``budget`` placements (none at budget 0). The comparison is
+:func:`cluster.reproduce.reproduce_tables`, logged to MLflow (experiment ``placement-reproduce``,
+:mod:`tracking.reproduce`).
 """
 
 from __future__ import annotations
@@ -13,90 +14,110 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 import tasks.reproduce as rtasks
-from cluster.reproduce import CLUSTERS, MODELS
+from cluster.op_placement import OpPlacement
+from cluster.spec import load_cluster
+from cluster.tables import ROWS
+from cluster.tables import TABLES as PAPER_TABLES
 from flows.choices import TABLE_METHODS, TABLES, GpuCount, SizeName, TableMethod, TableModel, TableName
-from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 
-METHODS = TABLE_METHODS  # the baselines and the learners that place the prepared groups (the table compares group placements)
+METHODS = TABLE_METHODS  # the learners a row can search; the table's baselines always run
 
 
-def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path: Path) -> np.ndarray:
-    """The best group placement one learner (:data:`placer.LEARNERS`) finds in ``budget``
-    simulated placements, through the experiment's search task."""
+def select_rows(table: str, models: list[str] | None = None, gpus: list[int] | None = None) -> list:
+    """The rows of ``table`` (or of every table for ``all``), filtered by model and GPU count.
+
+    Raises:
+        ValueError: an unknown table, or a filter that leaves no row (names the filter).
+    """
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
+    tables = PAPER_TABLES if table == "all" else (table,)
+    rows = [r for r in ROWS if r.table in tables and (not models or r.model in models) and (not gpus or r.gpus in gpus)]
+    if not rows:
+        raise ValueError(f"no row of {table} has model in {models} and GPUs in {gpus}")
+    return rows
+
+
+def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path: Path) -> OpPlacement:
+    """The best placement one learner (:data:`placer.LEARNERS`) finds in ``budget`` simulated
+    placements, through the experiment's search task, as a per-op placement (any learner's units)."""
     import tasks
+    from tasks.search import learner_grouping
 
     config = tasks.learner_config(method, budget, seed)
-    return tasks.learner_search(method, prepared, spec, "sim", config, log_path).best_placement
+    best = tasks.learner_search(method, prepared, spec, "sim", config, log_path).best_placement
+    return OpPlacement(learner_grouping(method, prepared).expand(best))
 
 
 @flow(name="placement-reproduce")
 def placement_reproduce(
     table: TableName = "2017-table2",
-    models: list[TableModel] = list(MODELS),
-    gpus: list[GpuCount] = [2, 4],
-    methods: list[TableMethod] = list(METHODS),
+    models: list[TableModel] | None = None,
+    gpus: list[GpuCount] | None = None,
+    methods: list[TableMethod] | None = None,
     budget: int = 0,
     seed: int = 0,
     out_dir: str = "placement-runs",
     cache_dir: str | None = None,
     tracking_uri: str | None = None,
     fit_path: str | None = None,
-    size: SizeName = "paper",
+    size: SizeName | None = None,
 ) -> dict:
     """Run the table's rows and compare them with the paper; returns
-    :func:`cluster.reproduce.reproduce_table`'s dict plus the run's ids.
+    :func:`cluster.reproduce.reproduce_tables`'s dict plus the run's ids.
 
     Args:
-        table: the paper table (2017-table2: Mirhoseini et al. 2017, Table 2).
-        models: the table's rows to run (rnnlm, nmt, inception_v3).
-        gpus: the K80 counts of the rows (2: k80x2, 4: k80x4).
-        methods: baselines (always run) and learners (searched only with budget > 0).
+        table: 2017-table2 (Mirhoseini et al. 2017, Table 2), post-table1 (Post, Table 1),
+            eagle-table4 (EAGLE, Table IV, never fitted) or all.
+        models: only the rows of these models (empty: every row).
+        gpus: only the rows with these GPU counts (empty: every row).
+        methods: learners searched on every row when budget > 0 (empty: the table's learner columns
+            that we have: rl for 2017, pg and post for Post, hierarchical, post, eagle and eagle_ce for EAGLE).
         budget: placements each learner samples per row (0: baselines only).
         seed: seed of the searches.
         out_dir: folder of the MLflow store (when tracking_uri is empty), the graph cache and the placement logs.
         cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
-        fit_path: the stored preset fits giving the held-out column (empty: cluster/presets/k80_fit.json).
-        size: benchmark size of the rows (paper: the table's; small: a quick check, not comparable to the paper).
+        fit_path: the stored preset fits giving 2017's held-out column (empty: cluster/presets/k80_fit.json).
+        size: a benchmark size for every row instead of the table's (e.g. small: a quick check, not comparable).
 
     Raises:
-        ValueError: an unknown table, model, GPU count or method.
+        ValueError: an unknown table, model, GPU count or method, or filters that leave no row.
     """
-    if table not in TABLES:
-        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
-    for m in models:
-        if m not in MODELS:
-            raise ValueError(f"unknown model {m!r}; valid: {', '.join(MODELS)}")
-    for g in gpus:
-        if g not in CLUSTERS:
-            raise ValueError(f"unknown GPU count {g}; valid: {', '.join(map(str, CLUSTERS))}")
-    for m in methods:
+    from cluster.tables import LEARNER_COLUMNS
+    from compgraph.prepare import prepare
+    from placer import LEARNERS
+
+    rows = select_rows(table, models, gpus)
+    for m in methods or []:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; valid: {', '.join(METHODS)}")
+    if budget < 0:
+        raise ValueError(f"budget must be at least 0, got {budget}")
+    logger = get_run_logger()
     out = Path(out_dir)
-    data = rtasks.load_graphs(models, cache_dir or str(out / "graph-cache"), size)
-    data.base = {g: s for g, s in data.base.items() if g in gpus}
+    cache = cache_dir or str(out / "graph-cache")
     learned: dict = {}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if budget > 0:
-        for m in models:
-            for g, spec in data.base.items():
-                for method in methods:
-                    if method in LEARNERS:
-                        log_path = out / "placement-logs" / f"{stamp}-reproduce-{method}-{m}-{spec.name}-seed{seed}.jsonl"
-                        learned.setdefault((m, g), {})[method] = search_learner(
-                            method, data.models[m].prepared, spec, budget, seed, log_path)
-    result = rtasks.compare_with_paper(data, models, fit_path, learned)
+        for row in rows:
+            prepared = prepare(row.model, size or row.size, cache_dir=cache)
+            spec = load_cluster(row.cluster)
+            for method in methods or [m for m in LEARNER_COLUMNS[row.table] if m in LEARNERS]:
+                logger.info(f"{row.table} {row.model} on {row.cluster}: searching {method}, {budget} placements")
+                log_path = out / "placement-logs" / f"{stamp}-reproduce-{method}-{row.model}-{spec.name}-seed{seed}.jsonl"
+                learned.setdefault((row.table, row.model, row.gpus), {})[method] = search_learner(
+                    method, prepared, spec, budget, seed, log_path)
+    result = rtasks.compare_with_paper(rows, cache, fit_path, learned, size, log=logger.info)
     uri = tracking_uri or default_tracking_uri(out)
-    params = {"table": table, "models": ",".join(models), "gpus": ",".join(map(str, gpus)),
-              "methods": ",".join(methods), "budget": budget, "seed": seed, "size": size,
-              "presets": ",".join(s.name for s in data.base.values())}
+    params = {"table": table, "models": ",".join(models or []), "gpus": ",".join(map(str, gpus or [])),
+              "methods": ",".join(methods or []), "budget": budget, "seed": seed, "size": size or "table",
+              "presets": ",".join(dict.fromkeys(r.cluster for r in rows))}
     flow_run_id = str(flow_run.get_id()) if flow_run.get_id() else None
     run_id = rtasks.record(uri, artifact_root(out), params, result, flow_run_id)
     return {"table": table, "budget": budget, **result, "mlflow_run_id": run_id, "mlflow_tracking_uri": uri,

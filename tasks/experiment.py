@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from baselines import BASELINES, baseline_level
 from baselines.report import add_ratio_columns
 from cluster.spec import ClusterSpec
 from compgraph.prepare import PreparedGraph
@@ -46,7 +47,9 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
     # MLflow parent metrics "<method>.x_lower_bound", "<method>.x_optimum", lower_bound_s, optimum_s
     ref_metrics = {**add_ratio_columns(results, refs), "lower_bound_s": refs["lower_bound_s"],
                    "optimum_s": refs["optimum_s"], "optimum_proven": refs["optimum_proven"]}
-    method_params = {m: searches.method_params.get(m, {}) for m in methods}
+    # a baseline's level: "op" (places the op graph, e.g. Scotch as 2017 ran it) or "group"
+    method_params = {m: ({"level": baseline_level(m)} if m in BASELINES else searches.method_params.get(m, {}))
+                     for m in methods}
     params = {"model": prepared.name, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
               "k": learner_setting("rl", "k", learner_options), "seed": seed, "env": env, "ops": prepared.graph.num_ops,
               "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper}

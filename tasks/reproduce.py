@@ -3,29 +3,30 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from prefect import task
 from prefect.cache_policies import NONE
 
-from functools import partial
-
 from baselines import place_baselines
-from cluster.reproduce import BASELINE_METHODS, TableData, load_fit, load_table_data, reproduce_table
+from cluster.reproduce import load_fit, reproduce_tables
+from cluster.tables import PaperRow
+from compgraph.prepare import prepare
 from tracking.reproduce import record_reproduction
 
 
-@task(name="reproduce-load-graphs", cache_policy=NONE)
-def load_graphs(models: list[str], cache_dir: str, size: str = "paper") -> TableData:
-    """The table's graphs (through the graph cache), the shipped presets and the 2017 baselines
-    (:func:`baselines.place_baselines` of :data:`cluster.reproduce.BASELINE_METHODS`) as the table's placer
-    (:func:`cluster.reproduce.load_table_data`)."""
-    return load_table_data(models, cache_dir, size, place=partial(place_baselines, BASELINE_METHODS))
+def table_placer(prepared, spec, methods):
+    """The baseline placer of the tables: :func:`baselines.place_baselines` of ``methods``."""
+    return place_baselines(methods, prepared, spec)
 
 
-@task(name="reproduce-table", cache_policy=NONE)
-def compare_with_paper(data: TableData, models: list[str], fit_path: str | None, learned: dict) -> dict:
-    """Every row measured under the shipped and the held-out presets (:func:`cluster.reproduce.reproduce_table`)."""
+@task(name="reproduce-tables", cache_policy=NONE)
+def compare_with_paper(rows: list[PaperRow], cache_dir: str, fit_path: str | None, learned: dict,
+                       size: str | None = None, log=lambda s: None) -> dict:
+    """Every row's baselines measured beside the paper (:func:`cluster.reproduce.reproduce_tables`),
+    graphs through the cache in ``cache_dir``."""
     fits = load_fit(fit_path) if fit_path else load_fit()
-    return reproduce_table(data, models, fits=fits, learned=learned)
+    return reproduce_tables(rows, partial(prepare, cache_dir=cache_dir), table_placer, fits, learned, size, log)
 
 
 @task(name="record-reproduce-mlflow", cache_policy=NONE)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines import BASELINES, BaselineContext, expert, mincut, scotch, single_cpu, single_gpu
+from baselines import (BASELINES, BaselineContext, expert, mincut, mincut_group, scotch, scotch_group, single_cpu,
+                       single_gpu)
+from cluster.kernels import op_gpu_ok
+from compgraph.grouping import colocation_units
 from cluster.environment import SimulatedEnvironment
 from cluster.spec import load_cluster
 
@@ -46,12 +49,29 @@ def test_expert_needs_a_benchmark(ctx):
 
 
 def test_scotch_uses_all_devices_and_mincut_only_gpus(ctx):
-    s = scotch(ctx)
-    m = mincut(ctx)
-    assert s.shape == m.shape == (ctx.grouping.num_groups,)
+    s = scotch(ctx).ops  # op-level, as 2017 Sec. 4.2 ran them: [num_ops]
+    m = mincut(ctx).ops
+    assert s.shape == m.shape == (ctx.graph.num_ops,)
     assert set(s.tolist()) <= {0, 1, 2} and len(set(s.tolist())) >= 2
-    assert set(m.tolist()) <= {1, 2} and len(set(m.tolist())) == 2
-    assert (scotch(ctx) == s).all()  # deterministic
+    assert set(m.tolist()) <= {0, 1, 2} and len(set(m[op_gpu_ok(ctx.graph)].tolist())) == 2
+    assert (scotch(ctx).ops == s).all()  # deterministic
+    sg, mg = scotch_group(ctx), mincut_group(ctx)  # the group-level variants: [num_groups]
+    assert sg.shape == mg.shape == (ctx.grouping.num_groups,) and set(mg[ctx.group_gpu_ok].tolist()) == {1, 2}
+
+
+@pytest.mark.parametrize("name", ["scotch", "mincut", "metis"])
+@pytest.mark.parametrize("cluster", ["k80x2", "k80x4"])
+def test_op_level_partitioners_keep_every_colocation_unit_whole(rnnlm_small, name, cluster):
+    spec = load_cluster(cluster)
+    c = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, spec, rnnlm_small.benchmark, rnnlm_small.config)
+    ops = BASELINES[name](c).ops
+    labels = np.array(colocation_units(rnnlm_small.graph).labels())
+    for unit in np.unique(labels):
+        assert len(set(ops[labels == unit].tolist())) == 1, (name, unit)
+    # far finer than the 2017 co-location groups: the partition splits groups (else it would be group-level)
+    assert c.partition_graph("op").num_vertices > 5 * rnnlm_small.grouping.num_groups
+    split = sum(len(set(ops[list(m)].tolist())) > 1 for m in rnnlm_small.grouping.members())
+    assert split > 0, name
 
 
 def test_every_baseline_measures_on_k80x4(rnnlm_small):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines import BASELINES, BaselineContext, metis, mincut
+from baselines import BASELINES, BaselineContext, metis, metis_group, mincut, mincut_group
+from cluster.kernels import op_gpu_ok
 from baselines.baechi import m_etf, m_sct, m_topo
 from baselines.bounds import lower_bound
 from baselines.optimum import enumerate_optimum, milp_optimum
@@ -13,7 +14,7 @@ from cluster.environment import SimulatedEnvironment
 from cluster.fast_simulator import FastSimulator
 from cluster.op_placement import OpPlacement, measure_placement
 from cluster.spec import ClusterSpec
-from compgraph.grouping import colocation_grouping
+from compgraph.grouping import colocation_grouping, colocation_units
 from compgraph.ir import Edge, Op, OpGraph
 
 
@@ -58,11 +59,35 @@ def ctx(rnnlm_small, k80x2):
     return BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, k80x2, rnnlm_small.benchmark, rnnlm_small.config)
 
 
-def test_mincut_never_puts_gpu_ops_on_the_cpu(ctx):
-    p = mincut(ctx)
-    on_cpu = p == ctx.cpu
-    assert (~ctx.group_gpu_ok[on_cpu]).all()  # only groups with an op lacking a GPU kernel
-    assert set(p[ctx.group_gpu_ok].tolist()) <= set(ctx.gpus())
+def _unit_gpu_ok(graph) -> np.ndarray:
+    """``[num_ops]``: every op of the op's colocation unit has a GPU kernel."""
+    labels = np.array(colocation_units(graph).labels())
+    ok = op_gpu_ok(graph)
+    bad_units = set(labels[~ok].tolist())
+    return np.array([lab not in bad_units for lab in labels])
+
+
+@pytest.mark.parametrize("level", ["op", "group"])
+def test_mincut_never_puts_an_op_with_a_gpu_kernel_on_the_cpu(ctx, level):
+    """2017 Sec. 4.2: MinCut is Scotch without the CPU. Only an op without a GPU kernel goes to the
+    CPU, with the ops TensorFlow must co-locate with it (its colocation unit; the group at group level)."""
+    import dataclasses
+
+    # the small RNNLM has a GPU kernel for every op: take the embedding's away (as for a
+    # string-keyed lookup), so that the rule has something to do
+    graph = dataclasses.replace(ctx.graph, ops=[dataclasses.replace(op, gpu_kernel="embedding" not in op.name)
+                                                for op in ctx.graph.ops])
+    ctx = BaselineContext(graph, ctx.grouping, ctx.spec, ctx.benchmark, ctx.config)
+    if level == "op":
+        ops = mincut(ctx).ops
+        assert 0 < (~op_gpu_ok(graph)).sum() < graph.num_ops / 4  # the case arises
+        assert (ops[_unit_gpu_ok(graph)] != ctx.cpu).all()
+        assert (ops[~op_gpu_ok(graph)] == ctx.cpu).all()
+        assert (ops != ctx.cpu).sum() > 0.5 * graph.num_ops
+    else:
+        p = mincut_group(ctx)
+        assert (~ctx.group_gpu_ok[p == ctx.cpu]).all()
+        assert set(p[ctx.group_gpu_ok].tolist()) <= set(ctx.gpus())
 
 
 def test_metis_uses_every_gpu(rnnlm_small):
@@ -71,7 +96,11 @@ def test_metis_uses_every_gpu(rnnlm_small):
     for name in ("k80x2", "k80x4"):
         spec = load_cluster(name)
         c = BaselineContext(rnnlm_small.graph, rnnlm_small.grouping, spec, rnnlm_small.benchmark, rnnlm_small.config)
-        p = metis(c)
+        ops = metis(c).ops
+        assert set(spec.gpu_indices) <= set(ops.tolist())
+        assert (ops[~op_gpu_ok(c.graph)] == c.cpu).all()
+        assert (ops[_unit_gpu_ok(c.graph)] != c.cpu).all()
+        p = metis_group(c)
         assert set(spec.gpu_indices) <= set(p.tolist())
         assert (p[~c.group_gpu_ok] == c.cpu).all()
         assert (p[c.group_gpu_ok] != c.cpu).all()
@@ -166,8 +195,9 @@ def test_optimum_is_never_above_any_baseline_and_the_milp_finds_it():
             continue
         if name in ("m_topo", "m_etf", "m_sct"):  # with the test's op times
             ops = {"m_topo": m_topo, "m_etf": m_etf, "m_sct": m_sct}[name](graph, spec, times)
-        else:
-            ops = grouping.expand(fn(ctx))
+        else:  # op-level (Scotch, MinCut, METIS) or group placements
+            p = fn(ctx)
+            ops = p.ops if isinstance(p, OpPlacement) else grouping.expand(p)
         r = sim.run_batch(ops[None])[0]
         if not r.oom:
             assert exact.step_time_s <= r.step_time_s + 1e-12, name

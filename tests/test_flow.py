@@ -90,7 +90,7 @@ def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_
         (["experiment", "--ray-address", "auto"], "--ray-address needs --controllers"),
         (["experiment", "--controllers", "-1"], "--controllers must be at least 0, got -1"),
         (["experiment", "--grouper", "nope"], "unknown grouper 'nope'; valid: heuristic, 2017, metis, fluid"),
-        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: cpu4, k80x2, k80x4"),
+        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: cpu4, gcp-k80x2, gcp-k80x4, gcp-k80x8, k80x2, k80x4, p100x4"),
         (["experiment", "--methods", "rl,magic"], "unknown method 'magic'; valid: single_cpu"),
         (["experiment", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["graph-stats", "--model", "nope"], "unknown model 'nope'"),

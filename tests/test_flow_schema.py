@@ -20,7 +20,7 @@ CHOICES = {
                                                  "methods": "scotch", "env": "sim", "grouper": "metis"},
     "flows/sweep.py:placement_sweep": {"models": "nmt", "size": "paper", "clusters": "k80x4", "methods": "rl"},
     "flows/reproduce.py:placement_reproduce": {"table": "2017-table2", "models": "inception_v3", "gpus": 4,
-                                               "methods": "mincut", "size": "paper"},
+                                               "methods": "eagle", "size": "paper"},
     "flows/measure.py:placement_calibrate": {"model": "rnnlm", "size": "small", "cluster": "cpu4"},
     "flows/measure.py:placement_fidelity": {"model": "rnnlm", "size": "small", "cluster": "cpu4", "against": "grappler"},
     "flows/measure.py:placement_train": {"model": "rnnlm", "size": "small", "cluster": "cpu4", "method": "m_topo",

@@ -1,12 +1,14 @@
 """MLflow record of ``placement reproduce``: one run of experiment ``placement-reproduce``.
 
 Same store conventions as :mod:`tracking`. The run holds the parameters (table, models,
-GPUs, methods, budget, presets), metrics ``shipped_within_1_5x`` and
-``heldout_within_1_5x`` (shares of cells within a factor 1.5 of the paper),
-``tau.<model>.<gpus>`` (Kendall tau of each row's order of methods against the paper's),
-``ratio.<model>.<gpus>.<method>`` (ours / paper) and, for learners,
-``speedup_pct.<model>.<gpus>.<learner>``; the whole result as ``reproduce.json``; the
-Prefect flow run id as tag ``prefect.flow_run_id``.
+GPUs, methods, budget, presets), per table ``<table>.shipped_within_1_5x``,
+``<table>.heldout_within_1_5x`` (shares of cells within a factor 1.5 of the paper) and
+``<table>.winners_matched`` (share of rows whose fastest baseline is the paper's), per row
+``tau.<table>.<model>.<gpus>`` (Kendall tau of the row's order of methods against the paper's),
+``ratio.<table>.<model>.<gpus>.<method>`` (ours / paper) and, for learners,
+``speedup_pct.<table>.<model>.<gpus>.<learner>``; the fitted parameters as params
+``param.<name>``; the whole result as ``reproduce.json``; the Prefect flow run id as tag
+``prefect.flow_run_id``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ REPRODUCE_EXPERIMENT = "placement-reproduce"
 
 def record_reproduction(tracking_uri: str, artifact_location: str, params: dict, result: dict,
                         prefect_flow_run_id: str | None = None) -> str:
-    """Log one reproduction (:func:`cluster.reproduce.reproduce_table`'s dict) as an MLflow run; returns its id.
+    """Log one reproduction (:func:`cluster.reproduce.reproduce_tables`'s dict) as an MLflow run; returns its id.
 
     Metrics that are ``None`` or not finite are not logged.
     """
@@ -34,10 +36,14 @@ def record_reproduction(tracking_uri: str, artifact_location: str, params: dict,
                             tags={"prefect.flow_run_id": prefect_flow_run_id or ""})
     rid = run.info.run_id
     now = int(time.time() * 1000)
-    metrics = {"shipped_within_1_5x": (result.get("shipped") or {}).get("share"),
-               "heldout_within_1_5x": (result.get("heldout") or {}).get("share")}
+    metrics = {}
+    for table, summary in result["summary"].items():
+        metrics[f"{table}.shipped_within_1_5x"] = (summary.get("shipped") or {}).get("share")
+        metrics[f"{table}.heldout_within_1_5x"] = (summary.get("heldout") or {}).get("share")
+        metrics[f"{table}.winners_matched"] = (summary.get("winners") or {}).get("share")
+    params = {**params, **{f"param.{p['name']}": f"{p['value']:.6g}" for p in result.get("parameters", [])}}
     for row in result["rows"]:
-        key = f"{row['model']}.{row['gpus']}"
+        key = f"{row['table']}.{row['model']}.{row['gpus']}"
         metrics[f"tau.{key}"] = row["tau"]
         for meth, c in row["cells"].items():
             metrics[f"ratio.{key}.{meth}"] = c["ratio"]

@@ -41,8 +41,8 @@ BENCHMARKS: dict[str, Benchmark] = {
     "rnnlm": Benchmark(
         name="rnnlm",
         description="LSTM language model, 2 layers, statically unrolled, Adam (2017 Sec. 4.1); "
-        "paper: 2x2048, 40 steps, batch 64; large: 2x4096, batch 256 (2017 Sec. 4.3)",
-        sizes={"small": rnnlm.SMALL, "paper": rnnlm.PAPER, "large": rnnlm.LARGE},
+        "paper: 2x2048, 40 steps, batch 64; large: 2x4096, batch 256 (2017 Sec. 4.3); post: 4x2048, batch 64 (Post Table 1)",
+        sizes={"small": rnnlm.SMALL, "paper": rnnlm.PAPER, "large": rnnlm.LARGE, "post": rnnlm.POST},
         build=rnnlm.build_training_graph,
         model_rule=rnnlm.model_rule,
         expert_layer=lambda name, cfg: rnnlm.expert_layer(name, cfg.num_layers),
@@ -51,8 +51,10 @@ BENCHMARKS: dict[str, Benchmark] = {
     "nmt": Benchmark(
         name="nmt",
         description="attentional LSTM encoder-decoder, Bahdanau attention, statically unrolled, Adam "
-        "(2017 Sec. 4.1); paper: 2x1024 enc+dec, length 40, batch 64, 32k vocab; large: 2x2048, batch 256",
-        sizes={"small": nmt.SMALL, "paper": nmt.PAPER, "large": nmt.LARGE},
+        "(2017 Sec. 4.1); paper: 2x1024 enc+dec, length 40, batch 64, 32k vocab; large: 2x2048, batch 256; "
+        "post2, post4, post8: 2, 4 or 8 layers of 1024, batch 64 (Post Table 1)",
+        sizes={"small": nmt.SMALL, "paper": nmt.PAPER, "large": nmt.LARGE,
+               **{f"post{k}": cfg for k, cfg in nmt.POST.items()}},
         build=nmt.build_training_graph,
         model_rule=nmt.model_rule,
         expert_layer=nmt.expert_layer,
@@ -72,8 +74,9 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "inception_v3": Benchmark(
         name="inception_v3",
-        description="Inception-V3 (TF-slim layout, aux head), RMSProp (2017 Sec. 4.1); paper: batch 32, 299x299x3",
-        sizes={"small": inception.SMALL, "paper": inception.PAPER},
+        description="Inception-V3 (TF-slim layout, aux head), RMSProp (2017 Sec. 4.1); paper: batch 32, 299x299x3; "
+        "eagle: batch 1 (EAGLE Sec. IV-A)",
+        sizes={"small": inception.SMALL, "paper": inception.PAPER, "eagle": inception.EAGLE},
         build=inception.build_training_graph,
         model_rule=inception.model_rule,
         expert_layer=inception.expert_layer,

@@ -133,6 +133,8 @@ class InceptionV3Config(BaseModel):
 
 #: The 2017 paper's Inception-V3 (Sec. 4.1): batch 32, 299x299x3, 1000 classes, RMSProp.
 PAPER = InceptionV3Config()
+#: EAGLE's Inception-V3 (Lan et al. 2021, Sec. IV-A: "The batch size of the model is set to 1").
+EAGLE = InceptionV3Config(batch_size=1)
 #: Same blocks, branches and scopes at batch 2, 75x75 input and 1/8 of the channels.
 SMALL = InceptionV3Config(batch_size=2, image_size=75, num_classes=100, depth_multiplier=0.125)
 

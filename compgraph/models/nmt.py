@@ -79,6 +79,9 @@ class NMTConfig(BaseModel):
 
 #: The 2017 paper's NMT (Sec. 4.1: 2 layers x 1024, length 40, batch 64; Sec. 4.4: 32k word pieces).
 PAPER = NMTConfig()
+#: Post's NMT with 2, 4 and 8 layers (Gao et al. 2018, Table 1 and Sec. 4: WMT16, batch 64); the
+#: paper gives nothing else, so the widths and lengths are 2017's (1024 units, length 40, 32k vocab).
+POST = {layers: NMTConfig(num_layers=layers) for layers in (2, 4, 8)}
 #: The 2017 paper's large NMT (end of Sec. 4.3: batch 256, LSTMs of 2,048 units).
 LARGE = NMTConfig(hidden_size=2048, batch_size=256)
 #: A small NMT for the demo and the tests (same structure and scopes).

@@ -36,6 +36,9 @@ class RNNLMConfig(BaseModel):
 
 #: The 2017 paper's RNNLM (Sec. 4.1). The vocabulary is not given there; 10k is PTB's.
 PAPER = RNNLMConfig()
+#: Post's RNNLM (Gao et al. 2018, Sec. 4: "a 4-layer RNN trained with a batch size of 64"); the
+#: paper gives nothing else, so the widths are 2017's (2048 units, 40 steps, 10k words).
+POST = RNNLMConfig(num_layers=4)
 #: The larger RNNLM at the end of 2017 Sec. 4.3: batch 256, LSTMs of 4,096.
 LARGE = RNNLMConfig(hidden_size=4096, batch_size=256)
 #: A small RNNLM for the demo and the tests (same structure, about 1.5k ops).
