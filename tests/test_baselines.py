@@ -88,10 +88,12 @@ def test_every_baseline_measures_on_k80x4(rnnlm_small):
         assert not m.oom and m.step_time_s > 0
         times[name] = m.step_time_s
     assert times["single_gpu"] < times["single_cpu"]
-    # The presets are fitted to 2017 Table 2, where RNNLM's layer split is slower than one GPU
-    # (expert 3.81-4.46 s vs 1.57 s): each transfer pays ~11 ms of Send/Recv and host staging.
-    # Small RNNLM on the fitted k80x4: single GPU 0.074 s, expert 0.39 s, Scotch/MinCut ~1.1 s.
-    assert times["single_gpu"] < times["expert"] < times["scotch"]
+    # Physical presets (every parameter inside its bound: a transfer costs at most ~1 ms + 3 GB/s a
+    # hop): the layer-per-GPU expert pipelines the two LSTM layers and beats one GPU (small RNNLM on
+    # k80x4: expert 0.078 s, one GPU 0.094 s), while the op-level partitions, which cut hundreds of
+    # edges, are slower than one GPU (Scotch 0.16 s, MinCut 0.20 s); 2017 Table 2 measured the
+    # expert 2.4x slower than one GPU, which no transfer cost inside the bounds reproduces.
+    assert times["expert"] < times["single_gpu"] < min(times["scotch"], times["mincut"], times["metis"])
 
 
 def test_gpu_baselines_refuse_a_cpu_only_cluster(rnnlm_small):
