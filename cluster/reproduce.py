@@ -18,6 +18,12 @@ that ``cluster`` does not import ``baselines``; ``tasks.reproduce`` passes
 :func:`baselines.place_baselines`): Scotch and MinCut map the op graph with the cost model's op
 times and link costs, so they depend on the parameters; a fit round holds them fixed and the
 next recomputes them. Post Table 1 and EAGLE Table IV are never fitted on.
+
+**Named software terms** (not fitted, each with its source): the CPU's usable share of its peak
+under the table's TensorFlow wheel (:data:`cluster.fitting.SOFTWARE_TERMS`), and for 2017's rows
+the per-op executor overhead scaled by the paper's op count over ours (2017 Table 1:
+:func:`cluster.tables.op_count_factor`; e.g. 31,180 ops for Inception-V3 against our 5,527, whose
+batch norm is fused), since TensorFlow pays that overhead per op of the graph it runs.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from cluster import fitting
 from cluster.cost_model import op_features, op_times_from_features
 from cluster.fitting import FIT_PARAMS, SOFTWARE_TERMS, apply_params, spec_values, start_values
 from cluster.spec import ClusterSpec, load_cluster
-from cluster.tables import ROWS, PaperRow, table_rows
+from cluster.tables import ROWS, PaperRow, op_count_factor, table_rows
 
 def _table2() -> dict[str, dict]:
     out: dict[str, dict] = {}
@@ -79,6 +85,18 @@ class ModelData:
 
     prepared: object
     features: tuple[np.ndarray, np.ndarray, np.ndarray]
+    overhead_factor: float = 1.0  # per-op overhead factor: the paper's op count over ours (cluster.tables.op_count_factor)
+
+
+def scaled_overhead(spec: ClusterSpec, factor: float) -> ClusterSpec:
+    """``spec`` with every device's ``op_overhead_s`` times ``factor`` (``spec`` itself for 1.0):
+    the executor overhead of a graph with ``factor`` times as many ops as ours."""
+    if factor == 1.0:
+        return spec
+    data = spec.model_dump()
+    for dev in data["devices"]:
+        dev["op_overhead_s"] *= factor
+    return ClusterSpec.model_validate(data)
 
 
 Placer = Callable[[object, ClusterSpec], dict]
@@ -116,7 +134,8 @@ def load_table_data(models=MODELS, cache_dir: str | Path = "placement-runs/graph
     data = {}
     for m in models:
         p = prepare(m, size, cache_dir=str(cache_dir))
-        data[m] = ModelData(p, op_features(p.graph))
+        factor = op_count_factor("2017-table2", m, p.graph.num_ops) if size == "paper" else 1.0
+        data[m] = ModelData(p, op_features(p.graph), factor)
     base = {g: load_cluster(name) for g, name in (presets or CLUSTERS).items()}
     return TableData(data, base, place)
 
@@ -127,6 +146,7 @@ def simulate(md: ModelData, spec: ClusterSpec, placements: dict) -> dict[str, di
     from cluster.fast_simulator import FastSimulator
     from cluster.op_placement import is_op_placement
 
+    spec = scaled_overhead(spec, md.overhead_factor)
     times = op_times_from_features(*md.features, spec)
     sim = FastSimulator(md.prepared.graph, spec, op_times=times)
     names = list(placements)
@@ -150,7 +170,9 @@ def specs_for(data: TableData, values: dict[str, float], allocator_overhead: flo
 
 
 def all_placements(data: TableData, specs: dict[int, ClusterSpec], models) -> dict[tuple[str, int], dict]:
-    return {(m, g): data.baseline_placements(m, specs[g]) for m in models for g in specs}
+    """The baselines' placements of every model on every spec (each model's overhead factor applied)."""
+    return {(m, g): data.baseline_placements(m, scaled_overhead(specs[g], data.models[m].overhead_factor))
+            for m in models for g in specs}
 
 
 def predict(data: TableData, values: dict[str, float], models, allocator_overhead: float | None = None,
@@ -340,12 +362,15 @@ def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fi
         log(f"{row.table}: {row.model} ({size or row.size}) on {row.cluster}")
         prepared = prepare_fn(row.model, size or row.size)
         spec, held_spec, held_kind = row_specs(row, fits)
+        factor = op_count_factor(row.table, row.model, prepared.graph.num_ops) if size in (None, row.size) else 1.0
+        spec = scaled_overhead(spec, factor)
+        held_spec = held_spec if held_spec is None else scaled_overhead(held_spec, factor)
         paper = _row_paper(row)
         ours_methods = sorted({_ours(row, m) for m in paper})
         res = _measure(prepared, spec, place(prepared, spec, ours_methods))
         held = None
         if held_spec is not None:
-            held = res if held_spec is spec else _measure(prepared, held_spec, place(prepared, held_spec, ours_methods))
+            held = res if held_kind.startswith("never") else _measure(prepared, held_spec, place(prepared, held_spec, ours_methods))
         cells = {}
         for m, pv in paper.items():
             r = res[_ours(row, m)]
@@ -360,6 +385,7 @@ def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fi
         order = list(paper)
         rec = {"table": row.table, "model": row.model, "size": size or row.size, "gpus": row.gpus,
                "cluster": row.cluster, "label": row.label, "source": row.source, "heldout_kind": held_kind,
+               "op_overhead_factor": factor,
                "cells": cells,
                "tau": kendall_tau([cells[k]["ours_s"] for k in order], [paper[k] for k in order]),
                "tau_heldout": (kendall_tau([cells[k]["held_out_s"] for k in order], [paper[k] for k in order])

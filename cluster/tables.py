@@ -140,3 +140,19 @@ def table_rows(table: str) -> list[PaperRow]:
     if table not in PAPER_FILES:
         raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
     return [r for r in ROWS if r.table == table]
+
+
+#: 2017 Table 1: operations in the paper's training graphs (model -> (ops, line of the paper)).
+#: Our graphs of the same models have fewer ops (e.g. fused batch norm in Inception-V3), and the
+#: executor's per-op overhead is paid per op of the graph TensorFlow ran, so the 2017 rows are
+#: measured with the overhead scaled by the paper's op count over ours (:func:`op_count_factor`).
+PAPER_OP_COUNTS: dict[str, tuple[int, int]] = {"rnnlm": (8943, 122), "nmt": (22097, 123), "inception_v3": (31180, 124)}
+
+
+def op_count_factor(table: str, model: str, num_ops: int) -> float:
+    """A named software term of 2017 Table 2's rows: the paper's op count (2017 Table 1) over ours
+    (``num_ops``), the factor on the per-op executor overhead; 1.0 for other tables and models
+    (their papers give no op counts) and for graphs larger than the paper's."""
+    if table != "2017-table2" or model not in PAPER_OP_COUNTS or num_ops <= 0:
+        return 1.0
+    return max(1.0, PAPER_OP_COUNTS[model][0] / num_ops)

@@ -39,3 +39,16 @@ def test_tables_cover_the_papers_rows_and_columns():
             assert set(LEARNER_COLUMNS[t]) <= set(r.cells) and not set(LEARNER_COLUMNS[t]) & set(r.baselines())
     with pytest.raises(ValueError, match="unknown table 'nope'; valid: 2017-table2"):
         table_rows("nope")
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason="shared/papers/ is not beside the repository")
+def test_2017_op_counts_equal_table_1():
+    from cluster.tables import PAPER_OP_COUNTS, op_count_factor
+
+    lines = (PAPERS / PAPER_FILES["2017-table2"]).read_text(encoding="utf-8").split("\n")
+    for model, (ops, line) in PAPER_OP_COUNTS.items():
+        fields = _fields(lines[line - 1])
+        assert fields[1] == str(ops), (model, fields)
+    assert op_count_factor("2017-table2", "inception_v3", 5527) == pytest.approx(31180 / 5527)
+    assert op_count_factor("post-table1", "inception_v3", 5527) == 1.0
+    assert op_count_factor("2017-table2", "rnnlm", 10**6) == 1.0
