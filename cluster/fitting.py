@@ -67,9 +67,9 @@ class FitParam:
         return f"{self.kind}.{self.name}"
 
 
-_EFF = ("at least 0.10 of the datasheet peak (the physical-model issue's floor); at most 0.90: "
-        "vendor GEMM / convolution libraries reach 80-90% of peak on large problems (MKL SGEMM on "
-        "Haswell-EP, cuBLAS SGEMM and cuDNN on Kepler)")
+_EFF = ("at least 0.10 of the datasheet peak (no tuned BLAS or cuDNN kernel runs a large GEMM or "
+        "convolution slower); at most 0.90: vendor libraries reach 80-90% of peak on large problems "
+        "(MKL SGEMM on Haswell-EP, cuBLAS SGEMM and cuDNN on Kepler)")
 _OTHER = ("element-wise ops, reductions and optimizer updates are memory-bound; their compute term "
           "is kept between 0.05 and 1.0 of peak so that it never dominates by itself")
 _OVERHEAD = ("1 us to 100 us per op: TensorFlow's executor dispatch (a few us per op on a CPU thread) "
@@ -81,7 +81,7 @@ FIT_PARAMS: tuple[FitParam, ...] = (
     FitParam("cpu", "conv_efficiency", 0.10, 0.90, 0.30, _EFF),
     FitParam("cpu", "other_efficiency", 0.05, 1.0, 0.30, _OTHER),
     FitParam("cpu", "memory_efficiency", 0.30, 0.90, 0.60,
-             "at least 0.30 of the datasheet bandwidth (the issue's floor); STREAM triad on a 4-channel "
+             "at least 0.30 of the datasheet bandwidth (streaming kernels do better); STREAM triad on a 4-channel "
              "DDR4-2133 Haswell-EP socket reaches about 85% of its 68 GB/s"),
     FitParam("cpu", "op_overhead_s", 1e-6, 1e-4, 1e-5, _OVERHEAD),
     FitParam("gpu", "dense_efficiency", 0.10, 0.90, 0.60, _EFF),
@@ -97,10 +97,10 @@ FIT_PARAMS: tuple[FitParam, ...] = (
              "there near n = 512 (2n^3 = 0.27 GFLOP); 1 MFLOP to 1 GFLOP"),
     FitParam("transfer", "send_recv_overhead_s", 5e-6, 1e-3, 5e-5,
              "TensorFlow's in-process Send/Recv rendezvous plus a cudaMemcpyAsync set-up: tens of "
-             "microseconds; 5 us to 1 ms (the issue's range)"),
+             "microseconds; 5 us to 1 ms"),
     FitParam("transfer", "bandwidth_efficiency", 0.1905, 0.85, 0.5,
              "achieved fraction of PCIe 3.0 x16's 15.75 GB/s: at least 3 GB/s (3/15.75 = 0.19048, rounded up; "
-             "pageable host memory, the issue's floor), at most about 13.4 GB/s (pinned, NVIDIA bandwidthTest)"),
+             "pageable host memory), at most about 13.4 GB/s (pinned, NVIDIA bandwidthTest)"),
 )
 
 #: Named software terms of a table's machine: not fitted, each set from its source.

@@ -79,6 +79,29 @@ def learner_search(
                       resume=resume, on_update=on_update)
 
 
+def unit_placements(prepared: PreparedGraph, env_kind: str, placements: dict,
+                    groupings: dict[str, Grouping] | None) -> tuple[dict, dict[str, Grouping]]:
+    """For an environment that measures group placements only (``real``, ``grappler``): every op-level
+    placement (:class:`cluster.op_placement.OpPlacement`, e.g. Scotch or m-ETF) that splits the
+    prepared groups but keeps each TensorFlow colocation unit whole is handed over as a placement of
+    the colocation units (``[num_units]``, with the units' grouping in the returned ``groupings``);
+    everything else unchanged. The simulator measures op placements directly."""
+    from cluster.op_placement import is_op_placement
+
+    groupings = dict(groupings or {})
+    if env_kind == "sim":
+        return placements, groupings
+    units, out = None, dict(placements)
+    g = prepared.grouping
+    for m, p in placements.items():
+        if is_op_placement(p) and p.group_placement(g.op_group, g.num_groups) is None:
+            units = units or colocation_grouping(prepared.graph)
+            per_unit = p.group_placement(units.op_group, units.num_groups)
+            if per_unit is not None:
+                out[m], groupings[m] = per_unit, units
+    return out, groupings
+
+
 @task(name="evaluate-placements", task_run_name="evaluate-{env_kind}", cache_policy=NONE)
 def evaluate(
     prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict, env_options: dict | None = None,
@@ -92,6 +115,7 @@ def evaluate(
     environment simulates (or runs) the same op graph, each op on its unit's device, so the
     step times compare. The summary's learners are the methods of :data:`placer.LEARNERS`.
     """
+    placements, groupings = unit_placements(prepared, env_kind, placements, groupings)
     env = environment(prepared, spec, env_kind, env_options)
     others = {m: environment(prepared, spec, env_kind, env_options, g) for m, g in (groupings or {}).items()
               if g is not prepared.grouping}

@@ -38,7 +38,7 @@ def test_fidelity_against_grappler_prints_tau_and_mape(prefect_harness, tmp_path
     assert kinds == ["random"] * 2 + ["random-gpu"] * 2 + ["baseline"] * 6 + ["learner"] * 2
     for row in res["rows"]:
         assert row["sim_s"] > 0 and row["real_s"] > 0 and row["sim_calibrated_s"] is None
-        assert row["gpu_only"] == (row["kind"] == "random-gpu" or row["name"] in ("single_gpu", "expert", "mincut", "metis")
+        assert row["gpu_only"] == (row["kind"] == "random-gpu" or row["name"] in ("single_gpu", "expert", "mincut_group", "metis_group")
                                    or (row["kind"] == "learner" and row["gpu_only"]))
     assert res["n"] == len(res["rows"]) and res["n_gpu_only"] >= 4
     assert -1 <= res["kendall_tau"] <= 1 and res["mape"] >= 0

@@ -45,6 +45,9 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert set(by_method) == set(METHODS)
     for method, run in by_method.items():
         assert run.data.metrics["step_time_s"] == pytest.approx(result["methods"][method]["step_time_s"])
+    # each baseline's level: Scotch, MinCut and METIS place the op graph, as the papers ran them
+    assert {m: by_method[m].data.params.get("level") for m in ("scotch", "mincut", "metis", "expert", "m_etf")} == {
+        "scotch": "op", "mincut": "op", "metis": "op", "expert": "group", "m_etf": "op"}
     curve = client.get_metric_history(by_method["rl"].info.run_id, "best_step_time_s")
     assert [m.step for m in curve] == [8, 16]
     assert curve[-1].value == pytest.approx(result["methods"]["rl"]["step_time_s"])
