@@ -116,7 +116,7 @@ def test_cli_lists_models_and_clusters():
     models = [x.split("\t")[0] for x in runner.invoke(app, ["models"]).output.strip().splitlines()]
     assert models[0] == "rnnlm" and {"nmt", "gnmt", "bert_base"} <= set(models)
     lines = runner.invoke(app, ["clusters"]).output.strip().splitlines()
-    assert [x.split("\t")[0] for x in lines] == ["cpu4", "k80x2", "k80x4"]
+    assert [x.split("\t")[0] for x in lines] == ["cpu4", "gcp-k80x2", "gcp-k80x4", "gcp-k80x8", "k80x2", "k80x4", "p100x4"]
 
 
 def test_cli_graph_stats_json(rnnlm_small):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-ROW_NAMES = ["random_0", "random_1", "single_cpu", "single_gpu", "expert", "scotch", "mincut", "metis", "rl", "post"]
+ROW_NAMES = ["random_0", "random_1", "single_cpu", "single_gpu", "expert", "scotch_group", "mincut_group", "metis_group", "rl", "post"]
 METRICS = ("kendall_tau", "mape", "kendall_tau_calibrated", "mape_calibrated")
 
 
@@ -200,7 +200,7 @@ def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefec
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--random", "-1"], "--random must be at least 0, got -1"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--cost-table", "/nonexistent/t.json"], "--cost-table: cost table /nonexistent/t.json"),
-        (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "magic"], "unknown method 'magic'; valid: single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum, rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce"),
+        (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "magic"], "unknown method 'magic'; valid: single_cpu, single_gpu, expert, scotch, mincut, metis, scotch_group, mincut_group, metis_group, m_topo, m_etf, m_sct, optimum, rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce"),
         (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--env", "cloud"], "unknown environment 'cloud'; valid: sim, real"),
         (["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--steps", "0"], "--steps must be at least 1, got 0"),
         (["train", "--model", "nope", "--cluster", "cpu4", "--method", "expert"], "unknown model 'nope'"),
