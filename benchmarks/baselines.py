@@ -27,8 +27,7 @@ from cluster.reproduce import PAPER_TABLE2  # noqa: E402  (2017 Table 2, from cl
 PAPER_TABLE_2 = {  # 2017 Table 2, measured seconds: Scotch, MinCut, Expert, RL-based
     (m, f"k80x{g}"): tuple(t["rows"][g][k] for k in ("scotch", "mincut", "expert", "rl"))
     for m, t in PAPER_TABLE2.items() for g in (2, 4)}
-METHODS = ("single_cpu", "single_gpu", "scotch", "mincut", "expert", "metis", "scotch_group", "mincut_group",
-           "metis_group", "m_topo", "m_etf", "m_sct", "optimum")
+METHODS = ("single_cpu", "single_gpu", "scotch", "mincut", "expert", "metis", "m_topo", "m_etf", "m_sct", "optimum")
 
 
 def markdown(report: dict) -> str:
