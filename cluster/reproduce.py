@@ -29,7 +29,6 @@ batch norm is fused), since TensorFlow pays that overhead per op of the graph it
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
