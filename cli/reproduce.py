@@ -52,6 +52,10 @@ def print_table(result: dict, console) -> None:
         sh, w, o = sm["shipped"], sm["winners"], sm["oom"]
         line = (f"{table}: {sh['within']}/{sh['cells']} cells within 1.5x of the paper ({100 * (sh['share'] or 0):.0f}%), "
                 f"fastest baseline as the paper's in {w['matched']}/{w['rows']} rows, OOM right in {o['right']}/{o['cells']}")
+        bs = sm.get("beyond_serial")
+        if bs and bs["of"]:
+            line += (f"; {bs['cells']}/{bs['of']} split cells more than 1.5x slower in the paper than ours with "
+                     "every transfer in series")
         if sm.get("heldout"):
             h, wh = sm["heldout"], sm["winners_heldout"]
             line += (f"; held out: {h['within']}/{h['cells']} cells ({100 * (h['share'] or 0):.0f}%), "

@@ -8,7 +8,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cluster.reproduce import START, kendall_tau, oom_right, paper_cells, reproduce_rows, winners_matched, within
+from cluster.reproduce import (START, beyond_serial, kendall_tau, oom_right, paper_cells, reproduce_rows,
+                               winners_matched, within)
 from cluster.tables import ROWS
 
 
@@ -43,10 +44,10 @@ def test_rows_ratios_shares_winners_and_speedups_by_hand(monkeypatch):
         out = {}
         for m in placements:
             if m == "rl":
-                out[m] = {"step_time_s": 1.0, "oom": False}
+                out[m] = {"step_time_s": 1.0, "oom": False, "transfer_total_s": 0.0}
             else:
                 v = cells[m]
-                out[m] = {"step_time_s": 99.0 if v is None else 1.2 * v, "oom": v is None}
+                out[m] = {"step_time_s": 99.0 if v is None else 1.2 * v, "oom": v is None, "transfer_total_s": 0.25}
         return out
 
     monkeypatch.setattr(rep, "_measure", fake_measure)
@@ -58,6 +59,9 @@ def test_rows_ratios_shares_winners_and_speedups_by_hand(monkeypatch):
     assert within(out) == {"within": 24, "cells": 24, "share": 1.0}
     assert winners_matched(out) == {"matched": 6, "rows": 6, "share": 1.0}
     assert oom_right(out) == {"right": 1, "cells": 1}
+    assert out[0]["cells"]["scotch"]["serial_upper_s"] == pytest.approx(1.2 * 13.43 + 0.25)
+    assert beyond_serial(out) == {"cells": 0, "of": 18}  # 6 rows x (Scotch, MinCut, expert)
+    assert out[0]["cells"]["single_gpu"]["splits"] is False and out[0]["cells"]["expert"]["splits"] is True
     assert [r["paper_winner"] for r in out] == ["single_gpu", "single_gpu", "expert", "expert", "single_gpu", "single_gpu"]
     assert out[1]["cells"]["single_gpu"]["counted"] is False  # a 4-GPU line: the single-device cells are the 2-GPU line's
     assert out[0]["cells"]["expert"]["command"] == (
