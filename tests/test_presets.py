@@ -88,3 +88,27 @@ def test_fit_params_cover_the_issues_bounds():
         assert b[f"{kind}.memory_efficiency"][0] >= 0.30
         assert b[f"{kind}.op_overhead_s"][0] >= 1e-6 and b[f"{kind}.op_overhead_s"][1] <= 1e-4
     assert all(p.source for p in FIT_PARAMS)
+
+
+def test_required_value_bisects_to_the_paper_cell_by_hand():
+    """Step = 100 transfers x overhead + 1 s: the paper's 3 s needs 20 ms a transfer; 0.5 s cannot be
+    reached (even the smallest overhead is slower) and 1e9 s not within the search range."""
+    from cluster.fitting import required_value
+
+    def predict(values, placements):
+        return {(("row", 2), "a"): {"step_time_s": 100 * values["transfer.send_recv_overhead_s"] + 1.0}}
+
+    v = required_value(predict, {}, "transfer.send_recv_overhead_s", (("row", 2), "a", 3.0), None)
+    assert v == pytest.approx(0.02, rel=1e-6)
+    assert required_value(predict, {}, "transfer.send_recv_overhead_s", (("row", 2), "a", 0.5), None) is None
+    assert required_value(predict, {}, "transfer.send_recv_overhead_s", (("row", 2), "a", 1e9), None) is None
+
+
+def test_rounded_values_stay_inside_their_bounds():
+    from cluster.fitting import rounded
+
+    out = rounded({"transfer.bandwidth_efficiency": 0.19050000001, "transfer.send_recv_overhead_s": 0.0009999999990,
+                   "gpu.dense_efficiency": 0.616153456})
+    assert out == {"transfer.bandwidth_efficiency": 0.1905, "transfer.send_recv_overhead_s": 0.001,
+                   "gpu.dense_efficiency": 0.616153}
+    check_bounds(out)
