@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.fitting import FIT_PARAMS, SOFTWARE_TERMS, rounded
+from cluster.fitting import FIT_PARAMS, SOFTWARE_TERMS, rounded, spec_values
 from cluster.spec import ClusterSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -188,7 +188,7 @@ def preset_yaml(machine: Machine, values: dict[str, float], allocator_overhead: 
     import yaml
 
     spec = build_spec(machine, values, allocator_overhead["value"], fit_record)
-    values = rounded(values)
+    values = spec_values(spec)  # what the preset stores (rounded inside the bounds by build_spec)
     cpu, gpu = CHIPS[machine.cpu], CHIPS[machine.gpu]
     lines = [f"# {machine.description}.", "#", "# DATASHEET figures:",
              f"# - CPU {cpu.model}: {cpu.derivation}.", f"# - GPU {gpu.model}: {gpu.derivation}.",

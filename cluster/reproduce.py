@@ -357,9 +357,10 @@ def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fi
     Returns:
         One dict per row: ``table, model, size, gpus, cluster, label, source, heldout_kind``, ``cells``
         (method -> ``paper_s, ours_s, oom, ratio, held_out_s, held_out_oom, held_out_ratio, counted,
-        command``, ``splits`` (the method is not a single-device placement), and ``serial_upper_s``: ours plus every transfer's seconds in series, the step time
-        if no transfer overlapped anything, i.e. an upper bound for any model that only makes the
-        transfers share channels), ``tau``, ``tau_heldout``, ``winner``, ``winner_heldout``, ``paper_winner``, ``learners``.
+        command``, ``splits``: the method is not a single-device placement, and ``serial_upper_s``:
+        ours plus every transfer's seconds in series, the step time if no transfer overlapped
+        anything, i.e. an upper bound for any model that only makes the transfers share channels),
+        ``tau``, ``tau_heldout``, ``winner``, ``winner_heldout``, ``paper_winner``, ``learners``.
     """
     out = []
     for row in rows:
@@ -374,16 +375,17 @@ def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fi
         res = _measure(prepared, spec, place(prepared, spec, ours_methods))
         held = None
         if held_spec is not None:
-            held = res if held_kind.startswith("never") else _measure(prepared, held_spec, place(prepared, held_spec, ours_methods))
+            held = res if held_spec is spec else _measure(prepared, held_spec, place(prepared, held_spec, ours_methods))
         cells = {}
         for m, pv in paper.items():
-            r = res[_ours(row, m)]
+            method = _ours(row, m)
+            r = res[method]
             ours = None if r["oom"] else r["step_time_s"]
-            h = None if held is None else held[_ours(row, m)]
+            h = None if held is None else held[method]
             hv = None if h is None or h["oom"] else h["step_time_s"]
             cells[m] = {"paper_s": pv, "ours_s": ours, "ours_time_s": r["step_time_s"], "oom": r["oom"],
                         "serial_upper_s": None if ours is None else ours + r["transfer_total_s"],
-                        "splits": _ours(row, m) not in SINGLE_DEVICE,
+                        "splits": method not in SINGLE_DEVICE,
                         "ratio": (ours / pv) if ours is not None and pv is not None else None,
                         "held_out_s": hv, "held_out_oom": None if h is None else h["oom"],
                         "held_out_ratio": (hv / pv) if hv is not None and pv is not None else None,
