@@ -1,4 +1,4 @@
-"""The best group placement: exact by enumeration when small, else a time-limited MILP.
+"""The best group placement: exact by enumeration when small, else a work-limited MILP.
 
 What is optimised: the **group placements** of the given grouping (``[num_groups]`` device
 indices, every group on any device; the search space of the group learners), measured
@@ -34,9 +34,19 @@ search a larger space and may beat it.
   other baselines); ``bound_s`` is the larger of the MILP's dual bound and
   :func:`baselines.bounds.lower_bound`; the best is then polished by local search, moving one
   group (or, when ``(groups * devices)^2 <= 20000``, two groups) to other devices while the
-  simulated time improves (within the time limit);
+  simulated time improves (within ``polish_evaluations`` simulated placements);
   ``proven`` is True when the simulated time of the
   reported placement is within ``1e-9`` (relative) of ``bound_s``.
+
+**Deterministic.** The work is limited by counts, not by the clock: HiGHS' branch-and-bound
+stops after ``node_limit`` nodes (HiGHS solves a MILP deterministically on one thread), and
+the polish after ``polish_evaluations`` placements. So the same inputs give the same
+placement, step time and bound on a quiet and on a loaded machine; only the seconds differ.
+A MILP over more than ``max_milp_ops`` ops is not built (its root relaxation alone takes
+minutes: nmt paper, 17,396 ops); the candidates are then polished and the bound is
+:func:`baselines.bounds.lower_bound`'s. ``time_limit_s`` is an optional wall-clock cap for
+those who prefer a deadline to a reproducible value: when it cuts the work short the result
+says so (``deterministic=False``).
 """
 
 from __future__ import annotations
@@ -52,7 +62,10 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 
 MAX_ENUMERATE = 3**10  #: group placements enumerated at most
-DEFAULT_TIME_LIMIT_S = 60.0  #: MILP time limit (seconds)
+DEFAULT_NODE_LIMIT = 50  #: HiGHS branch-and-bound nodes at most
+DEFAULT_POLISH_EVALUATIONS = 20_000  #: simulated placements the polish may try
+MAX_MILP_OPS = 8_000  #: ops above which the MILP is not built (candidates and polish only)
+DEFAULT_TIME_LIMIT_S = None  #: no wall-clock cap by default (a cap makes the value depend on load)
 
 
 @dataclass
@@ -65,10 +78,11 @@ class OptimumResult:
         bound_s: a proven lower bound on the best step time of any group placement that fits
             in memory (seconds); equal to ``step_time_s`` when enumerated.
         proven: ``step_time_s`` is the optimum (enumerated, or the bound closed the gap).
-        method: ``"enumeration"`` or ``"milp"``.
+        method: ``"enumeration"``, ``"milp"`` or ``"polish"`` (graph too big for the MILP).
         evaluated: placements simulated.
         seconds: time taken.
         milp_status: HiGHS' message (MILP only).
+        deterministic: False when the optional wall-clock cap cut the work short.
     """
 
     placement: np.ndarray | None
@@ -79,6 +93,7 @@ class OptimumResult:
     evaluated: int
     seconds: float
     milp_status: str = ""
+    deterministic: bool = True
 
 
 def enumerate_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
@@ -129,14 +144,20 @@ def _neighbours(p: np.ndarray, D: int, pairs: bool) -> np.ndarray:
 
 
 def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
-                 time_limit_s: float = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
-                 lower_bound_s: float | None = None, disjunctive: bool | None = None) -> OptimumResult:
-    """The time-limited MILP of the module docstring; see there for what is proven.
+                 time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
+                 lower_bound_s: float | None = None, disjunctive: bool | None = None,
+                 node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int = DEFAULT_POLISH_EVALUATIONS,
+                 max_milp_ops: int = MAX_MILP_OPS) -> OptimumResult:
+    """The work-limited MILP of the module docstring; see there for what is proven.
 
     Args:
         graph, grouping, spec: what is placed where.
         op_times: optional ``[num_ops, num_devices]`` seconds replacing the roofline.
-        time_limit_s: HiGHS' time limit (seconds).
+        time_limit_s: an optional wall-clock cap (seconds) on the MILP and the polish;
+            ``None`` (default): none, the result depends on the inputs only.
+        node_limit: HiGHS' branch-and-bound nodes at most.
+        polish_evaluations: simulated placements the polish may try at most.
+        max_milp_ops: graphs with more ops skip the MILP (method ``"polish"``).
         candidates: group placements (``[num_groups]``) to compare the MILP's incumbent with.
         lower_bound_s: a bound already computed (:func:`baselines.bounds.lower_bound`), else computed.
         disjunctive: add the pairwise no-overlap constraints per compute pool (default: for
@@ -145,8 +166,14 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
+    if node_limit < 1 or polish_evaluations < 0:
+        raise ValueError(f"node_limit={node_limit!r} must be >= 1 and polish_evaluations={polish_evaluations!r} >= 0")
     start = time.perf_counter()
+    deadline = None if time_limit_s is None else start + time_limit_s
     n, G, D = graph.num_ops, grouping.num_groups, len(spec.devices)
+    if n > max_milp_ops:
+        return _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, polish_evaluations, deadline, start,
+                            max_milp_ops)
     times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)
     og = np.asarray(grouping.op_group, dtype=np.int64)
     is_gpu = np.array([d.kind == "gpu" for d in spec.devices])
@@ -263,53 +290,96 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     ub = np.full(V, np.inf)
     ub[: nx_ + Y] = 1.0
     ub[oc + 1:] = 1.0
-    remaining = max(0.75 * time_limit_s - (time.perf_counter() - start), 1.0)  # the rest for the polish
+    options = {"node_limit": int(node_limit), "disp": False}
+    if time_limit_s is not None:
+        options["time_limit"] = max(0.75 * time_limit_s - (time.perf_counter() - start), 1.0)  # the rest for the polish
     res = milp(cost, constraints=LinearConstraint(A, np.array(lo), np.array(hi)), integrality=integrality,
-               bounds=Bounds(np.zeros(V), ub), options={"time_limit": remaining, "disp": False})
+               bounds=Bounds(np.zeros(V), ub), options=options)
+    status = str(res.message)
+    if "Status 16" in status:  # scipy does not name HiGHS' kSolutionLimit, which a node limit ends with
+        status = f"node limit ({node_limit}) reached"
+    cut = "time limit" in status.lower()
     dual = getattr(res, "mip_dual_bound", None)
     dual = float(dual) * (1 - 1e-9) if dual is not None and np.isfinite(dual) else None
     pool_of = list(candidates or [])
     if res.x is not None:
         pool_of.append(np.argmax(res.x[:nx_].reshape(G, D), axis=1))
-    best_p, best_t, evaluated = None, None, 0
-    if pool_of:
-        sim = FastSimulator(graph, spec, op_times=op_times)
-        places = np.array([np.asarray(c, dtype=np.int64) for c in pool_of])
-        rr = sim.run_group_arrays(places, og)
-        evaluated = len(places)
-        t = np.where(rr.oom, np.inf, rr.step_time_s)
-        k = int(np.argmin(t))
-        if np.isfinite(t[k]):
-            best_p, best_t = places[k], float(t[k])
-        # polish: move one group at a time while that improves the simulated time (within the time limit)
-        improved = True
-        while best_p is not None and improved and time.perf_counter() - start < time_limit_s:
-            improved = False
-            moves = _neighbours(best_p, D, pairs=(G * D) ** 2 <= 20000)
-            for lo_ in range(0, len(moves), 512):  # chunks: take the best improving move of the first chunk that has one
-                if time.perf_counter() - start >= time_limit_s:
-                    break
-                chunk = moves[lo_:lo_ + 512]
-                rr = sim.run_group_arrays(chunk, og)
-                evaluated += len(chunk)
-                t = np.where(rr.oom, np.inf, rr.step_time_s)
-                k = int(np.argmin(t))
-                if t[k] < best_t:
-                    best_p, best_t, improved = chunk[k].copy(), float(t[k]), True
-                    break
+    best_p, best_t, evaluated, cut_polish = _polish(graph, grouping, spec, op_times, pool_of, polish_evaluations, deadline)
+    bound = _bound(graph, spec, op_times, dual, lower_bound_s)
+    proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
+    return OptimumResult(best_p, best_t, bound, proven, "milp", evaluated, time.perf_counter() - start, status,
+                         deterministic=not (cut or cut_polish))
+
+
+def _bound(graph: OpGraph, spec: ClusterSpec, op_times, dual: float | None, lower_bound_s: float | None) -> float | None:
+    """The larger of the MILP's dual bound and :func:`baselines.bounds.lower_bound` (seconds)."""
     if lower_bound_s is None:
         from baselines.bounds import lower_bound
 
         lower_bound_s = lower_bound(graph, spec, op_times).value_s
-    bound = max([b for b in (dual, lower_bound_s) if b is not None], default=None)
+    return max([b for b in (dual, lower_bound_s) if b is not None and np.isfinite(b)], default=None)
+
+
+def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, pool_of: list, budget: int,
+            deadline: float | None) -> tuple[np.ndarray | None, float | None, int, bool]:
+    """The fastest of ``pool_of`` as simulated, then improved one (or two) group moves at a time
+    while a move improves, within ``budget`` simulated moves (and the optional ``deadline``).
+
+    Returns:
+        ``(placement [G] or None, step time s or None, placements simulated, cut by the deadline)``.
+    """
+    if not pool_of:
+        return None, None, 0, False
+    G, D = grouping.num_groups, len(spec.devices)
+    og = np.asarray(grouping.op_group, dtype=np.int64)
+    sim = FastSimulator(graph, spec, op_times=op_times)
+    places = np.array([np.asarray(c, dtype=np.int64) for c in pool_of])
+    rr = sim.run_group_arrays(places, og)
+    evaluated = len(places)
+    t = np.where(rr.oom, np.inf, rr.step_time_s)
+    k = int(np.argmin(t))
+    if not np.isfinite(t[k]):
+        return None, None, evaluated, False
+    best_p, best_t = places[k], float(t[k])
+    spent, improved, cut = 0, True, False
+    while improved and spent < budget and not cut:
+        improved = False
+        moves = _neighbours(best_p, D, pairs=(G * D) ** 2 <= 20000)
+        for lo_ in range(0, len(moves), 512):  # chunks: take the best improving move of the first chunk that has one
+            if spent >= budget:
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                cut = True
+                break
+            chunk = moves[lo_:lo_ + min(512, budget - spent)]
+            rr = sim.run_group_arrays(chunk, og)
+            evaluated += len(chunk)
+            spent += len(chunk)
+            t = np.where(rr.oom, np.inf, rr.step_time_s)
+            k = int(np.argmin(t))
+            if t[k] < best_t:
+                best_p, best_t, improved = chunk[k].copy(), float(t[k]), True
+                break
+    return best_p, best_t, evaluated, cut
+
+
+def _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, budget, deadline, start,
+                 max_milp_ops) -> OptimumResult:
+    """A graph too big for the MILP: the candidates polished, the bound from :func:`baselines.bounds.lower_bound`."""
+    best_p, best_t, evaluated, cut = _polish(graph, grouping, spec, op_times, list(candidates or []), budget, deadline)
+    bound = _bound(graph, spec, op_times, None, lower_bound_s)
     proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
-    return OptimumResult(best_p, best_t, bound, proven, "milp", evaluated, time.perf_counter() - start, str(res.message))
+    return OptimumResult(best_p, best_t, bound, proven, "polish", evaluated, time.perf_counter() - start,
+                         f"MILP not built: {graph.num_ops} ops > {max_milp_ops}", deterministic=not cut)
 
 
 def optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
-            time_limit_s: float = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
-            max_enumerate: int = MAX_ENUMERATE, lower_bound_s: float | None = None) -> OptimumResult:
-    """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else :func:`milp_optimum`."""
+            time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
+            max_enumerate: int = MAX_ENUMERATE, lower_bound_s: float | None = None,
+            node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int = DEFAULT_POLISH_EVALUATIONS) -> OptimumResult:
+    """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else :func:`milp_optimum`
+    (``node_limit``, ``polish_evaluations`` and the optional wall-clock cap ``time_limit_s``)."""
     if len(spec.devices) ** grouping.num_groups <= min(max_enumerate, MAX_ENUMERATE):
         return enumerate_optimum(graph, grouping, spec, op_times)
-    return milp_optimum(graph, grouping, spec, op_times, time_limit_s, candidates, lower_bound_s)
+    return milp_optimum(graph, grouping, spec, op_times, time_limit_s, candidates, lower_bound_s,
+                        node_limit=node_limit, polish_evaluations=polish_evaluations)
