@@ -13,34 +13,51 @@ import numpy as np
 
 from baselines import BASELINES, BaselineContext, applicable_baselines
 from baselines.bounds import lower_bound
-from baselines.optimum import DEFAULT_TIME_LIMIT_S, optimum
+from baselines.optimum import DEFAULT_NODE_LIMIT, DEFAULT_TIME_LIMIT_S, optimum
 from cluster.op_placement import is_op_placement
 
 
+REFERENCE_ENVIRONMENT = "sim"
+"""The environment the lower bound and the optimum are computed in: the simulator's cost model."""
+
+
+def reference_note(env_kind: str) -> str | None:
+    """Why the ratio columns are empty under ``env_kind`` (``None`` when they are filled: the simulator)."""
+    if env_kind == REFERENCE_ENVIRONMENT:
+        return None
+    return (f"x lower bound / x optimum: empty, because the lower bound and the optimum are computed in the "
+            f"simulator's cost model ({REFERENCE_ENVIRONMENT}) and these step times were measured in {env_kind}")
+
+
 def reference_points(graph, grouping, spec, placements: dict | None = None, want_optimum: bool = False,
-                     time_limit_s: float = DEFAULT_TIME_LIMIT_S, op_times: np.ndarray | None = None) -> dict:
+                     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, op_times: np.ndarray | None = None,
+                     node_limit: int = DEFAULT_NODE_LIMIT) -> dict:
     """The lower bound (:func:`baselines.bounds.lower_bound`) and, if asked, the optimum
     (:func:`baselines.optimum.optimum`, given the group placements among ``placements`` as
     MILP candidates).
 
     Returns:
         ``{"lower_bound_s", "lower_bound": {...components}, "optimum_s", "optimum_proven",
-        "optimum_bound_s", "optimum_method", "optimum_seconds", "optimum_placement"}``
-        (seconds; the optimum keys are ``None`` when not computed; ``optimum_placement`` is
-        ``[num_groups]`` device indices or ``None``).
+        "optimum_bound_s", "optimum_method", "optimum_seconds", "optimum_placement",
+        "reference_environment"}`` (seconds; the optimum keys are ``None`` when not computed;
+        ``optimum_placement`` is ``[num_groups]`` device indices or ``None``;
+        ``reference_environment`` is ``"sim"``: both come from the simulator's cost model, so a
+        ratio to them means something only for step times measured in the simulator).
     """
     lb = lower_bound(graph, spec, op_times)
-    out = {"lower_bound_s": lb.value_s if np.isfinite(lb.value_s) else None, "lower_bound": lb.as_dict(),
+    out = {"reference_environment": REFERENCE_ENVIRONMENT,
+           "lower_bound_s": lb.value_s if np.isfinite(lb.value_s) else None, "lower_bound": lb.as_dict(),
            "optimum_s": None, "optimum_proven": None, "optimum_bound_s": None, "optimum_method": None,
-           "optimum_seconds": None, "optimum_placement": None}
+           "optimum_seconds": None, "optimum_placement": None, "optimum_deterministic": None}
     if want_optimum:
         # only placements over these groups (not op placements, nor learners' own units)
         candidates = [np.asarray(p, dtype=np.int64) for p in (placements or {}).values()
                       if p is not None and not is_op_placement(p) and len(p) == grouping.num_groups]
         res = optimum(graph, grouping, spec, op_times, time_limit_s=time_limit_s, candidates=candidates,
-                      lower_bound_s=out["lower_bound_s"])
+                      lower_bound_s=out["lower_bound_s"], node_limit=node_limit)
         out.update(optimum_s=res.step_time_s, optimum_proven=res.proven, optimum_bound_s=res.bound_s,
-                   optimum_method=res.method, optimum_seconds=res.seconds, optimum_placement=res.placement)
+                   optimum_method=res.method, optimum_seconds=res.seconds, optimum_placement=res.placement,
+                   optimum_deterministic=res.deterministic)
     return out
 
 
@@ -51,25 +68,30 @@ def ratio(step_time_s: float | None, reference_s: float | None) -> float | None:
     return step_time_s / reference_s
 
 
-def add_ratio_columns(results: dict[str, dict], refs: dict) -> dict[str, float]:
+def add_ratio_columns(results: dict[str, dict], refs: dict, env_kind: str = REFERENCE_ENVIRONMENT) -> dict[str, float]:
     """Add ``x_lower_bound`` and ``x_optimum`` to every method row of ``results`` (in place).
+
+    The columns are filled only when the step times were measured in the environment the
+    references were computed in (``refs["reference_environment"]``, the simulator); under any
+    other ``env_kind`` they are ``None`` (:func:`reference_note` says why).
 
     Returns:
         flat ``{"<method>.x_lower_bound": float, "<method>.x_optimum": float}`` for MLflow
         parent-run metrics (only the ratios that exist).
     """
     flat = {}
+    same = env_kind == refs.get("reference_environment", REFERENCE_ENVIRONMENT)
     for method, row in results.items():
-        row["x_lower_bound"] = ratio(row.get("step_time_s"), refs.get("lower_bound_s"))
-        row["x_optimum"] = ratio(row.get("step_time_s"), refs.get("optimum_s"))
+        row["x_lower_bound"] = ratio(row.get("step_time_s"), refs.get("lower_bound_s")) if same else None
+        row["x_optimum"] = ratio(row.get("step_time_s"), refs.get("optimum_s")) if same else None
         for key in ("x_lower_bound", "x_optimum"):
             if row[key] is not None:
                 flat[f"{method}.{key}"] = float(row[key])
     return flat
 
 
-def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-                  env_kind: str = "sim", env_options: dict | None = None) -> dict:
+def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+                  env_kind: str = "sim", env_options: dict | None = None, node_limit: int = DEFAULT_NODE_LIMIT) -> dict:
     """Run baselines, measure them in one environment and add the reference points.
 
     Args:
@@ -77,7 +99,8 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
         spec: the cluster.
         methods: baseline names (default: :func:`applicable_baselines`); ``optimum`` is
             computed last, with the others' group placements as MILP candidates.
-        time_limit_s: the optimum's MILP time limit (seconds).
+        time_limit_s: an optional wall-clock cap on the optimum (seconds; ``None``: none, deterministic).
+        node_limit: the optimum's MILP branch-and-bound nodes at most.
         env_kind, env_options: the measurement environment (:func:`cluster.environment.make_environment`).
     Returns:
         ``{"methods": {m: {"step_time_s", "oom", "devices_used", "seconds", "placement",
@@ -103,14 +126,15 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
         seconds[m] = time.perf_counter() - start
     start = time.perf_counter()
     refs = reference_points(prepared.graph, prepared.grouping, spec, placements, want_optimum="optimum" in methods,
-                            time_limit_s=time_limit_s)
+                            time_limit_s=time_limit_s, node_limit=node_limit)
     if "optimum" in methods:
         placements["optimum"] = refs["optimum_placement"]
         seconds["optimum"] = refs["optimum_seconds"]
     refs["lower_bound_seconds"] = time.perf_counter() - start - (refs["optimum_seconds"] or 0.0)
     env = make_environment(env_kind, prepared, spec, env_options)
     results = evaluate_placements(env, {m: placements[m] for m in methods})
-    add_ratio_columns(results, refs)
+    add_ratio_columns(results, refs, env_kind)
+    refs["reference_note"] = reference_note(env_kind)
     rows = {}
     for m in methods:
         r = results[m]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from baselines import BASELINES, baseline_level
-from baselines.report import add_ratio_columns
+from baselines.report import add_ratio_columns, reference_note
 from cluster.spec import ClusterSpec
 from compgraph.prepare import PreparedGraph
 from tasks.search import LearnerSearches, learner_setting
@@ -45,7 +45,7 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
     """
     summary = {**summary, "training": training}
     # MLflow parent metrics "<method>.x_lower_bound", "<method>.x_optimum", lower_bound_s, optimum_s
-    ref_metrics = {**add_ratio_columns(results, refs), "lower_bound_s": refs["lower_bound_s"],
+    ref_metrics = {**add_ratio_columns(results, refs, env), "lower_bound_s": refs["lower_bound_s"],
                    "optimum_s": refs["optimum_s"], "optimum_proven": refs["optimum_proven"]}
     # a baseline's level: "op" (places the op graph, e.g. Scotch as 2017 ran it) or "group"
     method_params = {m: ({"level": baseline_level(m)} if m in BASELINES else searches.method_params.get(m, {}))
@@ -68,6 +68,8 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
         "lower_bound_s": refs["lower_bound_s"],
         "optimum_s": refs["optimum_s"],
         "optimum_proven": refs["optimum_proven"],
+        "reference_environment": refs.get("reference_environment"),
+        "reference_note": reference_note(env),
         **summary,
         "mlflow_run_id": None,
         "mlflow_tracking_uri": tracking_uri,
@@ -91,6 +93,7 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     from tracking import artifact_root
     from tracking.live import run_folder, save_run_folder
 
+    recorder.flush()  # the learning-curve points still buffered go to their nested runs before these are completed
     folder = run_folder(out, stamp, prepared.name, result["size"], spec.name, record["params"]["seed"])
     run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
     if not spool:
