@@ -92,3 +92,30 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
     assert r.exit_code == 0, r.output
     assert "rnnlm/small on k80x2" in r.output and "post *" in r.output
     assert json.loads((tmp_path / "cmp.json").read_text())["rows"] == table
+
+
+def test_learning_curve_points_are_buffered_and_flushed_in_batches(tmp_path, monkeypatch):
+    """One MLflow write per flush, not per update (Post updates every 12 placements); every
+    point keeps its own step and timestamp, and nothing buffered is lost at the end."""
+    import tracking.live as live
+
+    monkeypatch.setattr(live, "FLUSH_EVERY_S", 1e9)  # only explicit flushes
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rec = live.ExperimentRecorder(uri, str(tmp_path / "artifacts"), {"model": "m", "cluster": "c", "seed": 0}, ["post"])
+    writes = []
+    real = rec.client.log_batch
+    monkeypatch.setattr(rec.client, "log_batch", lambda *a, **k: (writes.append(1), real(*a, **k))[1])
+    log = rec.on_update("post")
+    for i in range(1, 51):
+        log({"placements": 12 * i, "best_step_time_s": 1.0 / i, "sample_mean_step_time_s": 2.0 / i})
+    client = _client(tmp_path)
+    run_id = rec.child_ids["post"]
+    assert client.get_metric_history(run_id, "best_step_time_s") == [] and writes == []
+    rec.flush()
+    history = client.get_metric_history(run_id, "best_step_time_s")
+    assert [m.step for m in history] == [12 * i for i in range(1, 51)] and len(writes) == 1
+    assert len(client.get_metric_history(run_id, "sample_mean_step_time_s")) == 50
+    log({"placements": 612, "best_step_time_s": 0.01})
+    rec.finish(None)  # the end flushes what is left (here: a failed recording, the runs end FAILED)
+    assert client.get_metric_history(run_id, "best_step_time_s")[-1].step == 612
+    assert client.get_run(run_id).info.status == "FAILED"
