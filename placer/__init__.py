@@ -2,7 +2,7 @@
 (method name -> :class:`placer.learner.Learner` class) with every learner module below."""
 
 from placer.learner import LEARNERS, Learner, LearnerConfig, Samples, register  # noqa: F401
-from placer import reinforce, post, post_ablations, hierarchical, eagle  # noqa: E402,F401  (register every learner)
+from placer import reinforce, post, post_ablations, hierarchical, eagle, local_search  # noqa: E402,F401  (register every learner)
 
 DEFAULT_LEARNERS = ("rl", "post")
 """The learners the experiment runs when ``--methods`` is not given: the 2017 placer and Post
