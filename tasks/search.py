@@ -3,11 +3,13 @@ learner of :data:`placer.LEARNERS` (no per-learner dispatch), the placement eval
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 
 from cluster.environment import Environment, make_environment
 from cluster.evaluation import evaluate_placements, summarize
@@ -200,20 +202,26 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None
         distributed = ray.distributes(method)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         if distributed:
             from tasks import distributed_placement_search
 
             log_path = log_path.with_name(log_path.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
             if not resume:
                 log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
-            found = distributed_placement_search(prepared, spec, env_kind, config, log_path, ray.controllers,
+            found = distributed_placement_search(quote(prepared), spec, env_kind, config, log_path, ray.controllers,
                                                  ray.ray_address, env_options, on_update, method, **dist)
         else:
-            found = learner_search(method, prepared, spec, env_kind, config, log_path, ckpt_path, resume, env_options,
+            found = learner_search(method, quote(prepared), spec, env_kind, config, log_path, ckpt_path, resume, env_options,
                                    on_update)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         found_all.groupings[method] = learner_grouping(method, prepared)
+        # this process's CPU seconds (the policy, the simulator, the placement log, MLflow and progress;
+        # on Ray the workers' and controllers' CPU is not in it) and the placements per CPU-second
         params = {**config.model_dump(), "failing_signal": found.failing_signal, "paper": LEARNERS[method].paper,
-                  "units": LEARNERS[method].units, "controllers": ray.controllers if distributed else 0}
+                  "units": LEARNERS[method].units, "controllers": ray.controllers if distributed else 0,
+                  "search_wall_s": round(wall, 3), "search_cpu_s": round(cpu, 3),
+                  "placements_per_cpu_s": round(found.measured / cpu, 2) if cpu > 0 and found.measured else None}
         if distributed:
             params.update({**dist, "workers": ray.workers or "K per controller", **getattr(found, "distributed", {}),
                            "ray_address": ray.ray_address or "local"})
