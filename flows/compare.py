@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 import tasks
 from flows.choices import ClusterName, EnvName, GrouperName, LearnerName, ModelName, SizeName
@@ -77,7 +78,7 @@ def compare_learners(
             log_path, ckpt_path = tasks.run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
                                                   seed, config.budget)
             runs.setdefault(method, []).append(
-                tasks.learner_search(method, prepared, spec, env, config, log_path, ckpt_path, resume))
+                tasks.learner_search(method, quote(prepared), spec, env, config, log_path, ckpt_path, resume))
     summary = summarize_runs(runs)
     name = run_name(prepared.name, size, spec.name, prepared.grouping.grouper, "compare", min(seeds), budget)
     title = (f"{prepared.name} ({size}, {prepared.grouping.num_groups} groups) on {spec.name} [{env}], "

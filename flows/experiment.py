@@ -7,6 +7,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 import tasks
 from baselines import BASELINES, DEFAULT_EXCLUDED
@@ -113,11 +114,11 @@ def placement_experiment(
                                       env_options, lambda m, n: recorder.callback(m, n, get_run_logger()), ray)
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for
-    refs = tasks.reference_points(prepared, spec, placements, "optimum" in methods)
+    refs = tasks.reference_points(quote(prepared), spec, quote(placements), "optimum" in methods)
     if "optimum" in methods:
         placements["optimum"] = refs["optimum_placement"]
     # evaluation: every placement in one kind of environment
-    results, summary = tasks.evaluate(prepared, spec, env, placements, env_options, searches.groupings)
+    results, summary = tasks.evaluate(quote(prepared), spec, env, quote(placements), env_options, quote(searches.groupings))
     # end-to-end training of the best learned and best baseline placements (real, or projected with sim)
     training = tasks.train_best(prepared, spec, env, summary, placements, searches.groupings, train_steps, seed)
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 import tasks
 import tasks.measure as mt
@@ -67,7 +68,7 @@ def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cl
     prepared = tasks.preprocess(model, size)
     spec = tasks.load_cluster_spec(cluster)
     path = Path(out) if out else default_cost_table_path(model, size, spec.name)
-    table = mt.calibrate_costs(prepared, spec, steps, seed, path)
+    table = mt.calibrate_costs(quote(prepared), spec, steps, seed, path)
     return {
         "model": model,
         "size": size,
@@ -139,26 +140,26 @@ def placement_fidelity(
         table = mt.load_cost_table(table_path)
     elif against == "real":
         table_path = default_cost_table_path(model, size, spec.name, out)
-        table = mt.calibrate_costs(prepared, spec, calibrate_steps, seed, table_path)
-    placements = dict(mt.random_placement_set(prepared, spec, random, seed))
+        table = mt.calibrate_costs(quote(prepared), spec, calibrate_steps, seed, table_path)
+    placements = dict(mt.random_placement_set(quote(prepared), spec, random, seed))
     kinds = dict.fromkeys(placements, "random")
     if against == "grappler" and spec.gpu_indices:
-        gpu_only = mt.random_placement_set(prepared, spec, random, seed + 1, gpu_only=True)
+        gpu_only = mt.random_placement_set(quote(prepared), spec, random, seed + 1, gpu_only=True)
         placements.update(gpu_only)
         kinds.update(dict.fromkeys(gpu_only, "random-gpu"))
     for name in mt.applicable_baselines(prepared, spec, group_level=True):  # fidelity compares group placements
-        placements[name] = tasks.baseline_placement(name, prepared, spec)
+        placements[name] = tasks.baseline_placement(name, quote(prepared), spec)
         kinds[name] = "baseline"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     searched = {}
     for learner in FIDELITY_LEARNERS:
         log_path = out / "placement-logs" / f"{stamp}-fidelity-{learner}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
-        found = mt.simulated_search(prepared, spec, learner, budget, seed, table, log_path)
+        found = mt.simulated_search(quote(prepared), spec, learner, budget, seed, table, log_path)
         searched[learner] = found.best_step_time_s
         if found.best_placement is not None:
             placements[learner] = found.best_placement
             kinds[learner] = "learner"
-    result = mt.measure_fidelity(prepared, spec, placements, table, steps, seed, against)
+    result = mt.measure_fidelity(quote(prepared), spec, quote(placements), table, steps, seed, against)
     rows = [{**r, "kind": kinds[r["name"]]} for r in result["rows"]]
     flow_run_id = _flow_run_id()
     params = {"model": model, "size": size, "cluster": spec.name, "random": random, "steps": steps, "seed": seed,
@@ -250,13 +251,13 @@ def placement_train(
     if method in LEARNERS:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         log_path = out / "placement-logs" / f"{stamp}-train-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
-        found = mt.simulated_search(prepared, spec, method, budget, seed, table, log_path)
+        found = mt.simulated_search(quote(prepared), spec, method, budget, seed, table, log_path)
         if found.best_placement is None:
             raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")
         gp, grouping = found.best_placement, tasks.learner_grouping(method, prepared)
     else:
-        gp = tasks.baseline_placement(method, prepared, spec)
-    result = mt.train_placement(prepared, spec, env, gp, steps, seed, cost_table=table, grouping=grouping)
+        gp = tasks.baseline_placement(method, quote(prepared), spec)
+    result = mt.train_placement(quote(prepared), spec, env, gp, steps, seed, cost_table=table, grouping=grouping)
     placement = mt.named_placement(prepared, spec, gp, grouping)
     units = "ops" if is_op_placement(gp) else (grouping or prepared.grouping).grouper
     flow_run_id = _flow_run_id()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
+from prefect.utilities.annotations import quote
 
 import tasks.reproduce as rtasks
 from cluster.op_placement import OpPlacement
@@ -50,7 +51,7 @@ def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path
     from tasks.search import learner_grouping
 
     config = tasks.learner_config(method, budget, seed)
-    best = tasks.learner_search(method, prepared, spec, "sim", config, log_path).best_placement
+    best = tasks.learner_search(method, quote(prepared), spec, "sim", config, log_path).best_placement
     return OpPlacement(learner_grouping(method, prepared).expand(best))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 
 from baselines import BASELINES, BaselineContext
 from cluster.spec import ClusterSpec, load_cluster
@@ -56,7 +57,7 @@ def baseline_placements(methods: list[str], prepared: PreparedGraph, spec: Clust
     order); learners and the optimum (a reference point, :func:`reference_points`) are skipped."""
     from placer import LEARNERS
 
-    return {m: baseline_placement(m, prepared, spec) for m in methods if m not in LEARNERS and m != "optimum"}
+    return {m: baseline_placement(m, quote(prepared), spec) for m in methods if m not in LEARNERS and m != "optimum"}
 
 
 @task(name="reference-points", cache_policy=NONE)

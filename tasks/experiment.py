@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prefect.utilities.annotations import quote
+
 from baselines import BASELINES, baseline_level
 from baselines.report import add_ratio_columns, reference_note
 from cluster.spec import ClusterSpec
@@ -97,8 +99,10 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     folder = run_folder(out, stamp, prepared.name, result["size"], spec.name, record["params"]["seed"])
     run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
     if not spool:
+        # quote: Prefect would otherwise visit every element of the results (op-level placements) to look for futures
         result["mlflow_run_id"] = tasks.record(tracking_uri=tracking_uri, artifact_location=artifact_root(out),
-                                               run_ids=recorder.run_ids, run_dir=run_dir, **record)
+                                               run_ids=recorder.run_ids, run_dir=run_dir,
+                                               **{k: quote(v) for k, v in record.items()})
     recorder.finish(result["mlflow_run_id"] if not spool else "spooled")
-    tasks.publish_experiment(result)
+    tasks.publish_experiment(quote(result))
     return result

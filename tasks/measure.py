@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.utilities.annotations import quote
 
 from baselines import applicable_baselines as baselines_for
 from cluster.calibrate import CostTable, calibrate
@@ -167,7 +168,7 @@ def train_best(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, summar
     for method in (summary.get("best_learned"), summary.get("best_baseline")):
         if method is None or method in training or placements.get(method) is None:
             continue
-        training[method] = train_placement(prepared, spec, env_kind, placements[method], steps, seed,
+        training[method] = train_placement(quote(prepared), spec, env_kind, placements[method], steps, seed,
                                            grouping=(groupings or {}).get(method))
     return training
 
