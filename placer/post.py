@@ -70,6 +70,10 @@ class PostConfig(LearnerConfig):
         failing_time_s: step time given to an OOM placement; ``None``: ``10 * T_serial``.
         advantage: ``seconds`` (``b - T``, Eq. 11) or ``relative`` (``(b - T) / b``, an option).
         seed: seeds sampling.
+        torch_threads: CPU threads torch uses (process-wide, set when the learner is built; the
+            ``[G, D]`` updates are small, so one thread is fastest: inside ``placement
+            experiment`` on a loaded 2-core machine the default threads made the search's CPU
+            time exceed its wall time); ``None``: leave torch's setting.
         cross_entropy: apply the cross-entropy update every ``n_ce`` placements (Eq. 10).
         policy_update: the update of the other iterations: ``ppo`` (Eq. 11), ``pg`` (one
             gradient-ascent step on ``1/K sum_n A_n log f(d_n)``, the policy gradient method
@@ -102,6 +106,7 @@ class PostConfig(LearnerConfig):
     cross_entropy: bool = True
     policy_update: Literal["ppo", "pg", "none"] = "ppo"
     init: Literal["uniform", "single_gpu"] = "uniform"
+    torch_threads: int | None = Field(1, ge=1)
 
 
 def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
@@ -125,6 +130,8 @@ class PostLearner(Learner):
 
     def __init__(self, env: Environment, config: PostConfig) -> None:
         super().__init__(env, config)
+        if config.torch_threads is not None:
+            torch.set_num_threads(config.torch_threads)
         self.num_groups, self.num_devices = env.grouping.num_groups, len(env.spec.devices)
         self.rng = np.random.default_rng(config.seed)
         self.failing_signal = config.failing_time_s if config.failing_time_s is not None else 10.0 * serial_time(env)
