@@ -186,7 +186,7 @@ def _print_table(result: dict, to_stderr: bool) -> None:
     if result.get("lower_bound_s") is not None:
         proven = {True: " (proven)", False: " (not proven)"}.get(result.get("optimum_proven"), "")
         opt = "" if result.get("optimum_s") is None else f"; optimum {result['optimum_s']:.5f} s{proven}"
-        where = f" [{result['reference_environment']}]" if result.get("reference_environment") else ""
+        where = f" (computed in {result['reference_environment']})" if result.get("reference_environment") else ""
         console.print(f"lower bound {result['lower_bound_s']:.5f} s{opt}{where}")
     if result.get("reference_note"):
         console.print(result["reference_note"])
