@@ -1,4 +1,5 @@
-"""Learner inputs: per-op embeddings (2017), group embeddings (2017 placer, EAGLE).
+"""Learner inputs: per-op embeddings (2017), group embeddings (2017 placer, EAGLE), and a
+placement's static memory load (:func:`static_memory_load`, for out-of-memory signals).
 
 **Group features of the current 2017 placer** (:func:`group_features`, :class:`GroupFeatures`).
 Mirhoseini et al. 2017, Sec. 3.2 embed each operation as the concatenation of (1) a
@@ -62,11 +63,16 @@ i.e. ``create_group_embeddings`` of the grappler code). ``G`` = number of groups
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compgraph.ir import Grouping, OpGraph
+
+if TYPE_CHECKING:
+    from cluster.environment import Environment
 
 
 @dataclass
@@ -254,3 +260,39 @@ def eagle_group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 
     for a, b in sorted({(e.src, e.dst) for e in graph.edges}):
         dag[og[a], og[b]] += 1
     return EagleGroupFeatures(counts, shapes, np.concatenate([dag, dag.T], axis=1), types)
+
+
+def static_memory_load(env: Environment) -> Callable[[np.ndarray], np.ndarray]:
+    """A function ``placements [K, num_groups] -> [K]``: each placement's static memory load,
+    ``max_d bytes_d / memory_bytes_d`` (dimensionless; > 1 means it overflows some device).
+
+    ``bytes_d`` sums, over the ops that effectively run on device ``d``, their resident
+    ``param_bytes`` plus every output's ``alloc_bytes`` (all activations held at once: an
+    upper bound of the simulator's live peak, :mod:`compgraph.memory`). An op without a GPU
+    kernel whose group is on a GPU counts on the first CPU (soft placement).
+    """
+    graph, spec = env.graph, env.spec
+    d = len(spec.devices)
+    og = np.asarray(env.grouping.op_group, dtype=np.int64)
+    g = int(env.grouping.num_groups)
+    nbytes = np.array([op.param_bytes + op.alloc_bytes for op in graph.ops], dtype=np.float64)
+    gpu_ok = np.array([op.gpu_kernel for op in graph.ops], dtype=bool)
+    ok_bytes = np.bincount(og[gpu_ok], weights=nbytes[gpu_ok], minlength=g)  # [G]
+    cpu_only = np.bincount(og[~gpu_ok], weights=nbytes[~gpu_ok], minlength=g)  # [G]
+    is_gpu = np.array([dev.kind == "gpu" for dev in spec.devices])
+    cap = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
+    fallback = spec.cpu_indices[0] if spec.cpu_indices else None
+
+    def load(placements: np.ndarray) -> np.ndarray:
+        p = np.asarray(placements, dtype=np.int64)
+        onehot = np.eye(d)[p]  # [K, G, D]
+        per_dev = onehot.transpose(0, 2, 1) @ ok_bytes  # [K, D]
+        if fallback is not None:
+            on_gpu = is_gpu[p]  # [K, G]
+            per_dev += (onehot * ~is_gpu[None, None, :]).transpose(0, 2, 1) @ cpu_only
+            per_dev[:, fallback] += (on_gpu * cpu_only[None, :]).sum(axis=1)
+        else:
+            per_dev += onehot.transpose(0, 2, 1) @ cpu_only
+        return (per_dev / cap[None, :]).max(axis=1)
+
+    return load

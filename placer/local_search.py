@@ -18,7 +18,7 @@ drawn with the search's own seeded generator:
 replaces the current placement when it is faster (first-improvement hill climbing over
 batches; ties keep the current one). A placement that runs out of memory is worse than any
 that ran; among those that do not run, the one with the lower static memory load
-(:func:`placer.reinforce.static_memory_load`) is better, so a start that does not fit
+(:func:`placer.features.static_memory_load`) is better, so a start that does not fit
 (one GPU for NMT) climbs toward placements that do.
 
 **Restarts** (iterated local search, Lourenço, Martin and Stützle, *Iterated Local
@@ -43,7 +43,7 @@ from pydantic import Field
 
 from cluster.environment import Environment
 from placer.learner import Learner, LearnerConfig, Samples, register
-from placer.reinforce import static_memory_load
+from placer.features import static_memory_load
 
 
 class LocalSearchConfig(LearnerConfig):

@@ -29,7 +29,7 @@ import torch
 from pydantic import Field
 
 from cluster.environment import Environment
-from placer.features import group_features
+from placer.features import group_features, static_memory_load
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import PlacementLog, SearchResult, _measure_or_replay, run_search, serial_time  # noqa: F401  (old names)
 from placer.seq2seq import Seq2SeqPlacer
@@ -73,7 +73,7 @@ class ReinforceConfig(LearnerConfig):
     samples 28 to 300 all the same OOM placement):
         oom_reward: ``constant`` (the paper) or ``memory_scaled``: the failing signal times
             the placement's static memory load, ``max(1, max_d bytes_d / memory_d)``
-            (:func:`static_memory_load`), so that among OOM placements the one that
+            (:func:`placer.features.static_memory_load`), so that among OOM placements the one that
             overflows least is the least bad, and an all-OOM batch still has a gradient.
         baseline_samples: ``all`` (the paper: ``B`` moves with the mean reward of every
             sample) or ``ran``: ``B`` moves only with placements that ran (it stays where it
@@ -97,42 +97,6 @@ class ReinforceConfig(LearnerConfig):
     grad_clip: float | None = Field(None, gt=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     baseline_samples: Literal["all", "ran"] = "all"
-
-
-def static_memory_load(env: Environment) -> Callable[[np.ndarray], np.ndarray]:
-    """A function ``placements [K, num_groups] -> [K]``: each placement's static memory load,
-    ``max_d bytes_d / memory_bytes_d`` (dimensionless; > 1 means it overflows some device).
-
-    ``bytes_d`` sums, over the ops that effectively run on device ``d``, their resident
-    ``param_bytes`` plus every output's ``alloc_bytes`` (all activations held at once: an
-    upper bound of the simulator's live peak, :mod:`compgraph.memory`). An op without a GPU
-    kernel whose group is on a GPU counts on the first CPU (soft placement).
-    """
-    graph, spec = env.graph, env.spec
-    d = len(spec.devices)
-    og = np.asarray(env.grouping.op_group, dtype=np.int64)
-    g = int(env.grouping.num_groups)
-    nbytes = np.array([op.param_bytes + op.alloc_bytes for op in graph.ops], dtype=np.float64)
-    gpu_ok = np.array([op.gpu_kernel for op in graph.ops], dtype=bool)
-    ok_bytes = np.bincount(og[gpu_ok], weights=nbytes[gpu_ok], minlength=g)  # [G]
-    cpu_only = np.bincount(og[~gpu_ok], weights=nbytes[~gpu_ok], minlength=g)  # [G]
-    is_gpu = np.array([dev.kind == "gpu" for dev in spec.devices])
-    cap = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
-    fallback = spec.cpu_indices[0] if spec.cpu_indices else None
-
-    def load(placements: np.ndarray) -> np.ndarray:
-        p = np.asarray(placements, dtype=np.int64)
-        onehot = np.eye(d)[p]  # [K, G, D]
-        per_dev = onehot.transpose(0, 2, 1) @ ok_bytes  # [K, D]
-        if fallback is not None:
-            on_gpu = is_gpu[p]  # [K, G]
-            per_dev += (onehot * ~is_gpu[None, None, :]).transpose(0, 2, 1) @ cpu_only
-            per_dev[:, fallback] += (on_gpu * cpu_only[None, :]).sum(axis=1)
-        else:
-            per_dev += onehot.transpose(0, 2, 1) @ cpu_only
-        return (per_dev / cap[None, :]).max(axis=1)
-
-    return load
 
 
 def batch_advantage(

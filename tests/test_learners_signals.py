@@ -15,7 +15,8 @@ from test_simulator import _dev, _op, _spec  # noqa: E402
 
 from cluster.environment import SimulatedEnvironment  # noqa: E402
 from compgraph.ir import Edge, Grouping, OpGraph  # noqa: E402
-from placer.reinforce import ReinforceConfig, ReinforceLearner, static_memory_load  # noqa: E402
+from placer.features import static_memory_load  # noqa: E402
+from placer.reinforce import ReinforceConfig, ReinforceLearner  # noqa: E402
 from placer.search import run_search  # noqa: E402
 
 torch.set_num_threads(1)
