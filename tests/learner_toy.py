@@ -1,10 +1,11 @@
 """A 7-op graph on 3 devices whose optimum is known by enumeration (3^7 = 2,187 placements
 through the simulator), and a child process for the interrupt tests:
 
-    python tests/learner_toy.py LEARNER LOG CHECKPOINT DELAY_S [resume]
+    python tests/learner_toy.py LEARNER LOG CHECKPOINT DELAY_S [resume] [pause=N]
 
 runs LEARNER's search on the toy graph (budget and options of :data:`SEARCH`), sleeping
-``DELAY_S`` per measured placement, and prints the result as JSON on its last line.
+``DELAY_S`` per measured placement (with ``pause=N``: printing ``paused`` at the N-th and
+blocking there until a signal), and prints the result as JSON on its last line.
 """
 
 from __future__ import annotations
@@ -88,14 +89,24 @@ def make_learner(name: str, seed: int = 0, **override):
 
 
 class SlowEnv:
-    """``env`` with ``delay_s`` seconds of sleep per measured placement (an interruptible search)."""
+    """``env`` with ``delay_s`` seconds of sleep per measured placement (an interruptible search).
 
-    def __init__(self, env, delay_s: float) -> None:
-        self.env, self.delay_s = env, delay_s
+    With ``pause_after`` = N, the N-th measurement prints ``paused`` on stdout (the handshake a
+    test waits for) and then blocks until a signal ends the process: the search is stopped at a
+    known point, whatever the machine's load.
+    """
+
+    def __init__(self, env, delay_s: float, pause_after: int | None = None) -> None:
+        self.env, self.delay_s, self.pause_after, self.measured = env, delay_s, pause_after, 0
         self.kind, self.graph, self.grouping, self.spec, self.simulator = env.kind, env.graph, env.grouping, env.spec, env.simulator
 
     def measure(self, p):
         time.sleep(self.delay_s)
+        self.measured += 1
+        if self.measured == self.pause_after:
+            print("paused", flush=True)
+            while True:  # until the test's signal (SIGINT raises KeyboardInterrupt here)
+                time.sleep(3600)
         return self.env.measure(p)
 
 
@@ -103,8 +114,9 @@ def main(argv: list[str]) -> None:
     from placer.search import run_search
 
     name, log, ckpt, delay = argv[0], argv[1], argv[2], float(argv[3])
+    pause = next((int(a.split("=", 1)[1]) for a in argv[4:] if a.startswith("pause=")), None)
     learner, env = make_learner(name, budget=96)
-    result = run_search(learner, SlowEnv(env, delay), log_path=log, checkpoint_path=ckpt, resume="resume" in argv,
+    result = run_search(learner, SlowEnv(env, delay, pause), log_path=log, checkpoint_path=ckpt, resume="resume" in argv,
                         checkpoint_every_s=0.0)
     print(json.dumps({"step_times": result.step_times, "curve": result.curve, "measured": result.measured,
                       "best": [int(x) for x in result.best_placement]}), flush=True)

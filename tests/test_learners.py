@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -134,23 +133,21 @@ def test_checkpoint_is_loaded_with_weights_only(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_resume_after_a_signal_equals_the_uninterrupted_search(sig, tmp_path, name="rl"):
-    """A child process searching (0.03 s per measurement) is stopped by ``sig`` after >= 30
-    logged placements; the resumed child measures only the rest and prints the same result."""
+    """A child process searching is stopped by ``sig`` inside its 33rd measurement (a handshake:
+    it prints ``paused`` there and blocks); the log then holds the batches before it, and the
+    resumed child measures only the rest and prints the same result."""
     script = Path(__file__).resolve().parent / "learner_toy.py"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
-    child = subprocess.Popen([sys.executable, str(script), name, str(log), str(ckpt), "0.03"], env=env,
+    child = subprocess.Popen([sys.executable, str(script), name, str(log), str(ckpt), "0", "pause=33"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and child.poll() is None:
-        if log.exists() and len(log.read_text().splitlines()) > 30:
-            break
-        time.sleep(0.05)
-    assert child.poll() is None, child.stderr.read().decode()[-2000:]
+    line = child.stdout.readline().decode().strip()  # "" if the child ended without pausing
+    assert line == "paused", child.stderr.read().decode()[-2000:]
     child.send_signal(sig)
     child.wait(60)
     logged = len(log.read_text().splitlines()) - 1
-    assert 30 <= logged < 96
+    k = make_learner(name)[0].batch_size
+    assert logged == 32 // k * k and 30 <= logged < 96  # the batches measured before the 33rd placement
     done = subprocess.run([sys.executable, str(script), name, str(log), str(ckpt), "0", "resume"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
