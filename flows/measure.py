@@ -28,6 +28,7 @@ from cluster.op_placement import is_op_placement
 from flows.choices import AgainstName, ClusterName, EnvName, MethodName, ModelName, SizeName
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
+from tracking.paths import named_path
 
 FIDELITY_LEARNERS = ("rl", "post")  #: learners whose best placements the fidelity flow adds (as before the registry)
 
@@ -36,7 +37,7 @@ DEFAULT_OUT_DIR = "placement-runs"
 
 def default_cost_table_path(model: str, size: str, cluster: str, out_dir: str | Path = DEFAULT_OUT_DIR) -> Path:
     """``<out_dir>/cost-tables/<model>-<size>-<cluster>.json`` (``cluster``: the spec's name)."""
-    return Path(out_dir) / "cost-tables" / f"{model}-{size}-{cluster}.json"
+    return named_path(out_dir, "cost-tables", model, size, cluster, suffix=".json")
 
 
 def _flow_run_id() -> str | None:
@@ -153,7 +154,8 @@ def placement_fidelity(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     searched = {}
     for learner in FIDELITY_LEARNERS:
-        log_path = out / "placement-logs" / f"{stamp}-fidelity-{learner}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
+        log_path = named_path(out, "placement-logs", stamp, "fidelity", learner, model, size, spec.name, f"seed{seed}",
+                              suffix=".jsonl")
         found = mt.simulated_search(quote(prepared), spec, learner, budget, seed, table, log_path)
         searched[learner] = found.best_step_time_s
         if found.best_placement is not None:
@@ -250,7 +252,8 @@ def placement_train(
     grouping = None  # the units of the placement: the prepared groups unless a learner places its own
     if method in LEARNERS:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        log_path = out / "placement-logs" / f"{stamp}-train-{method}-{model}-{size}-{spec.name}-seed{seed}.jsonl"
+        log_path = named_path(out, "placement-logs", stamp, "train", method, model, size, spec.name, f"seed{seed}",
+                              suffix=".jsonl")
         found = mt.simulated_search(quote(prepared), spec, method, budget, seed, table, log_path)
         if found.best_placement is None:
             raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")

@@ -25,6 +25,7 @@ from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
 from flows.choices import TABLE_METHODS, TABLES, GpuCount, SizeName, TableMethod, TableModel, TableName
 from tracking import artifact_root, default_tracking_uri
+from tracking.paths import named_path
 
 METHODS = TABLE_METHODS  # the learners a row can search; the table's baselines always run
 
@@ -111,7 +112,8 @@ def placement_reproduce(
             spec = load_cluster(row.cluster)
             for method in methods or [m for m in LEARNER_COLUMNS[row.table] if m in LEARNERS]:
                 logger.info(f"{row.table} {row.model} on {row.cluster}: searching {method}, {budget} placements")
-                log_path = out / "placement-logs" / f"{stamp}-reproduce-{method}-{row.model}-{spec.name}-seed{seed}.jsonl"
+                log_path = named_path(out, "placement-logs", stamp, "reproduce", method, row.model, spec.name,
+                                      f"seed{seed}", suffix=".jsonl")
                 learned.setdefault((row.table, row.model, row.gpus), {})[method] = search_learner(
                     method, prepared, spec, budget, seed, log_path)
     result = rtasks.compare_with_paper(rows, cache, fit_path, learned, size, log=logger.info)

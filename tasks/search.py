@@ -57,8 +57,12 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
 def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, method: str, seed: int,
               budget: int) -> tuple[Path, Path]:
     """``(placement log, checkpoint)`` of a run, named by its settings (:func:`placer.search.run_name`)."""
+    from tracking.paths import inside
+
     name = run_name(model, size, cluster, grouper, method, seed, budget)
-    return out / "placement-logs" / f"{name}.jsonl", out / "checkpoints" / f"{name}.pt"
+    log, ckpt = out / "placement-logs" / f"{name}.jsonl", out / "checkpoints" / f"{name}.pt"
+    inside(out, log), inside(out, ckpt)
+    return log, ckpt
 
 
 @task(name="learner-search", task_run_name="search-{method}", cache_policy=NONE)
