@@ -11,12 +11,57 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
 
 PRESET_DIR = Path(__file__).parent / "presets"
+MAX_SPEC_BYTES = 1_000_000
+"""Largest cluster spec file read (bytes): a spec of 1,000 devices is about 300 kB."""
+QUOTE_CHARS = 200
+"""Characters of a bad value quoted in an error message, at most."""
 
 
-class Device(BaseModel):
+class _Strict(BaseModel):
+    """Unknown keys are refused (named in the error) and numbers must be finite (no ``.inf``/``.nan``)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def quote_value(value: object, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters (an error message never echoes a whole input)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses aliases (``*name``): a spec needs none, and nested aliases
+    ("billion laughs") expand a 1 kB file into gigabytes once anything walks the result."""
+
+    def compose_node(self, parent, index):  # noqa: D102 (PyYAML's Composer hook)
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"YAML aliases (*{event.anchor}) are not allowed", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml_file(path: str | Path, max_bytes: int = MAX_SPEC_BYTES, what: str = "cluster spec") -> object:
+    """The YAML document in ``path``, read only if it is at most ``max_bytes`` bytes, without aliases.
+
+    Raises:
+        ValueError: unreadable, too large, not YAML, or using aliases (one line naming ``what`` and the file).
+    """
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ValueError(f"{what} {path}: {size:,} bytes, more than the {max_bytes:,} allowed")
+        with path.open("rb") as fh:
+            text = fh.read(max_bytes + 1)
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{what} {path}: {' '.join(str(exc).split())[:QUOTE_CHARS]}") from None
+
+
+class Device(_Strict):
     """One device.
 
     Attributes:
@@ -78,14 +123,14 @@ class Device(BaseModel):
         return self.memory_bytes / self.allocator_overhead
 
 
-class LinkSpec(BaseModel):
+class LinkSpec(_Strict):
     """A link's cost: a transfer of ``b`` bytes takes ``latency_s + b / bandwidth`` seconds."""
 
     bandwidth: PositiveFloat  # bytes/s
     latency_s: float = Field(0.0, ge=0)
 
 
-class TransferSpec(BaseModel):
+class TransferSpec(_Strict):
     """How TensorFlow moves a tensor between devices (its ``_Send``/``_Recv`` pair), on top of the link.
 
     A transfer of ``b`` bytes from ``a`` to ``c`` over link ``(bandwidth, latency_s)`` takes
@@ -115,7 +160,7 @@ class Link(LinkSpec):
     between: tuple[str, str]
 
 
-class ClusterSpec(BaseModel):
+class ClusterSpec(_Strict):
     """Devices and the links between them.
 
     Every pair of distinct devices needs a link: one listed in ``links`` or else
@@ -211,23 +256,21 @@ class ClusterSpec(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ClusterSpec":
-        """Load a spec from a YAML file (``yaml.safe_load``).
+        """Load a spec from a YAML file (:func:`load_yaml_file`: at most :data:`MAX_SPEC_BYTES`, no aliases).
 
         Raises:
-            ValueError: the file does not parse or does not hold a valid spec; the message
-                names the file and the bad field.
+            ValueError: the file is too large, does not parse, uses YAML aliases, or does not hold a
+                valid spec (an unknown key, a number that is not finite and positive...); one line
+                naming the file and the bad field, quoting at most :data:`QUOTE_CHARS` characters of it.
         """
         path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"cluster spec {path}: {exc}") from exc
+        data = load_yaml_file(path)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise ValueError(f"cluster spec {path}: {loc}: {err['msg']} (got {err.get('input')!r})") from exc
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            raise ValueError(f"cluster spec {path}: {loc}: {err['msg']} (got {quote_value(err.get('input'))})") from None
 
 
 def preset_names() -> list[str]:

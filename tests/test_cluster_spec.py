@@ -166,3 +166,46 @@ def test_duplicate_device_names_direct_construction():
 def test_no_devices_rejected():
     with pytest.raises(ValidationError):
         ClusterSpec(name="empty", devices=[], default_link={"bandwidth": 1.0})
+
+
+# --- hostile specs: bounded before parsing, unknown keys and non-finite numbers named ----------
+
+
+def test_yaml_aliases_are_refused_before_anything_expands(tmp_path):
+    """A 9-level "billion laughs" alias tree (9**9 strings once expanded) is refused at parse time."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    lines += [f"name: [{','.join(['*a8'] * 9)}]"]
+    p = tmp_path / "bomb.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"aliases \(\*a0\) are not allowed") as exc:
+        load_cluster(str(p))
+    assert len(str(exc.value)) < 400
+
+
+def test_oversized_spec_is_refused_by_its_size(tmp_path):
+    from cluster.spec import MAX_SPEC_BYTES
+
+    p = _write(tmp_path, textwrap.dedent(GOOD) + "#" + "x" * MAX_SPEC_BYTES + "\n")
+    with pytest.raises(ValueError, match=f"more than the {MAX_SPEC_BYTES:,} allowed"):
+        load_cluster(str(p))
+
+
+def test_unknown_key_is_named(tmp_path):
+    p = _write(tmp_path, textwrap.dedent(GOOD) + "bandwith_typo: 3\n")
+    with pytest.raises(ValueError, match="bandwith_typo: Extra inputs are not permitted"):
+        load_cluster(str(p))
+
+
+@pytest.mark.parametrize("value", [".inf", ".nan"])
+def test_non_finite_numbers_are_refused(tmp_path, value):
+    p = _write(tmp_path, GOOD.replace("latency_s: 1.0e-5", f"latency_s: {value}"))
+    with pytest.raises(ValueError, match="default_link.latency_s"):
+        load_cluster(str(p))
+
+
+def test_error_quotes_at_most_200_characters_of_the_input(tmp_path):
+    p = _write(tmp_path, GOOD.replace("kind: cpu", "kind: " + "t" * 5000))
+    with pytest.raises(ValueError, match="devices.0.kind") as exc:
+        load_cluster(str(p))
+    assert len(str(exc.value)) < 500 and "5002 characters" in str(exc.value)
