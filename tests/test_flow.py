@@ -38,6 +38,17 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert parent.data.tags["prefect.flow_run_id"] == result["prefect_flow_run_id"]
     assert parent.data.params["model"] == "rnnlm" and parent.data.params["budget"] == "16"
     assert parent.data.params["k"] == "8"  # rl's K, from learner_options
+    # named by its settings (the model is known only after the run was created), opened as runs in the UI,
+    # and stamped with the code that made it
+    assert parent.info.run_name == "rnnlm-small-k80x2-sim-seed0"
+    assert client.get_experiment(parent.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert parent.data.tags["version.mlflow"] and parent.data.tags["placement.version"]
+    from pathlib import Path
+
+    if (Path(__file__).resolve().parent.parent / ".git").exists():
+        assert len(parent.data.tags["mlflow.source.git.commit"]) == 40
+        assert parent.data.tags["placement.git_dirty"] in ("true", "false")
+    assert parent.data.tags["mlflow.note.content"].startswith("| task | cluster |")  # table.md, the run description
     children = client.search_runs(
         [parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     )
@@ -45,6 +56,8 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert set(by_method) == set(METHODS)
     for method, run in by_method.items():
         assert run.data.metrics["step_time_s"] == pytest.approx(result["methods"][method]["step_time_s"])
+        best = result["methods"][result["best_baseline"]]["step_time_s"]
+        assert run.data.metrics["x_best_baseline"] == pytest.approx(result["methods"][method]["step_time_s"] / best)
     # each baseline's level: Scotch, MinCut and METIS place the op graph, as the papers ran them
     assert {m: by_method[m].data.params.get("level") for m in ("scotch", "mincut", "metis", "expert", "m_etf")} == {
         "scotch": "op", "mincut": "op", "metis": "op", "expert": "group", "m_etf": "op"}

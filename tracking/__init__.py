@@ -45,10 +45,72 @@ def experiment_id(client, name: str, artifact_location: str) -> str:
     For a SQLite store this holds an exclusive lock on ``<db>.lock``: MLflow creates and migrates
     the database on first use, and two processes doing so at once fail (measured: 2 of 3 died with
     alembic ``CommandError``), as do two creating the same experiment.
+
+    The experiment carries ``mlflow.experimentKind = custom_model_development``, so the MLflow UI
+    opens on its runs table (without it, MLflow 3 opens an empty GenAI "Traces" page).
     """
     with _sqlite_lock(client.tracking_uri):
         exp = client.get_experiment_by_name(name)
-        return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
+        exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
+        if exp is None or exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return exp_id
+
+
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+_PACKAGES = ("tensorflow", "torch", "prefect", "mlflow", "ray", "numpy", "networkx", "pydantic")
+
+
+def code_version_tags() -> dict[str, str]:
+    """Tags saying which code made a run: ``mlflow.source.git.commit`` (the repository's HEAD),
+    ``mlflow.source.name`` and ``mlflow.source.type`` (as ``mlflow.start_run`` would set them),
+    ``placement.git_dirty`` (``true`` if tracked files differ from HEAD), ``placement.version``
+    (the project's version) and ``version.<package>`` for the libraries results depend on.
+    A commit that cannot be read (no git, not a clone) is left out; the rest is always there."""
+    global _CODE_TAGS
+    if _CODE_TAGS is None:
+        import subprocess
+        from importlib import metadata
+
+        root = Path(__file__).resolve().parent.parent
+        tags = {"mlflow.source.name": "placement", "mlflow.source.type": "LOCAL"}
+        try:
+            version = metadata.version("device-placement")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        tags["placement.version"] = version
+        for pkg in _PACKAGES:
+            try:
+                tags[f"version.{pkg}"] = metadata.version(pkg)
+            except metadata.PackageNotFoundError:
+                pass
+        try:
+            def git(*args):
+                return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10,
+                                      check=True).stdout.strip()
+
+            tags["mlflow.source.git.commit"] = git("rev-parse", "HEAD")
+            tags["placement.git_dirty"] = "true" if git("status", "--porcelain", "--untracked-files=no") else "false"
+        except (OSError, subprocess.SubprocessError):
+            pass
+        _CODE_TAGS = tags
+    return dict(_CODE_TAGS)
+
+
+_CODE_TAGS: dict[str, str] | None = None
+
+
+def run_title(params: dict) -> str:
+    """An experiment's parent run name, ``<model>-<size>-<cluster>-<env>-seed<N>`` (a missing field is left out)."""
+    parts = [params.get(k) for k in ("model", "size", "cluster", "env")]
+    seed = params.get("seed")
+    return "-".join([*(str(p) for p in parts if p not in (None, "")), *([f"seed{seed}"] if seed is not None else [])])
+
+
+def new_run(client, exp_id: str, run_name: str, tags: dict | None = None):
+    """``client.create_run`` with :func:`code_version_tags` added to ``tags``."""
+    return client.create_run(exp_id, run_name=run_name, tags={**code_version_tags(), **(tags or {})})
 
 
 def mlflow_client(tracking_uri: str):
@@ -102,7 +164,6 @@ def record_experiment(
         run_dir: the experiment's run folder; its ``table.md`` and ``plots/`` are logged to the parent run.
     """
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
 
     client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
@@ -110,8 +171,9 @@ def record_experiment(
     if run_ids:
         pid = run_ids["parent"]
     else:
-        parent = client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}", tags=tags)
+        parent = new_run(client, exp_id, run_title(params), tags)
         pid = parent.info.run_id
+    client.set_tag(pid, "mlflow.runName", run_title(params))  # the model is known only now (a run made at the start)
     now = int(time.time() * 1000)
     client.log_batch(pid, params=[Param(k, str(v)) for k, v in params.items()])
     parent_metrics = [Metric(f"{m}.step_time_s", r["step_time_s"], now, 0) for m, r in results.items() if r["step_time_s"] is not None]
@@ -131,18 +193,23 @@ def record_experiment(
                 client.log_artifacts(pid, str(path), artifact_path=name)
             elif path.exists():
                 client.log_artifact(pid, str(path))
+                client.set_tag(pid, "mlflow.note.content", path.read_text()[:50_000])  # the run's description
     children = (run_ids or {}).get("children", {})
+    best = results.get(summary.get("best_baseline") or "", {})
+    best_s = best.get("step_time_s") if not best.get("oom") else None
     for method, row in results.items():
         if method in children:
             cid = children[method]
         else:
-            child = client.create_run(exp_id, run_name=method, tags={"mlflow.parentRunId": pid, "method": method})
+            child = new_run(client, exp_id, method, {"mlflow.parentRunId": pid, "method": method})
             cid = child.info.run_id
         mparams = {"method": method, **method_params.get(method, {})}
         client.log_batch(cid, params=[Param(k, str(v)) for k, v in mparams.items()], tags=[RunTag("oom", str(row["oom"]))])
         metrics = []
         if row["step_time_s"] is not None:
             metrics.append(Metric("step_time_s", row["step_time_s"], now, 0))
+            if best_s:  # one name on every method's run, so MLflow's chart view compares methods
+                metrics.append(Metric("x_best_baseline", row["step_time_s"] / best_s, now, 0))
         for point in ([] if method in children else curves.get(method, [])):
             for key in ("best_step_time_s", "sample_mean_step_time_s"):
                 if point.get(key) is not None:

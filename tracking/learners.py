@@ -10,7 +10,7 @@ import numpy as np
 
 from placer.compare import best_so_far
 from placer.search import SearchResult
-from tracking import experiment_id
+from tracking import experiment_id, new_run
 
 EXPERIMENT_NAME = "learner-comparison"
 
@@ -76,7 +76,7 @@ def record_comparison(tracking_uri: str, artifact_location: str, params: dict, s
 
     client = MlflowClient(tracking_uri=tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
-    parent = client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-compare",
+    parent = new_run(client, exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-compare",
                                tags={"prefect.flow_run_id": prefect_flow_run_id or ""})
     pid = parent.info.run_id
     now = int(time.time() * 1000)
@@ -89,7 +89,7 @@ def record_comparison(tracking_uri: str, artifact_location: str, params: dict, s
     client.log_artifact(pid, str(plot_path))
     for name, results in runs.items():
         for seed, r in zip(seeds, results):
-            child = client.create_run(exp_id, run_name=f"{name}-seed{seed}",
+            child = new_run(client, exp_id, run_name=f"{name}-seed{seed}",
                                       tags={"mlflow.parentRunId": pid, "learner": name, "seed": str(seed)})
             cid = child.info.run_id
             client.log_batch(cid, params=[Param(k, str(v)) for k, v in {**r.settings, "learner": name}.items()])

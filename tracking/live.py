@@ -70,8 +70,15 @@ def check_writable(folder: str | Path, option: str = "--out-dir") -> None:
 
 
 def run_folder(out_dir: str | Path, stamp: str, model: str, size: str, cluster: str, seed: int) -> Path:
-    """``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (created)."""
-    path = Path(out_dir) / "runs" / f"{stamp}-{model}-{size}-{cluster}-seed{seed}"
+    """``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (created), each name reduced to a
+    safe path component (:func:`tracking.paths.slug`: a cluster spec named ``../../x`` cannot lead out).
+
+    Raises:
+        tracking.paths.UnsafePath: the folder would resolve outside ``out_dir`` (a symlink leading out).
+    """
+    from tracking.paths import named_path
+
+    path = named_path(out_dir, "runs", stamp, model, size, cluster, f"seed{seed}")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -103,6 +110,7 @@ class ExperimentRecorder:
         self._warned = False
         self._pending: dict[str, list] = {}  # run id -> metrics not yet written (learning-curve points)
         self._last_flush = time.monotonic()
+        self._params = dict(params)
         if prefect_flow_run_id:
             _ACTIVE[prefect_flow_run_id] = self
         if spool:
@@ -110,20 +118,19 @@ class ExperimentRecorder:
         from mlflow.entities import Param, RunTag
         from tracking import mlflow_client
 
-        from tracking import EXPERIMENT_NAME, experiment_id
+        from tracking import EXPERIMENT_NAME, experiment_id, new_run, run_title
 
         self.client = mlflow_client(tracking_uri)
         exp_id = experiment_id(self.client, EXPERIMENT_NAME, artifact_location)
         tags = {"prefect.flow_run_id": prefect_flow_run_id or "", "placement.kind": "experiment"}
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
-        run = self.client.create_run(exp_id, run_name=f"{params.get('model')}-{params.get('cluster')}-seed{params.get('seed')}",
-                                     tags=tags)
+        run = new_run(self.client, exp_id, run_title(params), tags)
         self.parent_id = run.info.run_id
         self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
         for method in methods:
-            child = self.client.create_run(exp_id, run_name=method, tags={"mlflow.parentRunId": self.parent_id,
-                                                                          "method": method, "placement.kind": "method"})
+            child = new_run(self.client, exp_id, method, {"mlflow.parentRunId": self.parent_id, "method": method,
+                                                          "placement.kind": "method"})
             self.child_ids[method] = child.info.run_id
             self.client.log_batch(child.info.run_id, params=[Param("method", method)], tags=[RunTag("oom", "pending")])
 
@@ -135,9 +142,14 @@ class ExperimentRecorder:
     def log_params(self, params: dict) -> None:
         """Parameters learnt after the start (op and group counts); skipped when spooled."""
         if self.client is not None:
-            from mlflow.entities import Param
+            from mlflow.entities import Param, RunTag
 
-            self._safe(lambda: self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()]))
+            from tracking import run_title
+
+            self._params = {**self._params, **params}
+            tags = [RunTag("mlflow.runName", run_title(self._params))]  # now with model, size and cluster
+            self._safe(lambda: self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()],
+                                                     tags=tags))
 
     def _safe(self, fn: Callable[[], None]) -> None:
         try:
@@ -319,11 +331,11 @@ def start_sweep(tracking_uri: str, artifact_location: str, params: dict) -> str:
     from mlflow.entities import Param
     from tracking import mlflow_client
 
-    from tracking import EXPERIMENT_NAME, experiment_id
+    from tracking import EXPERIMENT_NAME, experiment_id, new_run
 
     client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
-    run = client.create_run(exp_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", tags={"placement.kind": "sweep"})
+    run = new_run(client, exp_id, run_name=f"sweep-{time.strftime('%Y%m%d-%H%M%S')}", tags={"placement.kind": "sweep"})
     client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()])
     return run.info.run_id
 

@@ -23,7 +23,7 @@ import math
 import os
 import time
 
-from tracking import experiment_id, mlflow_client
+from tracking import experiment_id, mlflow_client, new_run
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
@@ -63,8 +63,7 @@ def record_fidelity(
 
     client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, FIDELITY_EXPERIMENT, artifact_location)
-    run = client.create_run(
-        exp_id,
+    run = new_run(client, exp_id,
         run_name=f"{params.get('model')}-{params.get('size')}-{params.get('cluster')}-seed{params.get('seed')}",
         tags={"prefect.flow_run_id": prefect_flow_run_id or ""},
     )
@@ -117,8 +116,7 @@ def record_training(
     simulated = bool(result.get("simulated"))
     client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, TRAINING_EXPERIMENT, artifact_location)
-    run = client.create_run(
-        exp_id,
+    run = new_run(client, exp_id,
         run_name=f"{params.get('model')}-{params.get('method')}-{params.get('cluster')}-{'sim' if simulated else 'real'}",
         tags={"prefect.flow_run_id": prefect_flow_run_id or "", "simulated": str(simulated).lower()},
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 
-from tracking import experiment_id
+from tracking import experiment_id, new_run
 
 REPRODUCE_EXPERIMENT = "placement-reproduce"
 
@@ -32,7 +32,7 @@ def record_reproduction(tracking_uri: str, artifact_location: str, params: dict,
 
     client = MlflowClient(tracking_uri=tracking_uri)
     exp_id = experiment_id(client, REPRODUCE_EXPERIMENT, artifact_location)
-    run = client.create_run(exp_id, run_name=f"{params.get('table')}-budget{params.get('budget')}",
+    run = new_run(client, exp_id, run_name=f"{params.get('table')}-budget{params.get('budget')}",
                             tags={"prefect.flow_run_id": prefect_flow_run_id or ""})
     rid = run.info.run_id
     now = int(time.time() * 1000)
