@@ -14,18 +14,21 @@ def compare(
     out_dir: str = typer.Option("placement-runs", help="folder whose SQLite MLflow store is read (when --tracking-uri is not given)"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     sweep: str = typer.Option(None, help="only the experiments of this sweep (its MLflow run id)"),
-    json_path: str = typer.Option(None, "--json", help="write the rows as JSON to PATH ('-': stdout)"),
+    by: str = typer.Option(",".join(("model", "size", "cluster", "env", "grouper", "budget", "learner_options")),
+                           help="comma-separated run parameters that separate rows (default: every setting that changes a result)"),
+    json_path: str = typer.Option(None, "--json", help="write the rows as a JSON list to PATH ('-': stdout): the --by settings, method, seeds, median/min/max_step_time_s, x_best_baseline_*"),
     markdown: str = typer.Option(None, "--markdown", help="write the table as markdown to PATH"),
 ) -> None:
-    """Methods x models x clusters over every finished experiment run: median and spread over seeds,
-    speedup over the best baseline (x) and over the lower bound when logged."""
+    """Methods per group of settings over every finished experiment run: median and spread over
+    distinct seeds, step time over the best baseline's (x, below 1 is faster) and over the lower
+    bound when logged; in a group, methods from fastest to slowest."""
     from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
     from tracking import default_tracking_uri
-    from tracking.compare import compare_markdown, compare_rows, experiment_runs
+    from tracking.compare import compare_markdown, compare_rows, experiment_runs, group_label
     from tracking.live import TrackingUnavailable, check_tracking
 
     uri = tracking_uri or default_tracking_uri(out_dir)
@@ -33,7 +36,10 @@ def compare(
         _fail(f"no MLflow store at {uri}; run `placement experiment` first or pass --out-dir/--tracking-uri")
     try:
         check_tracking(uri)
-        rows = compare_rows(experiment_runs(uri, experiment, sweep))
+        group_by = [f.strip() for f in by.split(",") if f.strip()]
+        if not group_by:
+            raise ValueError("--by is empty; give run parameters such as model,cluster")
+        rows = compare_rows(experiment_runs(uri, experiment, sweep), group_by)
     except (TrackingUnavailable, ValueError) as exc:
         _fail(str(exc))
     if not rows:
@@ -43,8 +49,8 @@ def compare(
         console = Console(stderr=json_path == "-", width=160)  # a file or pipe: no wrapped cells
     table = Table(title=f"{experiment}: {len({r['task'] for r in rows})} tasks ({uri})")
     with_bound = any(r["x_lower_bound_median"] is not None for r in rows)
-    for col in ("task", "method", "seeds", "step time (s): median [min, max]", "x best baseline: median [min, max]"):
-        table.add_column(col, justify="left" if col in ("task", "method") else "right")
+    for col in ("task", "settings", "method", "seeds", "step time (s): median [min, max]", "x best baseline: median [min, max]"):
+        table.add_column(col, justify="left" if col in ("task", "settings", "method") else "right")
     if with_bound:
         table.add_column("x lower bound", justify="right")
 
@@ -52,16 +58,16 @@ def compare(
         return "-" if x is None else f"{x:.{d}g}"
 
     for r in rows:
-        cells = [r["task"], r["method"] + (" *" if r["learner"] else ""), str(r["seeds"]),
-                 f"{f(r['step_time_s_median'])} [{f(r['step_time_s_min'])}, {f(r['step_time_s_max'])}]",
+        cells = [r["task"], group_label(r, group_by), r["method"] + (" *" if r["learner"] else ""), str(r["seeds"]),
+                 f"{f(r['median_step_time_s'])} [{f(r['min_step_time_s'])}, {f(r['max_step_time_s'])}]",
                  f"{f(r['x_best_baseline_median'], 3)} [{f(r['x_best_baseline_min'], 3)}, {f(r['x_best_baseline_max'], 3)}]"]
         if with_bound:
             cells.append(f(r["x_lower_bound_median"], 3))
         table.add_row(*cells)
     console.print(table)
-    console.print("* learner; x best baseline = t(best baseline) / t(method), above 1 is faster")
+    console.print("* learner; x best baseline = t(method) / t(best baseline), below 1 is faster; seeds: distinct seeds")
     if json_path:
-        _write_json({"experiment": experiment, "tracking_uri": uri, "rows": rows}, json_path)
+        _write_json(rows, json_path)
     if markdown:
         Path(markdown).write_text(compare_markdown(rows) + "\n")
 

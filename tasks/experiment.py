@@ -20,7 +20,15 @@ def start_params(methods: list[str], budget: int, seed: int, env: str, learner_o
     """The MLflow parameters known before any work: methods, budget, ``k`` (rl's K, 2017 Eq. 3:
     ``learner_options["rl"]["k"]`` or the paper default), seed, env."""
     return {"methods": ",".join(methods), "budget": budget, "k": learner_setting("rl", "k", learner_options),
-            "seed": seed, "env": env}
+            "seed": seed, "env": env, "learner_options": options_param(learner_options)}
+
+
+def options_param(learner_options: dict | None) -> str:
+    """The learner options as one MLflow parameter: compact JSON with sorted keys (``{}`` for none), so
+    runs of equal settings carry equal strings (``placement compare`` groups by it)."""
+    import json
+
+    return json.dumps(learner_options or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def graph_params(prepared: PreparedGraph, size: str, spec: ClusterSpec) -> dict:
@@ -54,6 +62,7 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
                      for m in methods}
     params = {"model": prepared.name, "size": size, "cluster": spec.name, "methods": ",".join(methods), "budget": budget,
               "k": learner_setting("rl", "k", learner_options), "seed": seed, "env": env, "ops": prepared.graph.num_ops,
+              "learner_options": options_param(learner_options),
               "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper}
     params.update(prepared.run_params())  # a user's graph: how it was imported (loops unrolled or kept as one iteration)
     record = dict(params=params, results=results, summary={**summary, **ref_metrics}, method_params=method_params,

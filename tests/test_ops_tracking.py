@@ -84,14 +84,14 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
     table = json.loads(open(client.download_artifacts(sid, "compare.json", str(tmp_path))).read())
     by_method = {r["method"]: r for r in table}
     assert set(by_method) == {"single_gpu", "scotch", "post"} and all(r["seeds"] == 2 for r in table)
-    best = min(("single_gpu", "scotch"), key=lambda m: by_method[m]["step_time_s_median"])
+    best = min(("single_gpu", "scotch"), key=lambda m: by_method[m]["median_step_time_s"])
     assert by_method[best]["x_best_baseline_median"] == pytest.approx(1.0)
     assert by_method["post"]["learner"] is True
 
     r = CliRunner().invoke(app, ["compare", "--out-dir", str(out), "--json", str(tmp_path / "cmp.json")], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "rnnlm/small on k80x2" in r.output and "post *" in r.output
-    assert json.loads((tmp_path / "cmp.json").read_text())["rows"] == table
+    assert json.loads((tmp_path / "cmp.json").read_text()) == table
 
 
 def test_learning_curve_points_are_buffered_and_flushed_in_batches(tmp_path, monkeypatch):
@@ -119,3 +119,42 @@ def test_learning_curve_points_are_buffered_and_flushed_in_batches(tmp_path, mon
     rec.finish(None)  # the end flushes what is left (here: a failed recording, the runs end FAILED)
     assert client.get_metric_history(run_id, "best_step_time_s")[-1].step == 612
     assert client.get_run(run_id).info.status == "FAILED"
+
+
+def test_compare_groups_by_every_setting_and_counts_distinct_seeds(tmp_path):
+    """Runs of budgets 500 and 2000, seeds 0 and 1 (seed 0 of budget 500 twice): two groups of 2 seeds,
+    not one pooled group of 5 runs; methods sorted by step time; both ratios t(method) / t(reference)."""
+    from cli.main import app
+    from tracking import artifact_root, record_experiment
+
+    out = tmp_path / "store"
+    out.mkdir()
+    uri = f"sqlite:///{out / 'mlflow.db'}"
+    for budget, seed, rl_s in [(500, 0, 3.0), (500, 1, 2.5), (500, 0, 2.9), (2000, 0, 1.5), (2000, 1, 1.7)]:
+        results = {m: {"step_time_s": t, "oom": False, "placement": {"g0": "/gpu:0"}}
+                   for m, t in (("single_gpu", 2.0), ("expert", 4.0), ("rl", rl_s))}
+        params = {"model": "nmt", "size": "paper", "cluster": "k80x4", "env": "sim", "grouper": "2017", "seed": seed,
+                  "budget": budget, "learner_options": '{"rl":{"k":8}}'}
+        record_experiment(uri, artifact_root(out), params, results, {"best_baseline": "single_gpu", "speedups": {"rl": 0.0},
+                                                                     "lower_bound_s": 1.0}, {}, {}, None)
+    r = CliRunner().invoke(app, ["compare", "--tracking-uri", uri, "--json", str(tmp_path / "cmp.json")],
+                           env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "cmp.json").read_text())
+    assert {(row["budget"], row["method"]): row["seeds"] for row in rows} == {
+        (b, m): 2 for b in ("2000", "500") for m in ("single_gpu", "expert", "rl")}
+    b500 = [row for row in rows if row["budget"] == "500"]
+    assert [row["method"] for row in b500] == ["single_gpu", "rl", "expert"]  # fastest first
+    rl = b500[1]
+    # seed 0's newest run (2.9 s) counts once, with seed 1's 2.5 s
+    assert (rl["min_step_time_s"], rl["max_step_time_s"], rl["median_step_time_s"]) == (2.5, 2.9, pytest.approx(2.7))
+    assert rl["x_best_baseline_median"] == pytest.approx(2.7 / 2.0) and rl["x_lower_bound_median"] == pytest.approx(2.7)
+    assert {k: rl[k] for k in ("model", "size", "cluster", "env", "grouper", "learner_options")} == {
+        "model": "nmt", "size": "paper", "cluster": "k80x4", "env": "sim", "grouper": "2017",
+        "learner_options": '{"rl":{"k":8}}'}
+    assert "budget=500" in r.output and "budget=2000" in r.output
+    # --by pools what it is not given: one group, still 2 distinct seeds per method
+    r = CliRunner().invoke(app, ["compare", "--tracking-uri", uri, "--by", "model,cluster", "--json", "-"])
+    assert r.exit_code == 0, r.output
+    pooled = json.loads(r.stdout)
+    assert len(pooled) == 3 and all(row["seeds"] == 2 for row in pooled)

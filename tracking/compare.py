@@ -1,9 +1,10 @@
 """Tables across experiments: one experiment in the 2017 Table 2 shape, and a sweep's comparison
 read back from the MLflow store with MLflow's ``search_runs``.
 
-Speedup convention (2017 Table 2, last column): ``x best baseline = t(best baseline) / t(method)``,
-above 1 is faster than the best baseline. ``x lower bound = t(method) / lower_bound_s``, at least 1
-for a valid bound (how far the method is from the bound), shown when the run logged ``lower_bound_s``.
+Ratios across runs point one way, ``t(method) / t(reference)``, below 1 faster: ``x best baseline
+= t(method) / t(best baseline)`` and ``x lower bound = t(method) / lower_bound_s`` (at least 1 for a
+valid bound), as the experiment table's ``x lower bound`` and ``x optimum``. The single experiment's
+Table 2 shape keeps the paper's "speedup over the best baseline" in percent.
 """
 
 from __future__ import annotations
@@ -51,78 +52,121 @@ def _spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def experiment_runs(tracking_uri: str, experiment: str = "placement-experiment", parent_run_id: str | None = None) -> list:
-    """The finished experiment (parent) runs of MLflow experiment ``experiment``, via ``search_runs``;
+GROUP_BY = ("model", "size", "cluster", "env", "grouper", "budget", "learner_options")
+"""The settings that change a result, and so separate rows of ``placement compare`` (parent-run parameters)."""
+
+
+def experiment_runs(tracking_uri: str, experiment: str = "placement-experiment", parent_run_id: str | None = None):
+    """The finished experiment (parent) runs of MLflow experiment ``experiment``, newest first, as
+    the pandas DataFrame of ``mlflow.search_runs`` (columns ``params.*``, ``metrics.*``, ``tags.*``);
     only those nested under ``parent_run_id`` (a sweep) when given.
 
     Raises:
         ValueError: no such MLflow experiment.
     """
+    import mlflow
+
     from tracking import mlflow_client
 
-    client = mlflow_client(tracking_uri)
+    client = mlflow_client(tracking_uri)  # creates/migrates the store under its lock
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise ValueError(f"no MLflow experiment {experiment!r} in {tracking_uri}")
     filt = "tags.`placement.kind` = 'experiment' and attributes.status = 'FINISHED'"
     if parent_run_id:
         filt += f" and tags.`mlflow.parentRunId` = '{parent_run_id}'"
-    return client.search_runs([exp.experiment_id], filter_string=filt, max_results=50000)
+    mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string=filt, max_results=50000,
+                              order_by=["attributes.start_time DESC"], output_format="pandas")
 
 
-def compare_rows(runs: list) -> list[dict]:
-    """Methods x models x clusters over seeds, from experiment runs (see :func:`experiment_runs`).
+def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]:
+    """Methods per group of settings over seeds, from experiment runs (:func:`experiment_runs`'s DataFrame).
 
-    Each run contributes its metrics ``<method>.step_time_s``, its tags ``placement.best_baseline``
-    and ``placement.learners`` and, if logged, its metric ``lower_bound_s``.
+    Runs are grouped by the parent-run parameters ``by`` (default :data:`GROUP_BY`: every setting
+    that changes a result); in a group, each seed counts once (its newest run). Each run contributes
+    its metrics ``<method>.step_time_s``, its tags ``placement.best_baseline`` and
+    ``placement.learners`` and, if logged, its metric ``lower_bound_s``.
+
+    Both ratios point the same way, ``t(method) / t(reference)`` (below 1 is faster):
+    ``x_best_baseline`` against the run's best baseline, ``x_lower_bound`` against its lower bound.
 
     Returns:
-        One row per (task, method), sorted: ``task`` (``model/size on cluster``), ``model``,
-        ``size``, ``cluster``, ``method``, ``learner`` (bool), ``seeds`` (count), ``step_time_s_median``,
-        ``_min``, ``_max`` (s), ``x_best_baseline_median``, ``_min``, ``_max``, and
-        ``x_lower_bound_median`` (``None`` without a bound).
+        One row per (group, method): the ``by`` settings (``None`` where a run did not log one),
+        ``task`` (``model/size on cluster [env]``), ``method``, ``learner`` (bool), ``seeds`` (distinct
+        seeds), ``median_step_time_s``, ``min_step_time_s``, ``max_step_time_s`` (s),
+        ``x_best_baseline_median``, ``_min``, ``_max`` and ``x_lower_bound_median`` (``None``
+        without a bound). Groups are sorted by their settings, methods in a group by median step time.
+
+    Raises:
+        ValueError: a ``by`` field that is not a run parameter name (letters, digits, ``_``).
     """
+    import math
+
+    for field in by:
+        if not field.replace("_", "").isalnum():
+            raise ValueError(f"--by: {field!r} is not a parameter name")
+
+    def value(row, column):
+        v = row.get(column) if column in row.index else None
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
     groups: dict[tuple, dict] = {}
-    for run in runs:
-        p, m, t = run.data.params, run.data.metrics, run.data.tags
-        key = (p.get("model"), p.get("size"), p.get("cluster"))
-        times = {k[: -len(".step_time_s")]: v for k, v in m.items() if k.endswith(".step_time_s")}
-        best = t.get("placement.best_baseline")
-        learners = set(filter(None, t.get("placement.learners", "").split(",")))
-        bound = m.get("lower_bound_s")
+    seen: set[tuple] = set()
+    records = [] if runs is None or len(runs) == 0 else [r for _, r in runs.iterrows()]
+    for row in records:  # newest first: a seed's newest run in each group counts
+        key = tuple(value(row, f"params.{f}") for f in by)
+        seed = value(row, "params.seed")
+        if (key, seed) in seen:
+            continue
+        seen.add((key, seed))
+        times = {c[len("metrics."):-len(".step_time_s")]: float(v) for c, v in row.items()
+                 if c.startswith("metrics.") and c.endswith(".step_time_s") and value(row, c) is not None}
+        best = value(row, "tags.placement.best_baseline")
+        learners = set(filter(None, (value(row, "tags.placement.learners") or "").split(",")))
+        bound = value(row, "metrics.lower_bound_s")
         g = groups.setdefault(key, {})
-        for method, value in times.items():
+        for method, t in times.items():
             cell = g.setdefault(method, {"t": [], "xb": [], "xl": [], "learner": method in learners, "seeds": set()})
-            cell["t"].append(value)
-            cell["seeds"].add(p.get("seed"))
-            if best in times and value > 0:
-                cell["xb"].append(times[best] / value)
+            cell["t"].append(t)
+            cell["seeds"].add(seed)
+            if best in times and times[best] > 0:
+                cell["xb"].append(t / times[best])
             if bound:
-                cell["xl"].append(value / bound)
+                cell["xl"].append(t / bound)
     rows = []
-    for (model, size, cluster), g in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
-        for method, c in sorted(g.items(), key=lambda kv: (kv[1]["learner"], kv[0])):
+    for key, g in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        settings = dict(zip(by, key))
+        task = (f"{settings.get('model')}/{settings.get('size')} on {settings.get('cluster')}"
+                + (f" [{settings['env']}]" if settings.get("env") else ""))
+        cells = sorted(g.items(), key=lambda kv: (statistics.median(kv[1]["t"]), kv[0]))
+        for method, c in cells:
             t, xb, xl = _spread(c["t"]), _spread(c["xb"]), _spread(c["xl"])
             rows.append({
-                "task": f"{model}/{size} on {cluster}", "model": model, "size": size, "cluster": cluster,
-                "method": method, "learner": c["learner"], "seeds": len(c["t"]),
-                "step_time_s_median": t["median"], "step_time_s_min": t["min"], "step_time_s_max": t["max"],
+                **settings, "task": task, "method": method, "learner": c["learner"], "seeds": len(c["seeds"]),
+                "median_step_time_s": t["median"], "min_step_time_s": t["min"], "max_step_time_s": t["max"],
                 "x_best_baseline_median": xb["median"], "x_best_baseline_min": xb["min"], "x_best_baseline_max": xb["max"],
                 "x_lower_bound_median": xl["median"],
             })
     return rows
 
 
+def group_label(row: dict, by: tuple[str, ...] | list[str] = GROUP_BY) -> str:
+    """The settings of ``row``'s group beyond its task (model, size, cluster, env), e.g. ``budget=16 grouper=2017``."""
+    return " ".join(f"{k}={row.get(k)}" for k in by if k not in ("model", "size", "cluster", "env")
+                    and row.get(k) not in (None, "", "{}"))
+
+
 def compare_markdown(rows: list[dict]) -> str:
     """:func:`compare_rows` as a markdown table."""
     with_bound = any(r["x_lower_bound_median"] is not None for r in rows)
-    head = ["task", "method", "seeds", "step time (s), median [min, max]", "x best baseline, median [min, max]"]
+    head = ["task", "settings", "method", "seeds", "step time (s), median [min, max]", "x best baseline, median [min, max]"]
     if with_bound:
         head.append("x lower bound")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["task"], r["method"] + (" (learner)" if r["learner"] else ""), str(r["seeds"]),
-                 f"{_fmt(r['step_time_s_median'])} [{_fmt(r['step_time_s_min'])}, {_fmt(r['step_time_s_max'])}]",
+        cells = [r["task"], group_label(r), r["method"] + (" (learner)" if r["learner"] else ""), str(r["seeds"]),
+                 f"{_fmt(r['median_step_time_s'])} [{_fmt(r['min_step_time_s'])}, {_fmt(r['max_step_time_s'])}]",
                  f"{_fmt(r['x_best_baseline_median'], 3)} [{_fmt(r['x_best_baseline_min'], 3)}, {_fmt(r['x_best_baseline_max'], 3)}]"]
         if with_bound:
             cells.append(_fmt(r["x_lower_bound_median"], 3))

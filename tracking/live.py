@@ -364,7 +364,8 @@ def finish_sweep(tracking_uri: str, sweep_run_id: str, folder: str | Path, faile
     for p in paths:
         client.log_artifact(sweep_run_id, str(p))
     now = int(time.time() * 1000)
-    client.log_batch(sweep_run_id, metrics=[Metric("experiments_finished", len(runs), now, 0),
+    finished = len(runs)
+    client.log_batch(sweep_run_id, metrics=[Metric("experiments_finished", finished, now, 0),
                                             Metric("experiments_failed", failed, now, 0)])
-    client.set_terminated(sweep_run_id, status="FAILED" if failed and not runs else "FINISHED")
+    client.set_terminated(sweep_run_id, status="FAILED" if failed and not finished else "FINISHED")
     return rows

@@ -162,7 +162,7 @@ def plot_learning_curves(curves: dict[str, list[dict]], path: str | Path, baseli
 
 
 def plot_comparison(rows: list[dict], path: str | Path, title: str = "") -> Path:
-    """Median speedup over the best baseline (x) per method, one bar group per task.
+    """Median step time over the best baseline's (x, below 1 is faster) per method, one bar group per task.
 
     Args:
         rows: :func:`tracking.compare.compare_rows` output (``task``, ``method``,
@@ -188,7 +188,7 @@ def plot_comparison(rows: list[dict], path: str | Path, title: str = "") -> Path
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=_DEVICE_COLOURS(j % 10), label=m)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(range(len(tasks)), tasks, rotation=15)
-    ax.set_ylabel("speedup over the best baseline (x, >1 is faster)")
+    ax.set_ylabel("step time / best baseline's (x, below 1 is faster)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title(title or "sweep: median over seeds, bars: min to max")
