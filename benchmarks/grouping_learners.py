@@ -42,7 +42,7 @@ def main() -> None:
     from cluster.spec import load_cluster
     from compgraph.grouping import colocation_grouping
     from compgraph.prepare import prepare
-    from placer.learner import LEARNERS
+    from placer import LEARNERS
 
     from cli.learners import parse_learner_options  # the CLI's --learner-option parsing and validation
 

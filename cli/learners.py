@@ -15,8 +15,7 @@ def parse_learner_options(items: list[str] | None, methods: list[str], budget: i
                           fail: Callable[[str], None]) -> dict[str, dict]:
     """``METHOD.FIELD=VALUE`` strings -> ``{method: {field: value}}``, each validated by the
     learner's config (VALUE parsed as JSON, else kept as a string); a bad item -> ``fail(one line)``."""
-    from placer import LEARNERS
-    from tasks.search import learner_config
+    from placer import LEARNER_NAMES as LEARNERS  # names only: torch loads if an option is given
 
     out: dict[str, dict] = {}
     for item in items or []:
@@ -33,6 +32,8 @@ def parse_learner_options(items: list[str] | None, methods: list[str], budget: i
         except json.JSONDecodeError:
             value = raw
         out.setdefault(method, {})[name] = value
+    if out:
+        from tasks.search import learner_config
     for method, options in out.items():
         try:
             learner_config(method, budget, seed, options)
@@ -64,7 +65,7 @@ def compare_learners(
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
     from compgraph.grouping import GROUPERS
-    from placer import LEARNERS
+    from placer import LEARNER_NAMES as LEARNERS
 
     _check_model(model, size)
     try:

@@ -105,7 +105,7 @@ def experiment(
     from cli.learners import parse_learner_options
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
-    from placer import DEFAULT_LEARNERS, LEARNERS
+    from placer import DEFAULT_LEARNERS, LEARNER_NAMES  # names only: torch is not loaded to check a typo
 
     user_graph = graph_def is not None or keras is not None or saved_model is not None
     if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
@@ -117,7 +117,7 @@ def experiment(
     except ValueError as exc:
         _fail(str(exc))
     default = [*applicable_baselines(spec, user_graph, optimum=False), *DEFAULT_LEARNERS]  # the optimum when asked for
-    chosen = _choose_methods(methods, [*BASELINES, *LEARNERS], default, spec, user_graph)
+    chosen = _choose_methods(methods, [*BASELINES, *LEARNER_NAMES], default, spec, user_graph)
     if budget < 1:
         _fail(f"--budget must be at least 1, got {budget}")
     if k < 1:

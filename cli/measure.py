@@ -191,7 +191,7 @@ def train(
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
     from baselines import BASELINES, GPU_BASELINES
     from cluster.environment import ENVIRONMENTS
-    from placer import LEARNERS
+    from placer import LEARNER_NAMES as LEARNERS
 
     _check_model(model, size)
     spec = _load_spec(cluster)

@@ -1,9 +1,36 @@
-"""Learners and the one search loop. Importing ``placer`` fills :data:`LEARNERS`
-(method name -> :class:`placer.learner.Learner` class) with every learner module below."""
+"""Learners and the one search loop.
 
-from placer.learner import LEARNERS, Learner, LearnerConfig, Samples, register  # noqa: F401
-from placer import reinforce, post, post_ablations, hierarchical, eagle, local_search  # noqa: E402,F401  (register every learner)
+:data:`LEARNER_NAMES` lists the learners without importing them (cheap: the CLI checks a typo
+against it before torch loads). The first use of :data:`LEARNERS` (method name ->
+:class:`placer.learner.Learner` class) imports every learner module, which registers itself.
+"""
+
+from importlib import import_module
+
+from placer.learner import Learner, LearnerConfig, Samples, register  # noqa: F401
+
+LEARNER_MODULES = {
+    "rl": "reinforce", "post": "post", "ppo": "post_ablations", "ce": "post_ablations", "pg": "post_ablations",
+    "hierarchical": "hierarchical", "eagle": "eagle", "eagle_ce": "eagle", "local_search": "local_search",
+}
+"""Learner name -> the module of ``placer`` that registers it (in registration order)."""
+
+LEARNER_NAMES = tuple(LEARNER_MODULES)
+"""Every learner's method name, known without importing torch (``tests/test_learners*`` check it
+against :data:`LEARNERS`)."""
 
 DEFAULT_LEARNERS = ("rl", "post")
 """The learners the experiment runs when ``--methods`` is not given: the 2017 placer and Post
 (the two of 2017 Table 2 and Post Table 1); the others run when named."""
+
+
+def __getattr__(name: str):
+    """``placer.LEARNERS``: the registry, once every learner module is imported (PEP 562)."""
+    if name == "LEARNERS":
+        for module in dict.fromkeys(LEARNER_MODULES.values()):
+            import_module(f"placer.{module}")
+        from placer.learner import LEARNERS
+
+        globals()["LEARNERS"] = LEARNERS
+        return LEARNERS
+    raise AttributeError(f"module 'placer' has no attribute {name!r}")

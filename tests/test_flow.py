@@ -165,3 +165,24 @@ def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, e
     r = CliRunner().invoke(cli.main.app, ["experiment", *args, "--out-dir", str(tmp_path)])
     assert isinstance(r.exception, Stop), r.output
     assert "k" not in seen and seen["learner_options"] == expected
+
+
+def test_a_typo_is_refused_before_torch_or_tensorflow_load():
+    """`placement experiment --model rnn` (and a bad method) exit 2 having imported neither torch nor
+    TensorFlow: the names come from registries that are cheap to list (placer.LEARNER_NAMES)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom cli.main import app\n"
+            "for args in (['experiment', '--model', 'rnn'], ['experiment', '--methods', 'rl,magic']):\n"
+            "    try:\n        app(args)\n    except SystemExit as e:\n        print('rc', e.code)\n"
+            "print('heavy', sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.stdout.split("\n")[:3] == ["rc 2", "rc 2", "heavy []"], r.stdout + r.stderr
+    assert "unknown model 'rnn'" in r.stderr and "unknown method 'magic'" in r.stderr
+
+
+def test_learner_names_are_the_registry():
+    import placer
+
+    assert placer.LEARNER_NAMES == tuple(placer.LEARNERS)

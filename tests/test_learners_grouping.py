@@ -22,7 +22,7 @@ from compgraph.grouping import colocation_grouping
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 from placer.features import eagle_group_features
 from placer.hierarchical import LinearGrouper, group_embeddings, unit_inputs
-from placer.learner import LEARNERS
+from placer import LEARNERS
 
 GROUPING_LEARNERS = ["hierarchical", "eagle", "eagle_ce"]
 
