@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app
+from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path
 
 
 @app.command("baselines")
@@ -29,7 +29,7 @@ def baselines_command(
     out_dir: str = typer.Option("placement-runs", help="folder for the graph cache"),
     node_limit: int = typer.Option(50, help="the optimum's MILP: branch-and-bound nodes at most (a work limit: the same value on any machine load)"),
     time_limit: float = typer.Option(None, help="an optional wall-clock cap on the optimum (seconds); with it the value may depend on machine load"),
-    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
 ) -> None:
     """Run every baseline (and the optimum) on one graph and cluster; measure them in the simulator."""
     from pathlib import Path

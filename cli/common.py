@@ -30,7 +30,24 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _write_json(obj: dict, path: str) -> None:
+def check_json_path(path: str | None) -> str | None:
+    """Typer callback of every ``--json``: ``-`` or a file path whose folder exists (created here) and is
+    writable, checked before any work. Raises ``typer.BadParameter`` (one line, exit 2) otherwise."""
+    if path is None or path == "-":
+        return path
+    p = Path(path)
+    if p.is_dir():
+        raise typer.BadParameter(f"{path!r} is a folder; give a file path or '-'")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot create the folder of {path!r} ({exc.strerror or type(exc).__name__})") from None
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise typer.BadParameter(f"{path!r} is not writable")
+    return path
+
+
+def _write_json(obj: dict | list, path: str) -> None:
     text = json.dumps(obj, indent=2, default=float)
     if path == "-":
         sys.stdout.write(text + "\n")

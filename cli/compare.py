@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import _fail, _write_json, app
+from cli.common import _fail, _write_json, app, check_json_path
 
 
 @app.command()
@@ -16,7 +16,7 @@ def compare(
     sweep: str = typer.Option(None, help="only the experiments of this sweep (its MLflow run id)"),
     by: str = typer.Option(",".join(("model", "size", "cluster", "env", "grouper", "budget", "learner_options")),
                            help="comma-separated run parameters that separate rows (default: every setting that changes a result)"),
-    json_path: str = typer.Option(None, "--json", help="write the rows as a JSON list to PATH ('-': stdout): the --by settings, method, seeds, median/min/max_step_time_s, x_best_baseline_*"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the rows as a JSON list to PATH ('-': stdout): the --by settings, method, seeds, median/min/max_step_time_s, x_best_baseline_*"),
     markdown: str = typer.Option(None, "--markdown", help="write the table as markdown to PATH"),
 ) -> None:
     """Methods per group of settings over every finished experiment run: median and spread over

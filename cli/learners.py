@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import typer
 
-from cli.common import _check_model, _fail, _write_json, app
+from cli.common import _check_model, _fail, _write_json, app, check_json_path
 
 
 def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
@@ -57,7 +57,7 @@ def compare_learners(
     resume: bool = typer.Option(False, "--resume", help="continue interrupted searches from their logs and checkpoints"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
-    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
 ) -> None:
     """Every learner on the same graph, cluster, environment and budget over several seeds:
     best step time (median, spread), placements to within 5% of its own best, wall time;
@@ -92,6 +92,9 @@ def compare_learners(
         _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
     options = parse_learner_options(learner_option, chosen, budget, seed_list[0], _fail)
 
+    from cli.runtime import preflight
+
+    preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
     from flows.compare import compare_learners as flow
 
     start = time.perf_counter()

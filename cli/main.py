@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app  # noqa: F401  (shared helpers, in cli.common)
+from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path  # noqa: F401  (shared helpers, in cli.common)
 from cli.runtime import preflight, run_flow
 
 
@@ -45,7 +45,7 @@ def graph_stats(
     grouper: str = typer.Option(None, help="grouper of the reported grouping: heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(256, help="target number of groups of the automatic groupers (metis, fluid)"),
     cache_dir: str = typer.Option(None, help="folder of the preprocessed-graph cache (read if it matches, else written)"),
-    json_path: str = typer.Option(None, "--json", help="write the stats as JSON to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the stats as JSON to PATH ('-': stdout)"),
 ) -> None:
     """Op count, groups per grouper, total FLOPs, parameter bytes and op types without a FLOPs rule."""
     from compgraph.grouping import GROUPERS, grouping_stats
@@ -95,7 +95,7 @@ def experiment(
     env: str = typer.Option("sim", help="measurement environment: sim (simulator) | real (TensorFlow on this machine's devices) | grappler (TensorFlow's cost model)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
-    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
     learner_option: list[str] = typer.Option(None, "--learner-option", help="METHOD.FIELD=VALUE: a setting of one learner's config (repeatable; VALUE as JSON, else a string), e.g. rl.hidden_size=64"),
     resume: bool = typer.Option(False, "--resume", help="continue an interrupted run with the same settings from its placement logs and checkpoints (nothing measured twice)"),
     spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
@@ -126,7 +126,7 @@ def experiment(
         _fail(f"--controllers must be at least 0, got {controllers}")
     if ray_address is not None and controllers == 0:
         _fail("--ray-address needs --controllers 1 or more (the distributed rl search)")
-    from cli.distributed import check_distributed_options
+    from cli.distributed import check_distributed_options, check_policy_device, probe_ray_address
 
     problem = check_distributed_options(controllers, workers, gpus_per_worker, policy_device, async_updates)
     if problem:
@@ -144,6 +144,18 @@ def experiment(
     options = parse_learner_options(learner_option, chosen, budget, seed, _fail)
     if "rl" in chosen:  # --k is rl's K (2017 Eq. 3), a field of its config; --learner-option rl.k=N wins
         options.setdefault("rl", {}).setdefault("k", k)
+    if resume and not user_graph:  # the logs are named by the settings; the learner's own settings must match too
+        from pathlib import Path
+
+        from tasks.search import resume_problem
+
+        problem = resume_problem(Path(out_dir), model, size, spec.name, grouper or "2017",
+                                 chosen, seed, budget, options)
+        if problem:
+            _fail(problem)
+    for problem in (check_policy_device(policy_device, ray_address), probe_ray_address(ray_address)):
+        if problem:
+            _fail(problem)
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:

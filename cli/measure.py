@@ -12,8 +12,8 @@ import time
 
 import typer
 
-from cli.common import _check_model, _fail, _write_json, app
-from cli.runtime import run_flow
+from cli.common import _check_model, _fail, _write_json, app, check_json_path
+from cli.runtime import preflight, run_flow
 
 
 def _load_spec(cluster: str):
@@ -66,7 +66,7 @@ def calibrate(
     steps: int = typer.Option(5, help="traced steps per device kind; the first is dropped (>= 2)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs"),
     out: str = typer.Option(None, help="cost-table file (default placement-runs/cost-tables/<model>-<size>-<cluster>.json)"),
-    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
 ) -> None:
     """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table."""
     _check_model(model, size)
@@ -142,7 +142,7 @@ def fidelity(
     cost_table: str = typer.Option(None, help="a saved cost table (`placement calibrate`); default: calibrate first"),
     calibrate_steps: int = typer.Option(5, help="traced steps per device kind when calibrating first (>= 2)"),
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples in the calibrated simulator"),
-    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts, cost tables and logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     against: str = typer.Option("real", help="reference: real (TensorFlow on this machine) | grappler (TensorFlow's "
@@ -161,6 +161,7 @@ def fidelity(
         _fail(f"unknown --against {against!r}; valid: {', '.join(AGAINST)}")
     if cost_table:
         _check_cost_table(cost_table, model, size, spec)
+    preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
     from flows.measure import placement_fidelity
 
     start = time.perf_counter()
@@ -184,7 +185,7 @@ def train(
     env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time) | grappler (projected from TensorFlow's cost model)"),
     budget: int = typer.Option(1000, help="placements a learner samples in the simulator"),
     cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
-    json_path: str = typer.Option(None, "--json", help="write the result object to PATH ('-': stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
 ) -> None:
@@ -209,6 +210,7 @@ def train(
     _check_at_least("--budget", budget, 1)
     if cost_table:
         _check_cost_table(cost_table, model, size, spec)
+    preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
     from flows.measure import placement_train
 
     start = time.perf_counter()

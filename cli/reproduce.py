@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import _fail, _write_json, app
+from cli.common import _fail, _write_json, app, check_json_path
 
 
 def _s(v, oom=False) -> str:
@@ -82,7 +82,7 @@ def reproduce(
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: sqlite:///<out-dir>/mlflow.db)"),
     fit: str = typer.Option(None, help="stored fits for 2017's held-out column (default: cluster/presets/k80_fit.json)"),
-    json_path: str = typer.Option(None, "--json", help="write the result as JSON to PATH (- for stdout)"),
+    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result as JSON to PATH (- for stdout)"),
 ) -> None:
     """Reproduce the papers' tables of step times (2017 Table 2, Post Table 1, EAGLE Table IV): every
     row's baselines at the table's settings on its machine, beside the paper, logged to MLflow."""
@@ -110,6 +110,16 @@ def reproduce(
         sizes = sorted({s for b in BENCHMARKS.values() for s in b.sizes})
         if size not in sizes:
             _fail(f"unknown --size {size!r}; valid: {', '.join(sizes)}")
+    if fit is not None:
+        from cluster.reproduce import load_fit
+
+        try:
+            load_fit(fit, required=True)
+        except ValueError as exc:
+            _fail(str(exc))
+    from cli.runtime import preflight
+
+    preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
     from flows.reproduce import placement_reproduce, select_rows
 
     try:

@@ -272,10 +272,31 @@ PRESET_DIR = Path(__file__).parent / "presets"
 FIT_JSON = PRESET_DIR / "k80_fit.json"
 
 
-def load_fit(path: str | Path = FIT_JSON) -> dict | None:
-    """The stored fits (``scripts/fit_presets.py --write``), or ``None`` if there are none."""
+MAX_FIT_BYTES = 10_000_000
+"""Largest fit file read (bytes); the shipped one is about 20 kB."""
+
+
+def load_fit(path: str | Path = FIT_JSON, required: bool = False) -> dict | None:
+    """The stored fits (``scripts/fit_presets.py --write``), or ``None`` if the default file is absent.
+
+    Raises:
+        ValueError: ``required`` (a path the user gave) and the file is missing; or the file is larger
+            than :data:`MAX_FIT_BYTES`, not JSON, or not a JSON object (one line naming the file).
+    """
     path = Path(path)
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        if required:
+            raise ValueError(f"--fit {path}: no such file")
+        return None
+    if path.stat().st_size > MAX_FIT_BYTES:
+        raise ValueError(f"--fit {path}: {path.stat().st_size:,} bytes, more than the {MAX_FIT_BYTES:,} allowed")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--fit {path}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--fit {path}: expected a JSON object of fits, got {type(data).__name__}")
+    return data
 
 
 def write_presets(fits: dict) -> None:

@@ -543,6 +543,8 @@ def load_keras_step(spec: str) -> UserStep:
         raise UserGraphError(f"keras {spec!r}: no module {module_name!r} in {os.getcwd()} or on sys.path ({e})") from e
     except Exception as e:  # the user's module raised while importing
         raise UserGraphError(f"keras {spec!r}: importing {module_name!r} failed: {type(e).__name__}: {e}") from e
+    except SystemExit as e:  # sys.exit() in the user's module: a failed import, not our exit
+        raise UserGraphError(f"keras {spec!r}: importing {module_name!r} failed: it called sys.exit({e.code!r})") from None
     fn = getattr(module, func_name, None)
     if not callable(fn):
         raise UserGraphError(f"keras {spec!r}: module {module_name!r} has no function {func_name!r}")
@@ -552,6 +554,8 @@ def load_keras_step(spec: str) -> UserStep:
             result = fn()
         except Exception as e:
             raise UserGraphError(f"keras {spec!r}: {func_name}() failed: {type(e).__name__}: {e}") from e
+        except SystemExit as e:
+            raise UserGraphError(f"keras {spec!r}: {func_name}() called sys.exit({e.code!r})") from None
         first = result[0] if isinstance(result, tuple) and len(result) == 2 else result
         keras3 = _is_keras3_model(first)
         if not keras3:

@@ -131,20 +131,36 @@ class PlacementLog:
         header: the settings; an existing log must have the same header.
         fresh: start a new log even if one exists (``False``: read and continue it).
 
+    The log is locked (``flock`` on ``<log>.lock``, which holds the owner's pid) from opening to
+    :meth:`close`, so two runs with the same settings never write one log at their own offsets;
+    the lock goes with the process, so a killed run leaves none behind.
+
     Raises:
-        ValueError: an existing log was written with other settings.
+        PlacementLogBusy: another process holds the log (names its pid).
+        ValueError: an existing log was written with other settings (names the first that differs).
     """
 
     def __init__(self, path: str | Path, header: dict, fresh: bool = False) -> None:
         self.path = Path(path)
         self.records: list[dict] = []
         header = json.loads(json.dumps(header))  # as it reads back (tuples -> lists)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock_log(self.path)
+        try:
+            self._open(header, fresh)
+        except BaseException:
+            self._lock.close()
+            raise
+
+    def _open(self, header: dict, fresh: bool) -> None:
         if not fresh and self.path.exists() and self.path.stat().st_size > 0:
             raw = self.path.read_bytes()
             lines = raw.split(b"\n")
             old = json.loads(lines[0])
             if old != header:
-                raise ValueError(f"placement log {self.path}: written with other settings {old}, not {header}")
+                diff = settings_difference(old, header)
+                raise ValueError(f"placement log {self.path} was written with other settings: {diff}; resume with the "
+                                 "log's settings, or run without --resume to start afresh")
             good_end = len(lines[0]) + 1  # bytes up to the end of the last complete record
             for line in lines[1:]:
                 if not line.strip():
@@ -159,7 +175,6 @@ class PlacementLog:
                     f.truncate(good_end)
             self._file = self.path.open("a")
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("w")
             self._write([header])
 
@@ -178,7 +193,49 @@ class PlacementLog:
             self._write(records)
 
     def close(self) -> None:
+        """Close the log and release its lock."""
         self._file.close()
+        self._lock.close()
+
+
+class PlacementLogBusy(ValueError):
+    """Another process is writing this placement log (one line naming the log and its pid)."""
+
+
+def _lock_log(path: Path):
+    """An open ``<path>.lock`` holding ``flock(LOCK_EX | LOCK_NB)`` and our pid.
+
+    Raises:
+        PlacementLogBusy: another process holds it.
+    """
+    import fcntl
+
+    lock_path = path.with_name(path.name + ".lock")
+    fh = open(lock_path, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        owner = fh.read().strip() or "?"
+        fh.close()
+        raise PlacementLogBusy(f"placement log {path} is in use by another run (pid {owner}); wait for it to end, "
+                               "or give this run another --seed or --out-dir") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
+
+
+def settings_difference(old: object, new: object, where: str = "") -> str:
+    """The first setting that differs between two placement-log headers, as
+    ``search.hidden_size: 256 in the log, 64 now`` (nested dicts walked in key order)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                return settings_difference(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
+        return "none"
+    return f"{where or 'header'}: {json.dumps(old)[:100]} in the log, {json.dumps(new)[:100]} now"
 
 
 def serial_time(env: Environment) -> float:

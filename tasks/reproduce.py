@@ -25,7 +25,7 @@ def compare_with_paper(rows: list[PaperRow], cache_dir: str, fit_path: str | Non
                        size: str | None = None, log=lambda s: None) -> dict:
     """Every row's baselines measured beside the paper (:func:`cluster.reproduce.reproduce_tables`),
     graphs through the cache in ``cache_dir``."""
-    fits = load_fit(fit_path) if fit_path else load_fit()
+    fits = load_fit(fit_path, required=True) if fit_path else load_fit()
     return reproduce_tables(rows, partial(prepare, cache_dir=cache_dir), table_placer, fits, learned, size, log)
 
 

@@ -65,6 +65,39 @@ def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, meth
     return log, ckpt
 
 
+def resume_problem(out: Path, model: str, size: str, cluster: str, grouper: str, methods: list[str], seed: int,
+                   budget: int, learner_options: dict | None) -> str | None:
+    """Before a ``--resume`` starts: the first learner whose placement log exists but was written with
+    other learner settings, as one line naming the setting (:func:`placer.search.settings_difference`);
+    ``None`` if every existing log matches (a learner with no log starts afresh).
+
+    Raises:
+        ValueError: a learner option its config refuses (as :func:`learner_config`).
+    """
+    import json
+
+    from placer import LEARNER_NAMES
+    from placer.search import settings_difference
+
+    for method in methods:
+        if method not in LEARNER_NAMES:
+            continue
+        log, _ = run_paths(Path(out), model, size, cluster, grouper, method, seed, budget)
+        if not log.is_file() or log.stat().st_size == 0:
+            continue
+        with log.open() as fh:
+            try:
+                old = json.loads(fh.readline()).get("search")
+            except (json.JSONDecodeError, AttributeError):
+                return f"--resume: placement log {log} has no readable header; run without --resume to start afresh"
+        config = learner_config(method, budget, seed, (learner_options or {}).get(method))
+        now = json.loads(json.dumps({"learner": method, **config.model_dump()}))
+        if old != now:
+            return (f"--resume: placement log {log} was written with other {method} settings: "
+                    f"{settings_difference(old, now, 'search')}")
+    return None
+
+
 @task(name="learner-search", task_run_name="search-{method}", cache_policy=NONE)
 def learner_search(
     method: str,
