@@ -1,0 +1,147 @@
+"""The bad-input corpus (issue: hostile inputs): every case runs the real ``placement`` command in a
+child process and must exit 2, print one line, write nothing outside its out-dir (nor in the folder
+it runs from) and stay under a memory ceiling (1 GB for the YAML cases, where an alias bomb used to
+take more than 5 GB)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "bad_inputs"
+ROOT = Path(__file__).resolve().parent.parent
+YAML_RSS_LIMIT_KB = 1_000_000
+RSS_LIMIT_KB = 4_000_000  # the rest: a CLI that imported TensorFlow to refuse a user graph
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _http_port_that_is_not_ray() -> tuple[int, object]:
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1], server
+
+
+# (id, args after `placement`, a piece of the one line). OUT: the out-dir; DATA: this corpus's files;
+# BIG: a 2 MB spec written by the test; HTTP: a port that answers HTTP but is not Ray; DEAD: a free port.
+CASES = [
+    # cluster specs (YAML): bounded before parsing
+    ("yaml-alias-bomb", ["experiment", "--cluster", "DATA/billion_laughs.yaml"], "YAML aliases (*a0) are not allowed"),
+    ("yaml-alias-bomb-baselines", ["baselines", "--cluster", "DATA/billion_laughs.yaml"], "YAML aliases"),
+    ("yaml-too-large", ["experiment", "--cluster", "BIG"], "more than the 1,000,000 allowed"),
+    ("yaml-unknown-key", ["experiment", "--cluster", "DATA/unknown_key.yaml"], "devices.1.bandwith: Extra inputs are not permitted"),
+    ("yaml-infinite-bandwidth", ["experiment", "--cluster", "DATA/infinite_bandwidth.yaml"], "default_link.bandwidth"),
+    ("yaml-negative-flops", ["experiment", "--cluster", "DATA/negative_flops.yaml"], "devices.1.peak_flops"),
+    ("yaml-unknown-kind", ["experiment", "--cluster", "DATA/unknown_kind.yaml"], "devices.1.kind"),
+    ("yaml-malformed", ["experiment", "--cluster", "DATA/malformed.yaml"], "cluster spec"),
+    # names and numbers
+    ("unknown-model", ["experiment", "--model", "rnn"], "unknown model 'rnn'"),
+    ("unknown-size", ["experiment", "--size", "huge"], "unknown size 'huge'"),
+    ("unknown-cluster", ["experiment", "--cluster", "k80x3"], "unknown cluster 'k80x3'"),
+    ("unknown-method", ["experiment", "--methods", "rl,magic"], "unknown method 'magic'"),
+    ("empty-methods", ["experiment", "--methods", ","], "--methods is empty"),
+    ("unknown-grouper", ["experiment", "--grouper", "nope"], "unknown grouper 'nope'"),
+    ("unknown-env", ["experiment", "--env", "cloud"], "unknown environment 'cloud'"),
+    ("unknown-learner-option", ["experiment", "--methods", "rl", "--learner-option", "rl.nope=1"], "rl"),
+    ("bad-learner-option-value", ["experiment", "--methods", "rl", "--learner-option", "rl.hidden_size=-3"], "hidden_size"),
+    ("bad-budget", ["experiment", "--budget", "0"], "--budget must be at least 1, got 0"),
+    ("bad-seed", ["experiment", "--seed", "abc"], "(got 'abc')"),
+    ("bad-k", ["experiment", "--k", "0"], "--k must be at least 1, got 0"),
+    ("bad-workers", ["experiment", "--controllers", "1", "--workers", "-1"], "--workers must be at least 0"),
+    ("bad-controllers", ["experiment", "--controllers", "-1"], "--controllers must be at least 0"),
+    ("bad-num-groups", ["experiment", "--num-groups", "0"], "--num-groups must be at least 1"),
+    ("unknown-option", ["experiment", "--no-such-option"], "No such option"),
+    # users' graphs
+    ("garbage-graph-def", ["experiment", "--graph-def", "DATA/garbage.pb"], "garbage.pb"),
+    ("missing-graph-def", ["experiment", "--graph-def", "DATA/missing.pb"], "missing.pb"),
+    ("empty-saved-model", ["experiment", "--saved-model", "OUT/../empty-saved-model"], "empty-saved-model"),
+    ("keras-spec-malformed", ["experiment", "--keras", "not a spec"], "expected 'module:function'"),
+    ("keras-exits-on-import", ["experiment", "--keras", "exits:build"], "it called sys.exit(0)"),
+    ("two-graph-sources", ["experiment", "--graph-def", "DATA/garbage.pb", "--keras", "exits:build"], "not several"),
+    # where results go
+    ("unwritable-out-dir", ["experiment", "--out-dir", "DATA/README.md/runs"], "is not writable"),
+    ("json-folder-impossible", ["baselines", "--json", "DATA/README.md/x.json"], "--json"),
+    ("dead-tracking-server", ["experiment", "--tracking-uri", "http://127.0.0.1:DEAD"], "does not answer"),
+    ("tracking-uri-not-a-uri", ["experiment", "--tracking-uri", "notauri"], "scheme '' is not a tracking store"),
+    ("tracking-uri-ftp", ["experiment", "--tracking-uri", "ftp://host/x"], "scheme 'ftp'"),
+    ("tracking-uri-bad-ipv6", ["experiment", "--tracking-uri", "http://[::1"], "is not a URI"),
+    ("reproduce-fit-missing", ["reproduce", "--fit", "DATA/missing.json"], "--fit"),
+    # distributed search
+    ("ray-address-dead", ["experiment", "--controllers", "1", "--ray-address", "127.0.0.1:DEAD"], "nothing answers there"),
+    ("ray-address-not-ray", ["experiment", "--controllers", "1", "--ray-address", "127.0.0.1:HTTP"], "not a Ray (gRPC) server"),
+    ("ray-address-without-controllers", ["experiment", "--ray-address", "auto"], "--ray-address needs --controllers"),
+    # training
+    ("train-gpu-method-on-cpu-cluster", ["train", "--model", "rnnlm", "--cluster", "DATA/cpu_only.yaml", "--method", "single_gpu"],
+     "needs a GPU"),
+    ("compare-without-store", ["compare", "--out-dir", "OUT"], "no MLflow store"),
+    ("log-run-not-a-run", ["log-run", "DATA"], "is not a run folder"),
+]
+if shutil.which("nvidia-smi") is None:
+    CASES.append(("policy-device-cuda-without-cuda", ["experiment", "--controllers", "1", "--policy-device", "cuda"],
+                  "torch sees no CUDA device"))
+
+
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def not_ray():
+    port, server = _http_port_that_is_not_ray()
+    yield port
+    server.shutdown()
+
+
+@pytest.mark.parametrize("case, args, needle", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing_outside(case, args, needle, tmp_path, not_ray):
+    work, out = tmp_path / "work", tmp_path / "work" / "out"
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    (work / "empty-saved-model").mkdir(parents=True)
+    (data / "big.yaml").write_text("name: big\n# " + "x" * 2_000_000 + "\n")
+    subs = {"DATA": str(data), "OUT": str(out), "BIG": str(data / "big.yaml"), "DEAD": str(_free_port()),
+            "HTTP": str(not_ray)}
+    argv = []
+    for a in args:
+        for key, value in subs.items():
+            a = a.replace(key, value) if key in a and not a.startswith("--") else a
+        argv.append(a)
+    if "--out-dir" not in argv and argv[0] in ("experiment", "train", "reproduce", "compare-learners"):
+        argv += ["--out-dir", str(out)]
+    before = _files(tmp_path)
+    env = {**os.environ, "PYTHONPATH": f"{data}{os.pathsep}{ROOT}"}
+    stdout_f, stderr_f = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with stdout_f.open("w") as so, stderr_f.open("w") as se:
+        child = subprocess.Popen([sys.executable, "-m", "cli.main", *argv], cwd=work, env=env, stdout=so, stderr=se)
+        timer = threading.Timer(600, child.kill)  # a hung case fails instead of hanging the suite
+        timer.start()
+        try:
+            _, status, usage = os.wait4(child.pid, 0)  # the child's own peak RSS (KB), not the session's
+        finally:
+            timer.cancel()
+    rc = os.waitstatus_to_exitcode(status)
+    stdout, stderr = stdout_f.read_text(), stderr_f.read_text()
+    before |= {"stdout.txt", "stderr.txt"}
+    lines = [line for line in (stdout + stderr).splitlines() if line.strip()]
+    assert rc == 2, f"{case}: rc {rc}\n{stdout}\n{stderr}"
+    assert len(lines) == 1 and lines[0].startswith("error: "), f"{case}: {lines}"
+    assert needle in lines[0], f"{case}: {lines[0]}"
+    assert "Traceback" not in stderr
+    new = {f for f in _files(tmp_path) - before if not f.startswith("work/out") and "__pycache__" not in f}
+    assert new == set(), f"{case} wrote outside the out-dir: {sorted(new)}"
+    limit = YAML_RSS_LIMIT_KB if case.startswith("yaml-") else RSS_LIMIT_KB
+    assert usage.ru_maxrss < limit, f"{case}: peak RSS {usage.ru_maxrss / 1e3:.0f} MB"
