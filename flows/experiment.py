@@ -101,8 +101,11 @@ def placement_experiment(
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
     env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
     ray = tasks.RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
+    settings = {"model": model, "size": size, "cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
+                "env": env, "graph_def": graph_def, "keras": keras, "saved_model": saved_model, "signature": signature,
+                "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options}
     recorder = ExperimentRecorder(uri, artifact_root(out), tasks.start_params(methods, budget, seed, env, learner_options),
-                                  methods, spool, mlflow_parent_run_id, flow_run_id)
+                                  methods, spool, mlflow_parent_run_id, flow_run_id, settings, resume)
     # preprocess
     prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras,
                                 saved_model, signature)

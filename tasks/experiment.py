@@ -104,7 +104,7 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     from tracking import artifact_root
     from tracking.live import run_folder, save_run_folder
 
-    recorder.flush()  # the learning-curve points still buffered go to their nested runs before these are completed
+    recorder.flush(force=True)  # the learning-curve points still buffered go to their nested runs before these are completed
     folder = run_folder(out, stamp, prepared.name, result["size"], spec.name, record["params"]["seed"])
     run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
     if not spool:

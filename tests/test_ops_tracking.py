@@ -158,3 +158,39 @@ def test_compare_groups_by_every_setting_and_counts_distinct_seeds(tmp_path):
     assert r.exit_code == 0, r.output
     pooled = json.loads(r.stdout)
     assert len(pooled) == 3 and all(row["seeds"] == 2 for row in pooled)
+
+
+def test_an_outage_warns_once_a_minute_and_loses_no_point(tmp_path, monkeypatch):
+    """While every MLflow write fails: one warning per OUTAGE_RETRY_S (not one per metric), writes
+    skipped in between, points kept; when MLflow answers, every point is written."""
+    import warnings
+
+    import tracking.live as live
+
+    monkeypatch.setattr(live, "FLUSH_EVERY_S", 0.0)  # a flush per update: the worst case
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rec = live.ExperimentRecorder(uri, str(tmp_path / "artifacts"), {"model": "m", "cluster": "c", "seed": 0}, ["post"])
+    clock = [1000.0]
+    rec._clock = lambda: clock[0]
+    real, calls = rec.client.log_batch, []
+
+    def down(*a, **k):
+        calls.append(1)
+        raise ConnectionError("tracking store unreachable")
+
+    monkeypatch.setattr(rec.client, "log_batch", down)
+    log = rec.on_update("post")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(1, 201):
+            clock[0] += 0.5  # 200 updates over 100 s
+            log({"placements": i, "best_step_time_s": 1.0 / i})
+        assert len(calls) == 2 and len(caught) == 2, [str(w.message) for w in caught]  # t=0 and t=60 s
+        assert "next try in 60 s" in str(caught[0].message) and "\n" not in str(caught[0].message)
+        monkeypatch.setattr(rec.client, "log_batch", real)
+        clock[0] += 61
+        log({"placements": 201, "best_step_time_s": 1.0 / 201})
+        assert "answers again" in str(caught[-1].message)
+    run_id = rec.child_ids["post"]
+    assert [m.step for m in _client(tmp_path).get_metric_history(run_id, "best_step_time_s")] == list(range(1, 202))
+    rec.finish("recorded")

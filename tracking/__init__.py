@@ -20,6 +20,10 @@ from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
+# A tracking server that is down: MLflow's defaults (7 retries, backoff factor 2, 120 s timeout) block
+# one write for minutes; 3 retries (about 14 s) still ride out a blink. Set them to override.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 EXPERIMENT_NAME = "placement-experiment"
 

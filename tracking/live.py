@@ -103,6 +103,11 @@ def run_folder(out_dir: str | Path, stamp: str, model: str, size: str, cluster: 
     return path
 
 
+OUTAGE_RETRY_S = 60.0
+"""Seconds between tries (and warnings) while MLflow writes fail (:meth:`ExperimentRecorder._safe`)."""
+MAX_PENDING = 200_000
+"""Learning-curve metrics kept per run while MLflow is down (the run folder keeps them all)."""
+
 FLUSH_EVERY_S = 5.0
 """Seconds between writes of buffered learning-curve points to MLflow (:meth:`ExperimentRecorder.on_update`)."""
 
@@ -118,19 +123,29 @@ class ExperimentRecorder:
         spool: log nothing to MLflow now; the run folder is logged later by ``placement log-run``.
         parent_run_id: an enclosing MLflow run (a sweep) to nest the experiment's run under.
         prefect_flow_run_id: tagged ``prefect.flow_run_id`` on the parent run.
+        settings: every setting that names the run (graph source, size, cluster, env, methods,
+            budget, seed, grouper, learner options). Its hash is tagged ``placement.settings_hash``
+            on every run, with ``placement.host`` and ``placement.pid``; runs of the same settings
+            left RUNNING by a process that is gone (SIGKILL, a crash) end KILLED here
+            (:func:`end_stale_runs`), and with ``resume`` those of another host too.
     """
 
     def __init__(self, tracking_uri: str, artifact_location: str, params: dict, methods: list[str], spool: bool = False,
-                 parent_run_id: str | None = None, prefect_flow_run_id: str | None = None):
+                 parent_run_id: str | None = None, prefect_flow_run_id: str | None = None,
+                 settings: dict | None = None, resume: bool = False):
         self.spool = spool
         self.client = None
         self.parent_id: str | None = None
         self.child_ids: dict[str, str] = {}
         self.prefect_flow_run_id = prefect_flow_run_id
-        self._warned = False
+        self._clock = time.monotonic
+        self._down_since: float | None = None  # when MLflow writes began to fail (None: they work)
+        self._last_try = self._last_warn = None
+        self._skipped = 0
         self._pending: dict[str, list] = {}  # run id -> metrics not yet written (learning-curve points)
         self._last_flush = time.monotonic()
         self._params = dict(params)
+        self.stale_ended: list[str] = []
         if prefect_flow_run_id:
             _ACTIVE[prefect_flow_run_id] = self
         if spool:
@@ -145,12 +160,21 @@ class ExperimentRecorder:
         tags = {"prefect.flow_run_id": prefect_flow_run_id or "", "placement.kind": "experiment"}
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
+        owner = {}
+        if settings is not None:
+            import os
+            import socket
+
+            owner = {"placement.settings_hash": settings_hash(settings), "placement.host": socket.gethostname(),
+                     "placement.pid": str(os.getpid())}
+            self.stale_ended = end_stale_runs(self.client, exp_id, owner["placement.settings_hash"], resume)
+        tags.update(owner)
         run = new_run(self.client, exp_id, run_title(params), tags)
         self.parent_id = run.info.run_id
         self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
         for method in methods:
             child = new_run(self.client, exp_id, method, {"mlflow.parentRunId": self.parent_id, "method": method,
-                                                          "placement.kind": "method"})
+                                                          "placement.kind": "method", **owner})
             self.child_ids[method] = child.info.run_id
             self.client.log_batch(child.info.run_id, params=[Param("method", method)], tags=[RunTag("oom", "pending")])
 
@@ -171,13 +195,36 @@ class ExperimentRecorder:
             self._safe(lambda: self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()],
                                                      tags=tags))
 
-    def _safe(self, fn: Callable[[], None]) -> None:
+    def _safe(self, fn: Callable[[], None], force: bool = False) -> bool:
+        """Call ``fn`` (an MLflow write); ``True`` if it went through.
+
+        The search must not die, nor flood the terminal, because the tracking store is down: after a
+        failure, writes are skipped for :data:`OUTAGE_RETRY_S` seconds (``force``: try anyway, as
+        the end of a run does) and one warning a minute says how many were skipped; the run folder
+        keeps everything, and ``placement log-run`` logs it later."""
+        now = self._clock()
+        if self._down_since is not None and not force and now - self._last_try < OUTAGE_RETRY_S:
+            self._skipped += 1
+            return False
+        self._last_try = now
         try:
             fn()
-        except Exception as exc:  # the search must not die because the tracking server blinked
-            if not self._warned:
-                warnings.warn(f"MLflow logging failed ({type(exc).__name__}: {exc}); the run folder keeps everything")
-                self._warned = True
+        except Exception as exc:  # noqa: BLE001 (any store error is an outage here)
+            if self._down_since is None:
+                self._down_since = now
+            self._skipped += 1
+            if self._last_warn is None or now - self._last_warn >= OUTAGE_RETRY_S:
+                first = " ".join(str(exc).split())[:200]
+                warnings.warn(f"MLflow logging failed ({type(exc).__name__}: {first}); {self._skipped} write(s) "
+                              f"skipped so far, next try in {OUTAGE_RETRY_S:.0f} s; the run folder keeps everything",
+                              stacklevel=2)
+                self._last_warn = now
+            return False
+        if self._down_since is not None:
+            warnings.warn(f"MLflow answers again after {now - self._down_since:.0f} s ({self._skipped} write(s) skipped)",
+                          stacklevel=2)
+            self._down_since, self._last_warn, self._skipped = None, None, 0
+        return True
 
     def on_update(self, method: str) -> Callable[[dict], None] | None:
         """A callback logging ``method``'s learning-curve points to its nested run as the search
@@ -204,8 +251,10 @@ class ExperimentRecorder:
 
         return log
 
-    def flush(self) -> None:
-        """Write the buffered learning-curve points (``log_batch``, at most 1,000 metrics a call)."""
+    def flush(self, force: bool = False) -> None:
+        """Write the buffered learning-curve points (``log_batch``, at most 1,000 metrics a call); points
+        that could not be written stay buffered (at most :data:`MAX_PENDING` per run) for the next try.
+        ``force``: try even during an outage's quiet period (the end of a run)."""
         pending, self._pending = self._pending, {}
         self._last_flush = time.monotonic()
         if self.client is None:
@@ -213,7 +262,11 @@ class ExperimentRecorder:
         for run_id, metrics in pending.items():
             for i in range(0, len(metrics), 1000):
                 chunk = metrics[i:i + 1000]
-                self._safe(lambda run_id=run_id, chunk=chunk: self.client.log_batch(run_id, metrics=chunk))
+                if not self._safe(lambda run_id=run_id, chunk=chunk: self.client.log_batch(run_id, metrics=chunk),
+                                  force=force):
+                    kept = self._pending.setdefault(run_id, [])  # kept for the next try (bounded)
+                    kept[:0] = metrics[i:][: max(0, MAX_PENDING - len(kept))]
+                    break
 
     def callback(self, method: str, budget: int, logger=None) -> Callable[[dict], None]:
         """``on_update`` for ``method``'s search: MLflow metrics as they come (:meth:`on_update`)
@@ -224,7 +277,7 @@ class ExperimentRecorder:
 
     def finish(self, run_id: str | None) -> None:
         """The experiment was recorded (``run_id``) or its recording failed (``None``: the runs end FAILED)."""
-        self.flush()
+        self.flush(force=True)
         if run_id is None:
             self.terminate("FAILED")
         self.done()
@@ -235,18 +288,62 @@ class ExperimentRecorder:
             _ACTIVE.pop(self.prefect_flow_run_id, None)
         if self.client is None:
             return
-        self.flush()
+        self.flush(force=True)
         for run_id in [*self.child_ids.values(), self.parent_id]:
             def end(run_id=run_id):
                 if self.client.get_run(run_id).info.status == "RUNNING":
                     self.client.set_terminated(run_id, status=status)
 
-            self._safe(end)
+            self._safe(end, force=True)
 
     def done(self) -> None:
         """Forget this recorder (the experiment was recorded)."""
         if self.prefect_flow_run_id:
             _ACTIVE.pop(self.prefect_flow_run_id, None)
+
+
+def settings_hash(settings: dict) -> str:
+    """16 hex digits of SHA-256 over ``settings`` as sorted JSON: the runs of equal settings share it."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _alive(pid: str) -> bool:
+    import os
+
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def end_stale_runs(client, experiment_id: str, settings_hash_: str, resume: bool) -> list[str]:
+    """End KILLED the runs tagged ``placement.settings_hash = settings_hash_`` that are still RUNNING
+    but whose process is gone: on this host, a ``placement.pid`` that no longer exists; on another
+    host, only when ``resume`` (a resumed run takes their place). Returns the ids ended.
+
+    A SIGKILL gives no process a chance to end its MLflow runs; this is where they end."""
+    import os
+    import socket
+
+    host = socket.gethostname()
+    runs = client.search_runs([experiment_id], filter_string=(
+        f"tags.`placement.settings_hash` = '{settings_hash_}' and attributes.status = 'RUNNING'"), max_results=1000)
+    ended = []
+    for run in runs:
+        tags = run.data.tags
+        pid = tags.get("placement.pid", "")
+        if pid == str(os.getpid()) and tags.get("placement.host") == host:
+            continue
+        gone = not _alive(pid) if tags.get("placement.host") == host else resume
+        if gone:
+            client.set_terminated(run.info.run_id, status="KILLED")
+            ended.append(run.info.run_id)
+    return ended
 
 
 def _hook(status: str):
