@@ -53,7 +53,12 @@ allocated in sample-index order as controllers ask; such a log cannot be resumed
   policy (the server then takes the learner's :func:`policy_state`), else ``None``.
   :class:`placer.post.PostLearner` is an example.
 
-**Faults.** Worker and controller actors restart (``max_restarts=-1``). A placement whose
+**Faults.** Worker, controller and parameter-server actors restart (``max_restarts=-1``).
+The driver keeps the server's state after each completed round (synchronous) or push
+(asynchronous): parameters, version and the pooled learner's state; a server that dies is
+revived, restored to it, and the call it was in is made again, so a synchronous search gives the
+same result as without the fault. The parameters a round pulls are put in the object store by
+the driver, so controllers never depend on the server's process. A placement whose
 worker dies mid-measurement is measured again by another free worker (up to
 ``max_attempts`` tries); only a measurement that arrives is logged, and the log's sample
 ``index`` identifies it (never twice). A controller that dies is restarted: its learner
@@ -380,6 +385,10 @@ class ControllerRestarted(RuntimeError):
     """Raised by a controller actor that Ray restarted and the driver has not restored yet."""
 
 
+class ServerRestarted(RuntimeError):
+    """Raised by a parameter server that Ray restarted and the driver has not restored yet."""
+
+
 class ParameterServer:
     """Holds the policy's parameters (2017 Sec. 3.4); a Ray actor.
 
@@ -394,22 +403,47 @@ class ParameterServer:
         self.params = {k: np.array(v) for k, v in params.items()}
         self.version = 0
         self.learner = None
+        self.restored = False  # set by restore(): a server Ray restarted serves nothing until the driver restores it
         if learner_cls is not None:
             self.learner = _make_learner(learner_cls, config, prepared, spec, env_kind, env_options or {}, "cpu", True)
 
+    def _check(self) -> None:
+        if not self.restored:
+            raise ServerRestarted(f"parameter server pid {os.getpid()}: restarted, not restored")
+
+    def state(self) -> dict:
+        """``{"params", "version", "learner"}``: everything to continue from (the pooled learner's
+        :meth:`~placer.learner.Learner.state_dict`, or ``None``)."""
+        self._check()
+        return {"params": self.params, "version": self.version,
+                "learner": None if self.learner is None else self.learner.state_dict()}
+
+    def restore(self, state: dict | None) -> int:
+        """Load a :meth:`state` (``None``: keep the initial one); marks the server usable; returns its pid."""
+        if state is not None:
+            self.params = {k: np.array(v) for k, v in state["params"].items()}
+            self.version = int(state["version"])
+            if self.learner is not None and state["learner"] is not None:
+                self.learner.load_state_dict(state["learner"])
+        self.restored = True
+        return os.getpid()
+
     def get_params(self) -> tuple[int, dict[str, np.ndarray]]:
         """``(version, parameters)``: the number of changes applied so far, and the parameters."""
+        self._check()
         return self.version, self.params
 
     def merge(self, *news: dict[str, np.ndarray]) -> int:
         """A synchronous round: :func:`merge_parameters` of the controllers' new parameters (the
         server's parameters are those the round pulled)."""
+        self._check()
         self.params = merge_parameters(self.params, list(news))
         self.version += 1
         return self.version
 
     def add(self, delta: dict[str, np.ndarray]) -> int:
         """An asynchronous push: add a controller's change (floating-point arrays; the others replaced)."""
+        self._check()
         for k, v in delta.items():
             if np.issubdtype(self.params[k].dtype, np.floating):
                 self.params[k] = self.params[k] + v
@@ -423,6 +457,7 @@ class ParameterServer:
         each ``{"placements" [K][U], "log_prob" [K], "step_times_s" [K], "oom" [K]}``."""
         from placer.learner import Samples
 
+        self._check()
         load_policy_state(self.learner, self.params)
         got = self.learner.pooled_update([
             (Samples(np.asarray(b["placements"], dtype=np.int64), np.asarray(b["log_prob"], dtype=np.float64)),
@@ -552,11 +587,10 @@ class Worker:
 
 
 def actor_options(role: Literal["server", "controller", "worker"], *, gpus: float = 0, cpus: float = 0) -> dict:
-    """The Ray ``.options`` of each actor: restartable controllers and workers (``max_restarts=-1``;
+    """The Ray ``.options`` of each actor: restartable server, controllers and workers (``max_restarts=-1``;
     retries are the driver's: ``max_task_retries=0``), ``num_gpus``/``num_cpus`` as asked."""
     opts: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
-    if role != "server":
-        opts.update(max_restarts=-1, max_task_retries=0)
+    opts.update(max_restarts=-1, max_task_retries=0)  # the server too: the driver restores its last state
     return opts
 
 
@@ -716,6 +750,35 @@ class _Run:
         self.pooled, self.on_update = pooled, on_update
         self.states: list = [None] * len(self.controllers)  # ref of each learner's state after its last update
         self.controller_restarts = 0
+        self.server_restarts = 0
+        self.server_state = None  # the server's state after the last completed round (None: its initial one)
+
+    def _server(self, method: str, *args):
+        """``server.<method>(*args)``, waited for; if the server died (or Ray restarted it), it is
+        revived, restored to :attr:`server_state` (the state after the last completed round or
+        push) and asked again. A synchronous search thus gives the same result as without the fault."""
+        import ray
+
+        attempts = 0
+        while True:
+            try:
+                return _get(getattr(self.server, method).remote(*args))
+            except (ray.exceptions.RayActorError, ServerRestarted) as e:
+                attempts += 1
+                self.server_restarts += 1
+                if attempts >= self.max_attempts:
+                    raise RuntimeError(f"parameter server: failed {attempts} times; last: {e}") from None
+                _revive(self.server.restore, self.server_state, what="parameter server")
+
+    def _pull(self):
+        """The server's ``(version, parameters)``, put in the object store by the driver (which owns
+        it), so the controllers' calls do not depend on the server's process."""
+        import ray
+
+        return ray.put(self._server("get_params"))
+
+    def _snapshot(self) -> None:
+        self.server_state = self._server("state")
 
     def _failed(self, c: int, e: Exception, attempts: int) -> int:
         """Count a controller fault (re-raise anything else), wait for Ray to restart the actor
@@ -794,7 +857,7 @@ class _Run:
                 if k <= 0:
                     break
                 ks.append(k)
-            pulled = self.server.get_params.remote()
+            pulled = self._pull()
             refs = [self.controllers[c].sample.remote(k, pulled) for c, k in enumerate(ks)]
             outs = [self.sample(c, k, pulled, ref) for c, (k, ref) in enumerate(zip(ks, refs))]
             starts = [sampled + sum(ks[:c]) for c in range(len(ks))]
@@ -806,11 +869,12 @@ class _Run:
                     for c, (t, o, _) in enumerate(batches)]
             news = [self.update(c, k, pulled, outs[c]["placements"], t, o, False, r)[1]
                     for c, (k, (t, o, _), r) in enumerate(zip(ks, batches, refs))]
-            _get(self.server.merge.remote(*news))
+            self._server("merge", *news)
             if self.pooled:
-                _get(self.server.pooled.remote(*[
+                self._server("pooled", *[
                     {"placements": outs[c]["placements"], "log_prob": outs[c]["log_prob"], "step_times_s": t,
-                     "oom": o} for c, (t, o, _) in enumerate(batches)]))
+                     "oom": o} for c, (t, o, _) in enumerate(batches)])
+            self._snapshot()
             for _, _, point in batches:
                 self.tally.result.add_point(point, self.on_update)
             rnd += 1
@@ -823,14 +887,13 @@ class _Run:
         rounds = [0] * len(self.controllers)
         batch: dict[int, dict] = {}
         pending: dict = {}  # ref of a sample or update call -> controller
-        pushes: list = []
 
         def start(c: int) -> None:
             nonlocal allocated
             k = min(self.k, self.budget - allocated)
             if k <= 0:
                 return
-            pulled = self.server.get_params.remote()
+            pulled = self._pull()
             batch[c] = {"k": k, "start": allocated, "pulled": pulled}
             allocated += k
             batch[c]["sample"] = self.controllers[c].sample.remote(k, pulled)
@@ -852,10 +915,11 @@ class _Run:
         def updated(c: int) -> None:
             b = batch.pop(c)
             _, new = self.update(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True, b["update"])
-            pushes.append(self.server.add.remote(new))
+            self._server("add", new)
             if self.pooled:
-                pushes.append(self.server.pooled.remote({"placements": b["placements"], "log_prob": b["log_prob"],
-                                                         "step_times_s": b["times"], "oom": b["oom"]}))
+                self._server("pooled", {"placements": b["placements"], "log_prob": b["log_prob"],
+                                        "step_times_s": b["times"], "oom": b["oom"]})
+            self._snapshot()
             rounds[c] += 1
             self.tally.result.add_point(b["point"], self.on_update)
             start(c)
@@ -875,7 +939,6 @@ class _Run:
                 batch[c]["left"] -= 1
                 if batch[c]["left"] == 0:
                     measured(c)
-        _get(pushes)
 
 
 def distributed_search(
@@ -1029,7 +1092,8 @@ def distributed_search(
                 result = run.tally.result
                 result.distributed = {"controllers": controllers, "workers": len(actors["pool"].workers),
                                       "async_updates": async_updates, "worker_retries": actors["pool"].retried,
-                                      "controller_restarts": run.controller_restarts}
+                                      "controller_restarts": run.controller_restarts,
+                                      "server_restarts": run.server_restarts}
                 return result
             finally:
                 for a in actors["all"]:
@@ -1061,7 +1125,7 @@ def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, co
         w_cls = ray.remote(Worker).options(**actor_options("worker", gpus=gpus_per_worker, cpus=cpus_per_worker))
         ws = [w_cls.remote(ref, spec, env_kind, env_options, measure_delay_s) for _ in range(n_workers)]
         every += ws
-        _wait(ray, [server.get_params.remote(), *(w.ready.remote() for w in ws), *(c.restore.remote(None) for c in ctls)],
+        _wait(ray, [server.restore.remote(None), *(w.ready.remote() for w in ws), *(c.restore.remote(None) for c in ctls)],
               start_timeout_s, f"{n_workers} workers (num_gpus={gpus_per_worker}, num_cpus={cpus_per_worker} each)",
               every)
     except BaseException:

@@ -73,7 +73,7 @@ def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small
     _same(got, expected)
     assert got.failing_signal == expected.failing_signal
     assert got.distributed == {"controllers": 1, "workers": 2, "async_updates": False, "worker_retries": 0,
-                               "controller_restarts": 0}
+                               "controller_restarts": 0, "server_restarts": 0}
     # The updates matter: without learning, the same seed samples other placements after the first batch.
     frozen = reinforce_search(env, cfg.model_copy(update={"learning_rate": 1e-12}))
     assert frozen.step_times[:4] == expected.step_times[:4] and frozen.step_times != expected.step_times
@@ -302,3 +302,20 @@ def test_cli_distributed_options_are_checked(args, message):
 
     r = CliRunner().invoke(app, ["experiment", "--methods", "rl", *args])
     assert r.exit_code == 2 and message in r.output
+
+
+def test_killed_parameter_server_synchronous_same_result(local_ray, rnnlm_small, k80x2, tmp_path):
+    """Post with 2 controllers (the pooled cross-entropy step runs at the server): the parameter
+    server killed mid-search is revived and restored from the last round's state; same result."""
+    cfg = PostConfig(budget=16, k=4, n_ce=8, seed=5)
+    opts = dict(controllers=2, workers=4, measure_delay_s=0.5)
+    clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
+    actors: dict = {}
+    log = tmp_path / "server.jsonl"
+    killer = _kill_when_measuring(log, lambda: actors["server"], min_records=9)
+    faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+    killer.join(timeout=5)
+    _same(faulty, clean)
+    assert faulty.distributed["server_restarts"] >= 1
+    _, recs = _records(log)
+    assert sorted(r["index"] for r in recs) == list(range(16))
