@@ -17,6 +17,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PLACEMENT_STAGE_LINES", "1")  # tracking.progress: a line per stage on stderr, TTY or not
+os.environ.setdefault("PLACEMENT_START_TIME", repr(__import__("time").time()))  # stage lines count from here
 from cli.runtime import configure_environment, one_line_errors_group  # noqa: E402
 
 configure_environment()

@@ -161,6 +161,10 @@ def experiment(
     if user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature)
 
+    from tracking.progress import say
+
+    say(f"experiment: {'a user graph' if user_graph else f'{model} ({size})'} on {spec.name}, env {env}, "
+        f"methods {','.join(chosen)}, budget {budget}, seed {seed}; out-dir {out_dir}")
     from flows.experiment import placement_experiment
 
     start = time.perf_counter()

@@ -175,7 +175,11 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
         signal.signal(signal.SIGTERM, _raise_system_exit)
     proc = None
     try:
+        from tracking.progress import say
+
+        say("Prefect: starting a temporary server (set PREFECT_API_URL to use a running one) ...")
         proc, api_url = start_server()
+        say(f"Prefect: server at {api_url}")
         os.environ["PREFECT_API_URL"] = api_url  # child processes (Ray workers) use it too
         with temporary_settings(updates={PREFECT_API_URL: api_url}):
             yield api_url

@@ -15,6 +15,7 @@ from flows.choices import ClusterName, EnvName, GrouperName, MethodName, ModelNa
 from placer import DEFAULT_LEARNERS
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed
+from tracking.progress import say, stage
 
 METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
 
@@ -107,24 +108,37 @@ def placement_experiment(
     recorder = ExperimentRecorder(uri, artifact_root(out), tasks.start_params(methods, budget, seed, env, learner_options),
                                   methods, spool, mlflow_parent_run_id, flow_run_id, settings, resume)
     # preprocess
-    prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed, graph_def, keras,
-                                saved_model, signature)
-    spec = tasks.load_cluster_spec(cluster)
+    with stage("preprocess") as st:
+        prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed,
+                                    graph_def, keras, saved_model, signature)
+        spec = tasks.load_cluster_spec(cluster)
+        st["result"] = f"{prepared.name}: {prepared.graph.num_ops} ops, {prepared.grouping.num_groups} groups; {spec.name}"
     recorder.log_params(tasks.graph_params(prepared, size, spec))
+    if recorder.stale_ended:
+        say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
     # baselines, then the learners' searches (in-process or on Ray)
-    placements = tasks.baseline_placements(methods, prepared, spec)
+    with stage("baselines") as st:
+        placements = tasks.baseline_placements(methods, prepared, spec)
+        st["result"] = ", ".join(placements) or "none"
     searches = tasks.learner_searches(methods, prepared, size, spec, env, out, budget, seed, learner_options, resume,
                                       env_options, lambda m, n: recorder.callback(m, n, get_run_logger()), ray)
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for
-    refs = tasks.reference_points(quote(prepared), spec, quote(placements), "optimum" in methods)
+    with stage("lower bound" + (" and optimum" if "optimum" in methods else "")):
+        refs = tasks.reference_points(quote(prepared), spec, quote(placements), "optimum" in methods)
     if "optimum" in methods:
         placements["optimum"] = refs["optimum_placement"]
     # evaluation: every placement in one kind of environment
-    results, summary = tasks.evaluate(quote(prepared), spec, env, quote(placements), env_options, quote(searches.groupings))
+    with stage(f"evaluation ({env})") as st:
+        results, summary = tasks.evaluate(quote(prepared), spec, env, quote(placements), env_options,
+                                          quote(searches.groupings))
+        st["result"] = "; ".join(f"{m} {'OOM' if r['oom'] else format(r['step_time_s'], '.5g') + ' s'}"
+                                 for m, r in results.items())
     # end-to-end training of the best learned and best baseline placements (real, or projected with sim)
-    training = tasks.train_best(prepared, spec, env, summary, placements, searches.groupings, train_steps, seed)
+    with stage("end-to-end training"):
+        training = tasks.train_best(prepared, spec, env, summary, placements, searches.groupings, train_steps, seed)
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect
-    record, result = tasks.experiment_outcome(prepared, size, spec, env, methods, budget, seed, learner_options, searches,
-                                              results, summary, refs, training, uri, flow_run_id)
-    return tasks.save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, spool)
+    with stage("record"):
+        record, result = tasks.experiment_outcome(prepared, size, spec, env, methods, budget, seed, learner_options,
+                                                  searches, results, summary, refs, training, uri, flow_run_id)
+        return tasks.save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, spool)

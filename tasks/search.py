@@ -20,6 +20,7 @@ from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
 from placer.learner import LearnerConfig
 from placer.search import SearchResult, run_name, run_search
+from tracking.progress import say
 
 
 def environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict | None = None,
@@ -239,6 +240,8 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None
         distributed = ray.distributes(method)
+        say(f"search {method}: {config.budget} placements" + (f" on Ray ({ray.controllers} controllers)" if distributed
+                                                              else "") + (", resuming" if resume else "") + " ...")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if distributed:
             from tasks import distributed_placement_search
@@ -252,6 +255,8 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
             found = learner_search(method, quote(prepared), spec, env_kind, config, log_path, ckpt_path, resume, env_options,
                                    on_update)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        best = "none fits in memory" if found.best_step_time_s is None else f"best {found.best_step_time_s:.5g} s"
+        say(f"search {method}: done in {wall:.1f} s, {best}")
         found_all.groupings[method] = learner_grouping(method, prepared)
         # this process's CPU seconds (the policy, the simulator, the placement log, MLflow and progress;
         # on Ray the workers' and controllers' CPU is not in it) and the placements per CPU-second

@@ -51,6 +51,11 @@ def test_sigkill_then_resume_leaves_no_run_of_those_settings_running(tmp_path):
     assert ("post", "RUNNING") in killed and len(killed) == 3, killed  # parent, single_gpu, post: left RUNNING
     r = subprocess.run([*args, "--resume"], env=_env(tmp_path / "home"), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    # without a terminal (a pipe), one line as each stage starts and ends, the first one before any work
+    lines = [line for line in r.stderr.splitlines() if line.startswith("[")]
+    assert lines[0].split("] ", 1)[1].startswith("experiment: rnnlm (small) on k80x2, env sim"), lines[:3]
+    for done in ("preprocess: done", "search post: done", "evaluation (sim): done", "record: done"):
+        assert any(done in line for line in lines), (done, lines)
     after = _statuses(out / "mlflow.db")
     assert [s for _, s in after].count("RUNNING") == 0, after
     assert [s for _, s in after].count("KILLED") == 3 and [s for _, s in after].count("FINISHED") == 3, after

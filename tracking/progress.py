@@ -1,14 +1,55 @@
-"""Progress of a search as it goes: a rich progress bar on the terminal and a line in a logger
-(the Prefect run logger, so the Prefect UI shows it) every 10 % of the budget or 30 s.
+"""Progress as a run goes: one line as each stage starts and ends (:func:`stage`), and for a
+search a rich progress bar on the terminal and a line every 10 % of the budget or 30 s.
 
-Each line: placements done of budget, best step time so far, placements per second, time left.
+Lines go to the Prefect run logger (the Prefect UI shows them) and, when the ``placement`` command
+asked for them (:data:`STAGE_LINES_ENV`), to standard error as ``[  12.3 s] text`` -- on a terminal
+or not (nohup, SLURM, a pipe), with the seconds since the command started.
+
+A search line: placements done of budget, best step time so far, placements per second, time left.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Callable
+
+STAGE_LINES_ENV = "PLACEMENT_STAGE_LINES"
+"""Set to ``1`` (by the CLI) to print stage and search lines on standard error."""
+START_ENV = "PLACEMENT_START_TIME"
+"""``time.time()`` when the command started (set by the CLI); stage lines count seconds from it."""
+
+
+def say(text: str) -> None:
+    """One progress line: to standard error when :data:`STAGE_LINES_ENV` is ``1``, and to the
+    Prefect run logger when called inside a flow or task run."""
+    if os.environ.get(STAGE_LINES_ENV) == "1":
+        print_line(text)
+    try:
+        from prefect import get_run_logger
+
+        get_run_logger().info(text)
+    except Exception:  # noqa: BLE001 (outside a run: no run logger)
+        pass
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[dict]:
+    """``with stage("preprocess") as out:`` says ``preprocess ...`` on entry and ``preprocess: done in
+    2.1 s`` on exit, with ``out["result"]`` (a short text the block may set) appended; on an
+    exception, ``preprocess: failed after 2.1 s (ValueError)``."""
+    say(f"{name} ...")
+    start, out = time.monotonic(), {"result": ""}
+    try:
+        yield out
+    except BaseException as exc:
+        say(f"{name}: failed after {time.monotonic() - start:.1f} s ({type(exc).__name__})")
+        raise
+    extra = f": {out['result']}" if out["result"] else ""
+    say(f"{name}: done in {time.monotonic() - start:.1f} s{extra}")
 
 
 class SearchProgress:
@@ -69,6 +110,8 @@ class SearchProgress:
             self.lines.append(text)
             if self.logger is not None:
                 self.logger.info(text)
+            if self._bar is None and os.environ.get(STAGE_LINES_ENV) == "1":
+                say(text) if self.logger is None else print_line(text)
             self.last_log = now
             while self.next_fraction * self.budget <= done:
                 self.next_fraction += 0.1
@@ -78,6 +121,15 @@ class SearchProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def print_line(text: str) -> None:
+    """``text`` on standard error as a stage line, without the Prefect logger (already given it)."""
+    try:
+        t0 = float(os.environ.get(START_ENV, ""))
+    except ValueError:
+        t0 = time.time()
+    print(f"[{time.time() - t0:7.1f} s] {text}", file=sys.stderr, flush=True)
 
 
 def chain(*callbacks: Callable[[dict], None] | None) -> Callable[[dict], None]:
