@@ -16,6 +16,7 @@ pytest.importorskip("ray")
 from cluster.environment import SimulatedEnvironment  # noqa: E402
 from placer.distributed import (  # noqa: E402
     ParameterServer,
+    ServerRestarted,
     _make_learner,
     actor_options,
     controller_seed,
@@ -135,6 +136,9 @@ def test_the_cross_entropy_step_runs_at_the_server_over_pooled_samples(rnnlm_sma
     cfg = PostConfig(budget=100, k=3, n_ce=6, rho=0.5, epsilon=0.0, seed=0)
     g, d = rnnlm_small.grouping.num_groups, len(k80x2.devices)
     server = ParameterServer({"u": np.zeros((g, d))}, PostLearner, cfg, rnnlm_small, k80x2, "sim", {})
+    with pytest.raises(ServerRestarted):  # a (re)started server serves nothing until the driver restores it
+        server.get_params()
+    server.restore(None)
     rng = np.random.default_rng(0)
     rows = rng.integers(0, d, size=(6, g))
     times = np.array([5.0, 1.0, 4.0, 2.0, 6.0, 3.0])
@@ -216,7 +220,7 @@ def test_gpu_requests_and_their_absence(local_ray, rnnlm_small, k80x2):
 
     assert actor_options("worker", gpus=2, cpus=1) == {"num_cpus": 1, "num_gpus": 2, "max_restarts": -1,
                                                        "max_task_retries": 0}
-    assert actor_options("server") == {"num_cpus": 0, "num_gpus": 0}
+    assert actor_options("server") == {"num_cpus": 0, "num_gpus": 0, "max_restarts": -1, "max_task_retries": 0}
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
     with pytest.raises(ValueError, match="gpus_per_worker: 1 GPUs asked, the Ray cluster has 0"):
         distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, gpus_per_worker=1)

@@ -185,4 +185,5 @@ def test_a_typo_is_refused_before_torch_or_tensorflow_load():
 def test_learner_names_are_the_registry():
     import placer
 
-    assert placer.LEARNER_NAMES == tuple(placer.LEARNERS)
+    ours = tuple(name for name, cls in placer.LEARNERS.items() if cls.__module__.startswith("placer."))
+    assert placer.LEARNER_NAMES == ours  # (tests register toy learners of their own)
