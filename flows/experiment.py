@@ -20,11 +20,21 @@ from tracking.progress import say, stage
 METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
 
 
+def run_name() -> str:
+    """The flow run's name, as the MLflow parent run's: ``<model>-<size>-<cluster>-<env>-seed<N>``
+    (a user graph: its file or Keras spec for the model; a spec file: its stem for the cluster)."""
+    p = flow_run.parameters
+    source = next((Path(str(p[k])).name for k in ("graph_def", "saved_model", "keras") if p.get(k)), p.get("model"))
+    cluster = str(p.get("cluster", ""))
+    cluster = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
+    return f"{source}-{p.get('size')}-{cluster}-{p.get('env')}-seed{p.get('seed')}"
+
+
 def _flow_run_id() -> str | None:
     return str(flow_run.get_id()) if flow_run.get_id() else None
 
 
-@flow(name="placement-experiment", on_failure=[mark_failed], on_crashed=[mark_killed], on_cancellation=[mark_killed])
+@flow(name="placement-experiment", flow_run_name=run_name, on_failure=[mark_failed], on_crashed=[mark_killed], on_cancellation=[mark_killed])
 def placement_experiment(
     model: ModelName = "rnnlm",
     size: SizeName = "small",

@@ -1,11 +1,12 @@
-"""Prefect artifacts of an experiment and of a sweep: the results table and a link to the MLflow run."""
+"""Prefect artifacts of an experiment and of a sweep: the results as a table, the plots as images,
+the Table 2 markdown and a link to the MLflow run."""
 
 from __future__ import annotations
 
 import re
 
 from prefect import task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.artifacts import create_image_artifact, create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from tracking import ui_command
@@ -24,10 +25,37 @@ def mlflow_run_link(tracking_uri: str, experiment_id: str | None, run_id: str) -
     return f"{base}/#/experiments/{experiment_id or 0}/runs/{run_id}"
 
 
+MAX_INLINE_IMAGE_BYTES = 400_000
+"""A plot is put in an image artifact as a ``data:`` URL up to this size (a local MLflow store
+serves no URL a browser can open)."""
+
+
+def plot_urls(result: dict, tracking_uri: str, run_id: str | None) -> dict[str, str]:
+    """Plot name -> an image URL for each PNG in the run folder's ``plots/``: the MLflow server's
+    ``/get-artifact`` URL when the tracking URI is ``http(s)`` and the run is logged, else a
+    ``data:image/png;base64`` URL (files over :data:`MAX_INLINE_IMAGE_BYTES` are left out)."""
+    import base64
+    from pathlib import Path
+    from urllib.parse import quote as urlquote
+
+    folder = Path(result.get("run_dir") or "") / "plots"
+    out: dict[str, str] = {}
+    if not result.get("run_dir") or not folder.is_dir():
+        return out
+    for png in sorted(folder.glob("*.png")):
+        if run_id and tracking_uri.startswith(("http://", "https://")):
+            out[png.stem] = (f"{tracking_uri.rstrip('/')}/get-artifact?path={urlquote(f'plots/{png.name}')}"
+                             f"&run_uuid={run_id}")
+        elif png.stat().st_size <= MAX_INLINE_IMAGE_BYTES:
+            out[png.stem] = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+    return out
+
+
 @task(name="publish-artifacts", cache_policy=NONE)
 def publish_experiment(result: dict) -> None:
-    """A markdown artifact with the experiment's table (2017 Table 2 shape, with the lower bound
-    when the result has one) and a link artifact to its MLflow parent run."""
+    """Artifacts of the experiment: a table artifact (one row per method, fastest first), an image
+    artifact per plot (:func:`plot_urls`), a markdown artifact with the 2017 Table 2 shape (with the
+    lower bound when the result has one) and a link artifact to its MLflow parent run."""
     key = _key(f"placement-{result['model']}-{result['size']}-{result['cluster']}")
     uri, run_id = result.get("mlflow_tracking_uri") or "", result.get("mlflow_run_id")
     where = f"MLflow run `{run_id}` in `{uri}`" if run_id else f"not logged to MLflow yet: `placement log-run {result.get('run_dir')}`"
@@ -37,6 +65,16 @@ def publish_experiment(result: dict) -> None:
                  f"{table2_markdown([result])}\n\nStep times in seconds. {where}. Run folder: `{result.get('run_dir')}`.\n",
         description="placement results (2017 Table 2 shape)",
     )
+    rows = [{"method": m, "step_time_s": r.get("step_time_s"), "oom": r.get("oom"),
+             "devices_used": len(set((r.get("placement") or {}).values())),
+             "x_lower_bound": r.get("x_lower_bound"), "x_optimum": r.get("x_optimum")}
+            for m, r in sorted(result["methods"].items(), key=lambda kv: (kv[1].get("step_time_s") is None,
+                                                                           kv[1].get("step_time_s") or 0.0))]
+    create_table_artifact(key=f"{key}-table", table=rows,
+                          description=f"{result['model']} ({result['size']}) on {result['cluster']} "
+                                      f"[{result['env']}]: step time (s) per method, fastest first")
+    for name, url in plot_urls(result, uri, run_id).items():
+        create_image_artifact(image_url=url, key=_key(f"{key}-{name}"), description=f"{name} ({result['model']})")
     if run_id:
         experiment_id = None
         try:

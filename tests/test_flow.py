@@ -67,6 +67,23 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 2
     placement_file = client.download_artifacts(by_method["expert"].info.run_id, "placement.json", str(tmp_path))
     assert json.loads(open(placement_file).read()) == result["methods"]["expert"]["placement"]
+    # Prefect artifacts: the results as a table, the plots as images, the Table 2 markdown, the MLflow link
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as pc:
+        assert pc.read_flow_run(UUID(result["prefect_flow_run_id"])).name == "rnnlm-small-k80x2-sim-seed0"
+        arts = pc.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(result["prefect_flow_run_id"])])))
+    by_type = {}
+    for a in arts:
+        by_type.setdefault(a.type, []).append(a)
+    assert {"table", "image", "markdown"} <= set(by_type), sorted(by_type)  # (a link artifact is markdown)
+    assert any("#/experiments/" in (a.data or "") for a in by_type["markdown"])
+    assert len(by_type["image"]) >= 2 and all(a.data.startswith("data:image/png;base64,") for a in by_type["image"])
+    assert '"method"' in by_type["table"][0].data and "step_time_s" in by_type["table"][0].data
     from placer import DEFAULT_LEARNERS as LEARNERS
 
     # one log per learner, named by the run's settings (not the clock), so --resume finds it
