@@ -31,6 +31,8 @@ def __getattr__(name: str):
             import_module(f"placer.{module}")
         from placer.learner import LEARNERS
 
+        for key in [*LEARNER_NAMES, *(k for k in list(LEARNERS) if k not in LEARNER_NAMES)]:
+            LEARNERS[key] = LEARNERS.pop(key)  # in LEARNER_NAMES order, whichever module was imported first
         globals()["LEARNERS"] = LEARNERS
         return LEARNERS
     raise AttributeError(f"module 'placer' has no attribute {name!r}")
