@@ -150,6 +150,23 @@ def _raise_system_exit(signum, frame):  # SIGTERM -> SystemExit, so finally-bloc
     raise SystemExit(128 + signum)
 
 
+def check_prefect_api(check_timeout_s: float = 5.0) -> str | None:
+    """The Prefect API URL this process is given (``PREFECT_API_URL``, the profile or a test
+    harness), checked to answer within ``check_timeout_s`` seconds; ``None`` when none is given
+    (a temporary server will be started).
+
+    Raises:
+        PrefectServerError: the given API does not answer (names the URL).
+    """
+    from prefect.settings import get_current_settings
+
+    given = os.environ.get("PREFECT_API_URL") or get_current_settings().api.url  # env, profile or test harness
+    if given and not _healthy(given, check_timeout_s):
+        raise PrefectServerError(f"PREFECT_API_URL={given} does not answer (start it with "
+                                 "`prefect server start --host 127.0.0.1`, or unset PREFECT_API_URL)")
+    return given or None
+
+
 @contextlib.contextmanager
 def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
     """The Prefect API for one command: the server at ``PREFECT_API_URL`` if set (checked), else a
@@ -161,13 +178,8 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
     """
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from prefect.settings import get_current_settings
-
-    given = os.environ.get("PREFECT_API_URL") or get_current_settings().api.url  # env, profile or test harness
+    given = check_prefect_api(check_timeout_s)
     if given:
-        if not _healthy(given, check_timeout_s):
-            raise PrefectServerError(f"PREFECT_API_URL={given} does not answer (start it with "
-                                     "`prefect server start --host 127.0.0.1`, or unset PREFECT_API_URL)")
         yield given
         return
     previous = signal.getsignal(signal.SIGTERM)
@@ -204,8 +216,9 @@ def run_flow(flow_fn, fail, **kwargs):
 
 
 def preflight(out_dir: str, tracking_uri: str | None, spool: bool, fail) -> None:
-    """Before any work: ``out_dir`` writable, and (unless ``spool``) the MLflow store usable
-    (a tracking server must answer ``/health`` within 5 s). Failures go to ``fail(message)``."""
+    """Before any work: ``out_dir`` writable, (unless ``spool``) the MLflow store usable (a
+    tracking server must answer ``/health`` within 5 s), and a given Prefect API answering
+    (:func:`check_prefect_api`). Failures go to ``fail(message)``."""
     from tracking import default_tracking_uri
     from tracking.live import TrackingUnavailable, check_tracking, check_writable
 
@@ -213,7 +226,8 @@ def preflight(out_dir: str, tracking_uri: str | None, spool: bool, fail) -> None
         check_writable(out_dir, "--out-dir")
         if not spool:
             check_tracking(tracking_uri or default_tracking_uri(out_dir))
-    except TrackingUnavailable as exc:
+        check_prefect_api()
+    except (TrackingUnavailable, PrefectServerError) as exc:
         fail(str(exc))
 
 
@@ -235,6 +249,7 @@ def one_line_errors_group():
 
     class OneLineErrors(TyperGroup):
         def main(self, *args, standalone_mode: bool = True, **kwargs):
+            os.environ["PLACEMENT_START_TIME"] = repr(time.time())  # stage lines count from this command's start
             if not standalone_mode:
                 return super().main(*args, standalone_mode=False, **kwargs)
             try:
