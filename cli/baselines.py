@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path
+from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option
 
 
 @app.command("baselines")
@@ -22,7 +22,10 @@ def baselines_command(
     cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
     methods: str = typer.Option(None, help="comma-separated baselines (default: every one that applies, optimum included)"),
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION returning (keras model, input specs) instead of --model"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
+    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
+    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
+    max_graph_mb: int = max_graph_mb_option(),
     grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
@@ -52,10 +55,10 @@ def baselines_command(
         _fail(f"--time-limit must be positive, got {time_limit}")
     if node_limit < 1:
         _fail(f"--node-limit must be at least 1, got {node_limit}")
-    user_graph = graph_def is not None or keras is not None
+    user_graph = graph_def is not None or keras is not None or saved_model is not None
     chosen = _choose_methods(methods, list(BASELINES), applicable_baselines(spec, user_graph), spec, user_graph)
     cache = cache_dir or str(Path(out_dir) / "graph-cache")
-    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0)
+    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0, saved_model, signature)
     start = time.perf_counter()
     result = run_baselines(prepared, spec, chosen, time_limit_s=time_limit, node_limit=node_limit)
     result = {"model": prepared.name, "size": prepared.size, "cluster": spec.name, "env": "sim",

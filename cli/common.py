@@ -77,8 +77,12 @@ def _prepare_graph(
     seed: int,
     saved_model: str | None = None,
     signature: str | None = None,
+    int_bounds: dict[str, int] | None = None,
+    env: str | None = None,
 ):
-    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad input -> one line, exit 2."""
+    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad
+    input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
+    ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph)."""
     from compgraph.prepare import prepare, prepare_user_graph
     from compgraph.user_graph import UserGraphError
 
@@ -86,16 +90,65 @@ def _prepare_graph(
         _fail("give one of --graph-def, --saved-model and --keras, not several")
     if signature is not None and saved_model is None:
         _fail("--signature needs --saved-model")
+    user_graph = graph_def is not None or keras is not None or saved_model is not None
+    if int_bounds and not user_graph:
+        _fail("--int-bound is for a user's graph (--graph-def, --saved-model, --keras); a benchmark's integer inputs "
+              "are bounded by its own tables")
     try:
-        if graph_def is not None or keras is not None or saved_model is not None:
-            return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                      num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature)
+        if user_graph:
+            prepared = prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
+                                          num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature,
+                                          int_bounds=int_bounds)
+            if env == "real" and prepared.unbounded_int_inputs:
+                name = prepared.unbounded_int_inputs[0]
+                _fail(f"{prepared.name}: integer input {name!r}: the graph does not tell the range of its ids "
+                      f"(no embedding table, logits or one-hot depth it reaches); give --int-bound {name}=N")
+            return prepared
         _check_model(model, size)
         return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
     except UserGraphError as exc:
         _fail(str(exc))
     except ValueError as exc:
         _fail(str(exc))
+
+
+def _set_max_graph_mb(value: int | None) -> int | None:
+    """``--max-graph-mb`` callback: checked (>= 1) and set for this process as
+    :data:`compgraph.user_graph.MAX_GRAPH_ENV` (bytes), so the flow's own load sees it too."""
+    if value is None:
+        return value
+    if value < 1:
+        _fail(f"--max-graph-mb must be at least 1, got {value}")
+    from compgraph.user_graph import MAX_GRAPH_ENV
+
+    os.environ[MAX_GRAPH_ENV] = str(int(value) * 1_000_000)
+    return value
+
+
+def max_graph_mb_option():
+    """The ``--max-graph-mb`` option of every command that takes a user's graph."""
+    return typer.Option(None, "--max-graph-mb", callback=_set_max_graph_mb,
+                        help="largest user graph read, in MB: a GraphDef file or a SavedModel folder (default 1000)")
+
+
+def parse_int_bounds(values: list[str] | None) -> dict[str, int] | None:
+    """``--int-bound NAME=N`` options -> ``{NAME: N}`` (``None`` when none given); a malformed
+    one, or ``N`` not an integer >= 1, is one line, exit 2."""
+    if not values:
+        return None
+    out = {}
+    for v in values:
+        name, sep, n = v.partition("=")
+        if not sep or not name.strip():
+            _fail(f"--int-bound {v!r}: expected NAME=N (an integer input of the graph and the exclusive bound of its ids)")
+        try:
+            bound = int(n)
+        except ValueError:
+            bound = 0
+        if bound < 1:
+            _fail(f"--int-bound {v!r}: N must be an integer >= 1, got {n!r}")
+        out[name.strip()] = bound
+    return out
 
 
 def _choose_methods(methods: str | None, valid: list[str], default: list[str], spec, user_graph: bool) -> list[str]:

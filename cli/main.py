@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path  # noqa: F401  (shared helpers, in cli.common)
+from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
 from cli.runtime import preflight, run_flow
 
 
@@ -41,6 +41,7 @@ def graph_stats(
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of a benchmark"),
     keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of a benchmark"),
     saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of a benchmark"),
+    max_graph_mb: int = max_graph_mb_option(),
     signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
     grouper: str = typer.Option(None, help="grouper of the reported grouping: heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(256, help="target number of groups of the automatic groupers (metis, fluid)"),
@@ -77,7 +78,9 @@ def experiment(
     graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
     keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
     saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
+    max_graph_mb: int = max_graph_mb_option(),
     signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
+    int_bound: list[str] = typer.Option(None, "--int-bound", help="NAME=N: a user graph's integer input NAME takes ids in [0, N) when run for real (repeatable; default: the size of the table it indexes)"),
     grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
@@ -110,6 +113,10 @@ def experiment(
     user_graph = graph_def is not None or keras is not None or saved_model is not None
     if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
         _fail("give one of --graph-def, --saved-model and --keras, not several")
+    int_bounds = parse_int_bounds(int_bound)
+    if int_bounds and not user_graph:
+        _fail("--int-bound is for a user's graph (--graph-def, --saved-model, --keras); a benchmark's integer inputs "
+              "are bounded by its own tables")
     if not user_graph:
         _check_model(model, size)
     try:
@@ -159,7 +166,8 @@ def experiment(
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if user_graph:
-        _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature)
+        _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
+                       int_bounds, env)
 
     from tracking.progress import say
 
@@ -176,6 +184,7 @@ def experiment(
         ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume, spool=spool,
         workers=workers, gpus_per_worker=gpus_per_worker, policy_device=policy_device, async_updates=async_updates,
         **({"saved_model": saved_model, "signature": signature} if saved_model is not None else {}),
+        **({"int_bounds": int_bounds} if int_bounds else {}),
     )
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")

@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _check_model, _fail, _write_json, app, check_json_path
+from cli.common import _check_model, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option, parse_int_bounds
 from cli.runtime import preflight, run_flow
 
 
@@ -176,7 +176,7 @@ def fidelity(
 
 @app.command()
 def train(
-    model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
+    model: str = typer.Option(None, help="benchmark name (see `placement models`), or give a user's graph"),
     size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
     cluster: str = typer.Option(..., help="preset name or YAML spec"),
     method: str = typer.Option(..., help="a baseline (single_cpu | single_gpu | expert | scotch | mincut | metis | m_topo | m_etf | m_sct | optimum) or a learner (rl | post | ppo | ce | pg | hierarchical | eagle | eagle_ce)"),
@@ -188,13 +188,28 @@ def train(
     json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
     out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and logs"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
+    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
+    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
+    max_graph_mb: int = max_graph_mb_option(),
+    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
+    int_bound: list[str] = typer.Option(None, "--int-bound", help="NAME=N: a user graph's integer input NAME takes ids in [0, N) (repeatable; default: the size of the table it indexes)"),
 ) -> None:
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
     from baselines import BASELINES, GPU_BASELINES
     from cluster.environment import ENVIRONMENTS
     from placer import LEARNER_NAMES as LEARNERS
 
-    _check_model(model, size)
+    user_graph = graph_def is not None or keras is not None or saved_model is not None
+    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
+        _fail("give one of --graph-def, --saved-model and --keras, not several")
+    int_bounds = parse_int_bounds(int_bound)
+    if user_graph and model is not None:
+        _fail("give --model or a user's graph (--graph-def, --saved-model, --keras), not both")
+    if not user_graph:
+        if model is None:
+            _fail("give --model (a benchmark: see `placement models`) or a user's graph (--graph-def, --saved-model, --keras)")
+        _check_model(model, size)
     spec = _load_spec(cluster)
     # any placement trains: over the prepared groups, a learner's own units or every op (m_topo, m_etf, m_sct)
     valid = [*BASELINES, *LEARNERS]
@@ -204,18 +219,27 @@ def train(
         _fail(f"method {method!r} needs a GPU; cluster {spec.name!r} has none")
     if not spec.cpu_indices and method == "single_cpu":
         _fail(f"method 'single_cpu' needs a CPU; cluster {spec.name!r} has none")
+    if user_graph and method == "expert":
+        _fail("method 'expert' needs a benchmark's layer rules; a user's graph has none (try single_gpu, m_etf or a learner)")
     if env not in ENVIRONMENTS:
         _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
     _check_at_least("--steps", steps, 1)
     _check_at_least("--budget", budget, 1)
     if cost_table:
+        if user_graph:
+            _fail("--cost-table is calibrated on a benchmark; a user's graph is costed by the roofline model")
         _check_cost_table(cost_table, model, size, spec)
     preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
+    if user_graph or int_bounds:  # the user's graph checked before the flow starts (one line, exit 2)
+        _prepare_graph(model, size, graph_def, keras, None, None, None, seed, saved_model, signature, int_bounds, env)
     from flows.measure import placement_train
 
     start = time.perf_counter()
-    result = run_flow(placement_train, _fail, model=model, size=size, cluster=cluster, method=method, steps=steps, seed=seed, env=env,
-                             budget=budget, cost_table=cost_table, out_dir=out_dir, tracking_uri=tracking_uri)
+    sources = {k: v for k, v in (("graph_def", graph_def), ("keras", keras), ("saved_model", saved_model),
+                                 ("signature", signature), ("int_bounds", int_bounds)) if v}
+    result = run_flow(placement_train, _fail, **({} if user_graph else {"model": model, "size": size}), cluster=cluster,
+                      method=method, steps=steps, seed=seed, env=env, budget=budget, cost_table=cost_table,
+                      out_dir=out_dir, tracking_uri=tracking_uri, **sources)
     result["wall_time_s"] = time.perf_counter() - start
     console = _console(json_path)
     what = f"{result['model']} ({result['size']}) with {result['method']}'s placement on {result['cluster']}"

@@ -90,7 +90,8 @@ class EnvOptions(BaseModel):
             instead of raising (``sim`` and ``grappler`` always do).
         steps, warmup: ``real``: steps run per measurement and how many are dropped (2017 Sec. 3.4: 10, 1).
         seed: ``real``: seed of the synthetic inputs.
-        int_bounds, devices: ``real``: see :class:`cluster.real.RealEnvironment`.
+        int_bounds, devices: ``real``: see :class:`cluster.real.RealEnvironment` (``int_bounds``
+            over the prepared graph's own, :attr:`compgraph.prepare.PreparedGraph.int_bounds`).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -162,7 +163,8 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
         from cluster.real import RealEnvironment
 
         return RealEnvironment(graph, groups, spec, graph_def, fetches, steps=opts.steps, warmup=opts.warmup,
-                               soft_placement=opts.soft_placement, seed=opts.seed, int_bounds=opts.int_bounds,
+                               soft_placement=opts.soft_placement, seed=opts.seed,
+                               int_bounds={**(getattr(prepared, "int_bounds", None) or {}), **(opts.int_bounds or {})},
                                devices=opts.devices)
     from cluster.grappler import GrapplerEnvironment
 

@@ -42,23 +42,12 @@ import numpy as np
 from cluster.environment import Measurement
 from cluster.kernels import cpu_fallback
 from cluster.spec import ClusterSpec
+from compgraph.inputs import ancestors as _ancestors
+from compgraph.inputs import infer_int_bound as _infer_int_bound
 from compgraph.ir import Grouping, OpGraph
 from compgraph.tf_env import import_tensorflow
 
 _DEVICE_RE = re.compile(r"^/(?:device:)?(CPU|GPU|cpu|gpu):(\d+)$")
-#: ops whose int input ``k`` indexes into something: op type -> (input index, how to get the bound)
-_INDEX_CONSUMERS = {
-    "GatherV2": 1,
-    "Gather": 1,
-    "ResourceGather": 1,
-    "SparseSoftmaxCrossEntropyWithLogits": 1,
-    "OneHot": 0,
-}
-#: ops an int input flows through unchanged in value (slicing, reshaping, copying)
-_PASS_THROUGH = frozenset(
-    {"StridedSlice", "Slice", "Identity", "Reshape", "Squeeze", "ExpandDims", "Unpack", "Split", "SplitV",
-     "Transpose", "ConcatV2", "Pack", "Cast"}
-)
 
 
 class PlacementError(ValueError):
@@ -240,7 +229,8 @@ class SyntheticInputs:
     Float placeholders get uniform values in [0, 1) (images); int placeholders get uniform
     ids in ``[0, bound)``, where ``bound`` is ``int_bounds[name]`` if given, else inferred
     from the consumers: following the value through slicing/reshaping ops
-    (``StridedSlice``, ``Reshape``, ``Identity``, ...) to a ``GatherV2``/``ResourceGather``
+    (``StridedSlice``, ``Reshape``, ``Identity``, ...) and the value branches of a ``Select``
+    (``where``: Keras 3's ``take`` wraps negative ids so) to a ``GatherV2``/``ResourceGather``
     (the params' first dimension; a variable's shape attr for a resource), a
     ``SparseSoftmaxCrossEntropyWithLogits`` (the logits' last dimension) or a ``OneHot``
     (its depth); the smallest such bound wins. Bool placeholders get ``True`` (training
@@ -279,7 +269,7 @@ class SyntheticInputs:
                 if bound is None:
                     raise ValueError(
                         f"placeholder {op.name!r} ({dt.name}): cannot infer its id range from its consumers; "
-                        f"pass int_bounds={{{op.name!r}: N}}"
+                        f"give its bound: --int-bound {op.name}=N (int_bounds={{{op.name!r}: N}})"
                     )
                 self.specs.append((t, shape, "int", int(bound)))
             elif dt.is_bool:
@@ -303,66 +293,6 @@ class SyntheticInputs:
             else:
                 out[t] = np.ones(shape, dtype=bool)
         return out
-
-
-def _ancestors(tf_graph, fetches) -> set[str]:
-    seen: set[str] = set()
-    stack = [tf_graph.get_operation_by_name(f) for f in fetches]
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-    return seen
-
-
-def _resource_shape(tensor):
-    op = tensor.op
-    while op.type == "Identity" and op.inputs:
-        op = op.inputs[0].op
-    if op.type in ("VarHandleOp", "VariableV2", "Variable"):
-        import_tensorflow()
-        from tensorflow.python.framework import tensor_shape
-
-        return tensor_shape.TensorShape(op.get_attr("shape")).as_list()
-    return tensor.shape.as_list() if tensor.shape.rank is not None else None
-
-
-def _infer_int_bound(tensor) -> int | None:
-    bounds = []
-    stack, seen = [tensor], set()
-    while stack:
-        t = stack.pop()
-        if t.name in seen:
-            continue
-        seen.add(t.name)
-        for consumer in t.consumers():
-            pos = [k for k, x in enumerate(consumer.inputs) if x is t]
-            typ = consumer.type
-            if typ in _INDEX_CONSUMERS and _INDEX_CONSUMERS[typ] in pos:
-                b = None
-                if typ in ("GatherV2", "Gather", "ResourceGather"):
-                    shape = _resource_shape(consumer.inputs[0]) if typ == "ResourceGather" else (
-                        consumer.inputs[0].shape.as_list() if consumer.inputs[0].shape.rank else None)
-                    if shape and shape[0] is not None:
-                        b = shape[0]
-                elif typ == "SparseSoftmaxCrossEntropyWithLogits":
-                    s = consumer.inputs[0].shape
-                    if s.rank and s.as_list()[-1] is not None:
-                        b = s.as_list()[-1]
-                elif typ == "OneHot":
-                    depth = consumer.inputs[1].op
-                    if depth.type == "Const":
-                        b = int(depth.get_attr("value").int_val[0])
-                if b:
-                    bounds.append(int(b))
-            data_pos = 1 if typ == "Split" else 0  # Split(axis, value); the others take the value first
-            follows = typ in _PASS_THROUGH and (data_pos in pos or (typ in ("ConcatV2", "Pack") and bool(pos)))
-            if follows:
-                stack.extend(o for o in consumer.outputs if o.dtype.is_integer)
-    return min(bounds) if bounds else None
 
 
 # ----------------------------------------------------------------------------- sessions

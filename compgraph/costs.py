@@ -126,7 +126,10 @@ FUSED = {
 DEPTHWISE = frozenset(
     "DepthwiseConv2dNative DepthwiseConv2dNativeBackpropInput DepthwiseConv2dNativeBackpropFilter".split()
 )
-SCATTER = frozenset("ResourceScatterAdd ScatterAdd UnsortedSegmentSum SegmentSum ResourceScatterUpdate".split())
+SCATTER = frozenset(
+    "ResourceScatterAdd ResourceScatterSub ResourceScatterMul ResourceScatterDiv ResourceScatterMin ResourceScatterMax "
+    "ScatterAdd ScatterSub UnsortedSegmentSum SegmentSum ResourceScatterUpdate".split()
+)
 
 
 def numel(shape: tuple[int, ...] | None) -> int:

@@ -54,8 +54,13 @@ class PreparedGraph:
             execution); may be given as its protobuf bytes, parsed on first access.
         fetches: op names one training step runs.
         import_info: how a user's graph was imported (:attr:`compgraph.user_graph.UserStep.info`:
-            format, inlined calls, unrolled loops, loops kept as one iteration); empty for
-            a benchmark.
+            format, inlined calls, unrolled loops, loops kept as one iteration) and what its
+            costs miss (:func:`cost_coverage`); empty for a benchmark.
+        int_bounds: a user's graph: integer input name -> exclusive upper bound of the ids
+            real execution feeds it (given, or read from the graph:
+            :func:`compgraph.inputs.int_inputs`); empty for a benchmark (read when it runs).
+        unbounded_int_inputs: a user's graph: integer inputs whose bound is neither given
+            nor in the graph (real execution refuses them).
     """
 
     benchmark: Benchmark | None
@@ -66,6 +71,8 @@ class PreparedGraph:
     graph_def: object = _LazyGraphDef()
     fetches: tuple[str, ...] = ()
     import_info: dict = field(default_factory=dict)
+    int_bounds: dict = field(default_factory=dict)
+    unbounded_int_inputs: tuple = ()
 
     @property
     def name(self) -> str:
@@ -92,9 +99,72 @@ class PreparedGraph:
 
     def run_params(self) -> dict:
         """MLflow params saying how a user's graph was imported (``import_*``: format, loops
-        unrolled, loops kept as one iteration); empty for a benchmark."""
-        keys = ("format", "unrolled_loops", "unrolled_iterations", "one_iteration_loops", "inlined_calls")
+        unrolled, loops kept as one iteration, ops of unknown output size, ops without a FLOPs
+        rule; :func:`cost_coverage`); empty for a benchmark."""
+        keys = ("format", "unrolled_loops", "unrolled_iterations", "one_iteration_loops", "inlined_calls",
+                "ops_unknown_shape", "ops_without_flops_rule")
         return {f"import_{k}": self.import_info[k] for k in keys if k in self.import_info}
+
+    def cost_warning(self) -> str | None:
+        """One line saying what a user's graph's costs miss (:func:`cost_coverage`), or ``None``
+        when nothing is missing (and for a benchmark)."""
+        info = self.import_info
+        unknown, uncosted = info.get("ops_unknown_shape", 0), info.get("ops_without_flops_rule", 0)
+        if not unknown and not uncosted:
+            return None
+        parts = []
+        if unknown:
+            parts.append(f"{unknown} of {self.graph.num_ops} ops have outputs of unknown size "
+                         "(each unknown dimension counts as 1 in their bytes and FLOPs)")
+        if uncosted:
+            parts.append(f"{uncosted} ops have no FLOPs rule (0 FLOP): {info.get('op_types_without_flops_rule', '')}")
+        return f"warning: {self.name}: " + "; ".join(parts)
+
+
+def cost_coverage(graph: OpGraph) -> dict:
+    """What the cost model does not know about a graph.
+
+    Returns:
+        ``ops_unknown_shape``: ops with an output of unknown rank or an unknown dimension
+        (their bytes and FLOPs count each unknown dimension as 1); ``ops_without_flops_rule``:
+        ops whose type has no FLOPs rule (counted as 0 FLOP); ``op_types_without_flops_rule``:
+        those types, comma-separated (at most 240 characters).
+    """
+    from compgraph.costs import has_flop_rule
+
+    unknown = sum(1 for op in graph.ops if any(s is None or -1 in s for s in op.output_shapes))
+    uncosted = [op.type for op in graph.ops if not has_flop_rule(op.type)]
+    return {"ops_unknown_shape": unknown, "ops_without_flops_rule": len(uncosted),
+            "op_types_without_flops_rule": ",".join(sorted(set(uncosted)))[:240]}
+
+
+def _int_bounds(graph_def, fetches, given: dict[str, int] | None, source: str) -> tuple[dict, list]:
+    """``(bounds, unbounded)`` of a user's step's integer inputs: ``given`` (checked: each name an
+    integer input, each bound >= 1) over what the graph tells (:func:`compgraph.inputs.int_inputs`)."""
+    from compgraph.tf_env import import_tensorflow
+    from compgraph.user_graph import UserGraphError
+
+    given = dict(given or {})
+    for name, n in given.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UserGraphError(f"{source}: int bound {name}={n!r}: must be an integer >= 1")
+    tf = import_tensorflow()
+    ints = {n.name for n in graph_def.node if n.op in ("Placeholder", "PlaceholderV2")
+            and tf.as_dtype(n.attr["dtype"].type).is_integer}
+    found = {}
+    if ints:
+        from compgraph.inputs import int_inputs
+
+        g = tf.Graph()
+        with g.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        found = int_inputs(g, fetches)
+    for name in given:
+        if name not in found:
+            raise UserGraphError(f"{source}: int bound {name}={given[name]}: no integer input {name!r} in the step; "
+                                 f"its integer inputs: {', '.join(sorted(found)) or 'none'}")
+    bounds = {name: given.get(name, b) for name, (_dtype, b) in found.items()}
+    return {k: int(v) for k, v in bounds.items() if v}, sorted(k for k, v in bounds.items() if not v)
 
 
 def canonical_control_inputs(graph_def) -> None:
@@ -175,6 +245,7 @@ def prepare_user_graph(
     seed: int = 0,
     saved_model: str | Path | None = None,
     signature: str | None = None,
+    int_bounds: dict[str, int] | None = None,
 ) -> PreparedGraph:
     """Import and group a user's training step: a ``GraphDef`` file, a SavedModel signature
     or a Keras model.
@@ -190,6 +261,8 @@ def prepare_user_graph(
         seed: seed of the automatic groupers.
         saved_model: a SavedModel folder (:func:`compgraph.user_graph.load_saved_model_step`).
         signature: the SavedModel signature of the training step (``None``: its only one).
+        int_bounds: integer input name -> exclusive upper bound of its ids for real execution,
+            over what the graph tells (the table an input indexes).
     Returns:
         A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None``,
         ``import_info`` set; the graph is named after the file's stem, the SavedModel
@@ -198,8 +271,9 @@ def prepare_user_graph(
         ValueError: not exactly one of ``graph_def_path``, ``saved_model`` and ``keras``;
             ``fetches`` without ``graph_def_path``; ``signature`` without ``saved_model``;
             a bad grouper or ``num_groups`` (``2017`` needs a model rule).
-        compgraph.user_graph.UserGraphError: the file or model is unusable, or the importer
-            rejects the graph (the message names the file).
+        compgraph.user_graph.UserGraphError: the file or model is unusable, the importer
+            rejects the graph (the message names the file), or an ``int_bounds`` entry names
+            no integer input or is not an integer >= 1.
     """
     from compgraph.user_graph import UserGraphError, load_graph_def_step, load_keras_step, load_saved_model_step
 
@@ -229,5 +303,8 @@ def prepare_user_graph(
         graph = import_graph_def(step.graph_def, step.fetches, name=name)
     except Exception as e:  # TensorFlow's import errors (unknown op types, bad attrs) and ours
         raise UserGraphError(f"{source}: import failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}") from e
+    bounds, unbounded = _int_bounds(step.graph_def, step.fetches, int_bounds, source)
     grouping = group(graph, grouper, None, num_groups, seed)
-    return PreparedGraph(None, "user", None, graph, grouping, step.graph_def, tuple(step.fetches), dict(step.info))
+    info = {**step.info, **cost_coverage(graph), "int_inputs": {**bounds, **{k: None for k in unbounded}}}
+    return PreparedGraph(None, "user", None, graph, grouping, step.graph_def, tuple(step.fetches), info,
+                         bounds, tuple(unbounded))

@@ -458,8 +458,11 @@ def materialize_variables(graph_def, variables: dict | None = None, init_name: s
         graph_def: a flat ``GraphDef`` (modified in place).
         variables: ``{placeholder name: (tf.DType, shape tuple)}`` of known variables (a
             ``ConcreteFunction``'s captures); others are inferred from the placeholder's
-            ``_handle_dtypes``/``_handle_shapes`` attributes or from the graph, after import,
-            by TensorFlow's shape inference (``ReadVariableOp`` outputs).
+            ``_handle_dtypes``/``_handle_shapes`` attributes, from the ``_output_shapes`` its
+            ``ReadVariableOp`` readers carry (a graph saved with ``as_graph_def(add_shapes=True)``),
+            or from the graph, after import, by TensorFlow's shape inference (``ReadVariableOp``
+            outputs, assigned values). A raw ``tf.function`` graph (``as_graph_def()``) records
+            none of these: its variables cannot be sized.
         init_name: name of the added init op (``NoOp`` grouping the variables' assignments);
             a unique suffix is added if the name is taken.
     Returns:
@@ -482,6 +485,20 @@ def materialize_variables(graph_def, variables: dict | None = None, init_name: s
                 shape = tf.TensorShape(hs.list.shape[0])
                 if shape.is_fully_defined():
                     variables[n.name] = (tf.as_dtype(hd.list.type[0]), tuple(shape.as_list()))
+        missing = [n.name for n in resource_ph if n.name not in variables]
+    if missing:  # a GraphDef saved with add_shapes=True: the readers' recorded output shapes
+        consumers: dict[str, list] = {}
+        for node in graph_def.node:
+            for k, inp in enumerate(node.input):
+                consumers.setdefault(inp.lstrip("^").split(":")[0], []).append((node, k))
+        for name in missing:
+            for node, k in consumers.get(name, []):
+                shapes = node.attr["_output_shapes"].list.shape if "_output_shapes" in node.attr else []
+                if node.op == "ReadVariableOp" and k == 0 and len(shapes) == 1:
+                    shape = tf.TensorShape(shapes[0])
+                    if shape.is_fully_defined():
+                        variables[name] = (tf.as_dtype(node.attr["dtype"].type), tuple(shape.as_list()))
+                        break
         missing = [n.name for n in resource_ph if n.name not in variables]
     if missing:
         g = tf.Graph()
@@ -567,12 +584,14 @@ def materialize_variables(graph_def, variables: dict | None = None, init_name: s
 @dataclass
 class FlatStep:
     """A TF2 training step made flat: the ``GraphDef``, the op names one step runs, the
-    init op (``None`` when the graph has no variables), and the :class:`FlattenReport`."""
+    init op (``None`` when the graph has no variables), the :class:`FlattenReport`, and the
+    resource placeholders that could not be sized (:func:`materialize_variables`)."""
 
     graph_def: object
     fetches: list
     init_op: str | None
     report: FlattenReport
+    unsized_variables: list = field(default_factory=list)
 
 
 def _unique(names: set[str], base: str) -> str:
@@ -594,8 +613,8 @@ def flatten_step(graph_def, fetches: list[str], variables: dict | None = None, m
     for f in fetches:
         if f not in names:
             raise ValueError(f"fetch {f!r} disappeared while inlining the function library")
-    init, _unknown = materialize_variables(flat, variables)
-    return FlatStep(flat, list(fetches), init, report)
+    init, unknown = materialize_variables(flat, variables)
+    return FlatStep(flat, list(fetches), init, report, unknown)
 
 
 def concrete_function_step(fn, max_unroll: int = MAX_UNROLL) -> FlatStep:

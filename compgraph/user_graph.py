@@ -54,6 +54,25 @@ _TF1_EXPORT_HINT = (
 _INITIALIZER = re.compile(r"^(init(_\d+)?|save(_\d+)?/.*|report_uninitialized.*)$")
 
 
+#: Largest GraphDef file or SavedModel folder read, in bytes (parsing takes several times
+#: that in memory); the environment variable :data:`MAX_GRAPH_ENV` (``--max-graph-mb``) raises it.
+MAX_GRAPH_BYTES = 1_000_000_000
+MAX_GRAPH_ENV = "PLACEMENT_MAX_GRAPH_BYTES"
+
+
+def max_graph_bytes() -> int:
+    """The size limit of a user's graph in bytes: :data:`MAX_GRAPH_ENV` if set, else :data:`MAX_GRAPH_BYTES`."""
+    value = os.environ.get(MAX_GRAPH_ENV, "")
+    return int(value) if value.isdigit() else MAX_GRAPH_BYTES
+
+
+def _check_size(nbytes: int, source: str, what: str) -> None:
+    limit = max_graph_bytes()
+    if nbytes > limit:
+        raise UserGraphError(f"{source}: {what} is {nbytes:,} bytes, more than the {limit:,} allowed "
+                             f"(raise the limit with --max-graph-mb or {MAX_GRAPH_ENV})")
+
+
 class UserGraphError(ValueError):
     """A user's graph file or Keras model cannot be used; the message names the source and the problem."""
 
@@ -92,7 +111,21 @@ def _flatten(graph_def, fetches: list[str], source: str, variables: dict | None 
     return _from_flat(step, source, "tf2")
 
 
+def _refuse_unsized(unsized: list[str], graph_def, source: str) -> None:
+    """One line when resource placeholders (variables) could not be sized: their parameter
+    bytes and the FLOPs of every op reading them would be unknown, so the graph is refused."""
+    if not unsized:
+        return
+    total = sum(1 for n in graph_def.node if n.op == "VarHandleOp") + len(unsized)
+    raise UserGraphError(
+        f"{source}: {len(unsized)} of {total} variables (resource placeholders) have no known shape, e.g. {unsized[0]!r}, "
+        "so their bytes and the FLOPs of the ops reading them are unknown; a raw tf.function graph records none: "
+        "save it with as_graph_def(add_shapes=True), or as a SavedModel (--saved-model)"
+    )
+
+
 def _from_flat(step, source: str, fmt: str) -> UserStep:
+    _refuse_unsized(list(getattr(step, "unsized_variables", []) or []), step.graph_def, source)
     check_graph_def(step.graph_def, source)
     info = {"format": fmt, "init_op": step.init_op or "", **step.report.as_params()}
     return UserStep(step.graph_def, list(step.fetches), info)
@@ -114,6 +147,7 @@ def _parse(path: Path):
             f"{path}: unknown file suffix {path.suffix!r}; expected .pb (binary GraphDef) or .pbtxt (text format)"
         )
     try:
+        _check_size(path.stat().st_size, str(path), "the file")
         data = path.read_bytes()
     except OSError as e:
         raise UserGraphError(f"{path}: cannot read: {e.strerror or e}") from e
@@ -239,8 +273,8 @@ def load_graph_def_step(path: str | Path, fetches: list[str] | str | None = None
     Returns:
         A :class:`UserStep`.
     Raises:
-        UserGraphError: the file is missing or unreadable, has an unknown suffix, does not
-            parse, cannot be flattened, or fails :func:`check_graph_def`; a fetch names no op.
+        UserGraphError: the file is missing or unreadable, larger than :func:`max_graph_bytes`,
+            has an unknown suffix, does not parse, cannot be flattened, or fails :func:`check_graph_def`; a fetch names no op.
     """
     path = Path(path)
     if not path.is_file():
@@ -248,9 +282,20 @@ def load_graph_def_step(path: str | Path, fetches: list[str] | str | None = None
     graph_def = _parse(path)
     if len(graph_def.node) and len(graph_def.library.function):
         return _flatten(graph_def, _resolve_fetches(graph_def, fetches, str(path)), str(path))
-    check_graph_def(graph_def, str(path))
-    from compgraph.tf2 import loop_frames
+    from compgraph.tf2 import loop_frames, materialize_variables
 
+    tf = import_tensorflow()
+    if any(n.op == "Placeholder" and n.attr["dtype"].type == tf.resource.as_datatype_enum for n in graph_def.node):
+        # a tf.function graph without nested calls: flat already, its variables still placeholders
+        resolved = _resolve_fetches(graph_def, fetches, str(path))
+        init, unsized = materialize_variables(graph_def)
+        _refuse_unsized(unsized, graph_def, str(path))
+        check_graph_def(graph_def, str(path))
+        frames = loop_frames(graph_def)
+        info = {"format": "tf2", "init_op": init or "", "one_iteration_loops": len(frames),
+                "one_iteration_loop_names": ",".join(frames)[:240]}
+        return UserStep(graph_def, resolved, info)
+    check_graph_def(graph_def, str(path))
     frames = loop_frames(graph_def)
     info = {"format": "tf1", "one_iteration_loops": len(frames), "one_iteration_loop_names": ",".join(frames)[:240]}
     return UserStep(graph_def, _resolve_fetches(graph_def, fetches, str(path)), info)
@@ -275,7 +320,8 @@ def load_saved_model_step(directory: str | Path, signature: str | None = None) -
         ``VarHandleOp`` variables with an ``init`` op, filled with random values, not the
         saved ones).
     Raises:
-        UserGraphError: no such folder, not a SavedModel, no such signature (the message
+        UserGraphError: no such folder, not a SavedModel, larger than :func:`max_graph_bytes`,
+            no such signature (the message
             lists them), or the function cannot be flattened.
     """
     directory = Path(directory)
@@ -284,6 +330,7 @@ def load_saved_model_step(directory: str | Path, signature: str | None = None) -
         raise UserGraphError(f"{source}: no such folder")
     if not (directory / "saved_model.pb").is_file() and not (directory / "saved_model.pbtxt").is_file():
         raise UserGraphError(f"{source}: not a SavedModel (no saved_model.pb in it)")
+    _check_size(sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()), source, "the folder")
     tf = import_tensorflow()
     try:
         loaded = tf.saved_model.load(str(directory))

@@ -22,12 +22,14 @@ METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNE
 
 def run_name() -> str:
     """The flow run's name, as the MLflow parent run's: ``<model>-<size>-<cluster>-<env>-seed<N>``
-    (a user graph: its file or Keras spec for the model; a spec file: its stem for the cluster)."""
+    (a user graph: its file or Keras spec for the model and ``user`` for the size; a spec file: its
+    stem for the cluster)."""
     p = flow_run.parameters
     source = next((Path(str(p[k])).name for k in ("graph_def", "saved_model", "keras") if p.get(k)), p.get("model"))
     cluster = str(p.get("cluster", ""))
     cluster = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
-    return f"{source}-{p.get('size')}-{cluster}-{p.get('env')}-seed{p.get('seed')}"
+    size = "user" if any(p.get(k) for k in ("graph_def", "saved_model", "keras")) else p.get("size")
+    return f"{source}-{size}-{cluster}-{p.get('env')}-seed{p.get('seed')}"
 
 
 def _flow_run_id() -> str | None:
@@ -64,6 +66,7 @@ def placement_experiment(
     gpus_per_worker: float = 0,
     policy_device: str = "cpu",
     async_updates: bool = False,
+    int_bounds: dict[str, int] | None = None,
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
@@ -100,6 +103,8 @@ def placement_experiment(
         gpus_per_worker: GPUs each Ray worker asks for (real execution on GPU nodes).
         policy_device: where controllers run the policy: cpu or cuda.
         async_updates: 2017's asynchronous updates instead of synchronous rounds (not reproducible).
+        int_bounds: a user's graph: integer input name -> exclusive bound of the ids real execution
+            feeds it (default: the size of the table it indexes), e.g. {"tokens": 32000}.
 
     Returns the result object of ``placement experiment --json`` (see the README).
     The MLflow runs are created at the start and the searches logged as they go
@@ -114,15 +119,23 @@ def placement_experiment(
     ray = tasks.RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
     settings = {"model": model, "size": size, "cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
                 "env": env, "graph_def": graph_def, "keras": keras, "saved_model": saved_model, "signature": signature,
-                "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options}
+                "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options,
+                **({"int_bounds": int_bounds} if int_bounds else {})}
     recorder = ExperimentRecorder(uri, artifact_root(out), tasks.start_params(methods, budget, seed, env, learner_options),
                                   methods, spool, mlflow_parent_run_id, flow_run_id, settings, resume)
     # preprocess
     with stage("preprocess") as st:
         prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed,
-                                    graph_def, keras, saved_model, signature)
+                                    graph_def, keras, saved_model, signature, int_bounds)
         spec = tasks.load_cluster_spec(cluster)
         st["result"] = f"{prepared.name}: {prepared.graph.num_ops} ops, {prepared.grouping.num_groups} groups; {spec.name}"
+    size = prepared.size  # "user" for a user's graph (its size parameter means nothing)
+    if env == "real" and prepared.unbounded_int_inputs:
+        name = prepared.unbounded_int_inputs[0]
+        raise ValueError(f"{prepared.name}: integer input {name!r}: the graph does not tell the range of its ids; "
+                         f"give int_bounds {{{name!r}: N}} (--int-bound {name}=N)")
+    if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
+        say(prepared.cost_warning())
     recorder.log_params(tasks.graph_params(prepared, size, spec))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")

@@ -29,6 +29,7 @@ from flows.choices import AgainstName, ClusterName, EnvName, MethodName, ModelNa
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 from tracking.paths import named_path
+from tracking.progress import say
 
 FIDELITY_LEARNERS = ("rl", "post")  #: learners whose best placements the fidelity flow adds (as before the registry)
 
@@ -213,9 +214,18 @@ def placement_train(
     cost_table: str | None = None,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,
+    graph_def: str | None = None,
+    keras: str | None = None,
+    saved_model: str | None = None,
+    signature: str | None = None,
+    int_bounds: dict[str, int] | None = None,
 ) -> dict:
     """Train with one method's placement for ``steps`` steps (``env="real"``) or project the time
     from the simulated step time (``env="sim"``), and log it to MLflow.
+
+    The graph is a benchmark (``model``, ``size``) or, as in ``placement-experiment``, a
+    user's GraphDef, SavedModel signature or Keras model (grouped by the heuristic grouper;
+    ``expert`` needs a benchmark's layer rules).
 
     A baseline's placement is built (:data:`baselines.BASELINES`; the op-level placers m_topo,
     m_etf, m_sct place every op); a learner's (:data:`placer.LEARNERS`) is the best of ``budget``
@@ -236,6 +246,12 @@ def placement_train(
         cost_table: a saved cost table: a learner searches, and env sim projects, with calibrated op times.
         out_dir: folder of the MLflow store (when tracking_uri is empty) and placement logs.
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
+        graph_def: a user's training-step GraphDef (.pb/.pbtxt) instead of a benchmark.
+        keras: MODULE:FUNCTION returning a Keras model (or (model, input specs)) instead of a benchmark.
+        saved_model: a user's SavedModel folder instead of a benchmark.
+        signature: the SavedModel signature holding the training step.
+        int_bounds: a user's graph: integer input name -> exclusive bound of the ids fed to it
+            (default: the size of the table it indexes).
 
     Returns:
         :func:`tasks.measure.train_placement`'s dict plus ``model``, ``size``, ``cluster``,
@@ -246,7 +262,19 @@ def placement_train(
     """
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
-    prepared = tasks.preprocess(model, size)
+    user_graph = graph_def is not None or keras is not None or saved_model is not None
+    prepared = tasks.preprocess(model, size, graph_def=graph_def, keras=keras, saved_model=saved_model,
+                                signature=signature, int_bounds=int_bounds)
+    if user_graph:
+        model, size = prepared.name, "user"
+        if method == "expert":
+            raise ValueError("method 'expert' needs a benchmark's layer rules; a user's graph has none")
+        if env == "real" and prepared.unbounded_int_inputs:
+            name = prepared.unbounded_int_inputs[0]
+            raise ValueError(f"{model}: integer input {name!r}: the graph does not tell the range of its ids; "
+                             f"give int_bounds {{{name!r}: N}} (--int-bound {name}=N)")
+        if prepared.cost_warning():
+            say(prepared.cost_warning())
     spec = tasks.load_cluster_spec(cluster)
     table = mt.load_cost_table(Path(cost_table)) if cost_table else None
     grouping = None  # the units of the placement: the prepared groups unless a learner places its own
@@ -267,7 +295,7 @@ def placement_train(
     params = {"model": model, "size": size, "cluster": spec.name, "method": method, "steps": steps, "seed": seed,
               "env": env, "budget": budget if method in LEARNERS else None,
               "cost_table": cost_table or "", "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups,
-              "units": units}
+              "units": units, **prepared.run_params()}
     run_id = mt.record_training_run(tracking_uri=uri, artifact_location=artifact_root(out), params=params,
                                     result=result, placement=placement, prefect_flow_run_id=flow_run_id)
     return {

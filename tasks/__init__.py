@@ -29,13 +29,17 @@ def preprocess(
     keras: str | None = None,
     saved_model: str | None = None,
     signature: str | None = None,
+    int_bounds: dict[str, int] | None = None,
 ) -> PreparedGraph:
     """Build (or read from the cache), import and group the training step: a benchmark
-    (:func:`compgraph.prepare.prepare`) or a user's GraphDef / Keras model
-    (:func:`compgraph.prepare.prepare_user_graph`)."""
+    (:func:`compgraph.prepare.prepare`) or a user's GraphDef / SavedModel / Keras model
+    (:func:`compgraph.prepare.prepare_user_graph`, with ``int_bounds``)."""
     if graph_def is not None or keras is not None or saved_model is not None:
         return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                  num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature)
+                                  num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature,
+                                  int_bounds=int_bounds)
+    if int_bounds:
+        raise ValueError("int_bounds: for a user's graph only; a benchmark's integer inputs are bounded by its own tables")
     return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
 
 

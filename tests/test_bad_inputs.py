@@ -37,7 +37,7 @@ def _http_port_that_is_not_ray() -> tuple[int, object]:
 
 
 # (id, args after `placement`, a piece of the one line). OUT: the out-dir; DATA: this corpus's files;
-# BIG: a 2 MB spec written by the test; HTTP: a port that answers HTTP but is not Ray; DEAD: a free port.
+# BIG: a 2 MB spec written by the test; BIGPB: a 2 MB .pb; HTTP: a port that answers HTTP but is not Ray; DEAD: a free port.
 CASES = [
     # cluster specs (YAML): bounded before parsing
     ("yaml-alias-bomb", ["experiment", "--cluster", "DATA/billion_laughs.yaml"], "YAML aliases (*a0) are not allowed"),
@@ -71,6 +71,15 @@ CASES = [
     ("empty-saved-model", ["experiment", "--saved-model", "OUT/../empty-saved-model"], "empty-saved-model"),
     ("keras-spec-malformed", ["experiment", "--keras", "not a spec"], "expected 'module:function'"),
     ("keras-exits-on-import", ["experiment", "--keras", "exits:build"], "it called sys.exit(0)"),
+    ("graph-def-too-large", ["experiment", "--graph-def", "BIGPB", "--max-graph-mb", "1"], "more than the 1,000,000 allowed"),
+    ("max-graph-mb-zero", ["baselines", "--graph-def", "DATA/garbage.pb", "--max-graph-mb", "0"], "--max-graph-mb must be at least 1"),
+    ("int-bound-malformed", ["experiment", "--graph-def", "DATA/garbage.pb", "--int-bound", "tokens"], "expected NAME=N"),
+    ("int-bound-not-positive", ["train", "--graph-def", "DATA/garbage.pb", "--method", "single_cpu", "--cluster", "cpu4",
+                                "--int-bound", "tokens=0"], "N must be an integer >= 1"),
+    ("int-bound-on-a-benchmark", ["experiment", "--int-bound", "x=3"], "--int-bound is for a user's graph"),
+    ("train-expert-on-a-user-graph", ["train", "--graph-def", "DATA/garbage.pb", "--method", "expert", "--cluster", "cpu4"],
+     "method 'expert' needs a benchmark's layer rules"),
+    ("train-without-a-graph", ["train", "--method", "single_cpu", "--cluster", "cpu4"], "give --model"),
     ("two-graph-sources", ["experiment", "--graph-def", "DATA/garbage.pb", "--keras", "exits:build"], "not several"),
     # where results go
     ("unwritable-out-dir", ["experiment", "--out-dir", "DATA/README.md/runs"], "is not writable"),
@@ -113,7 +122,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing_outside(case, args, nee
     shutil.copytree(DATA, data)
     (work / "empty-saved-model").mkdir(parents=True)
     (data / "big.yaml").write_text("name: big\n# " + "x" * 2_000_000 + "\n")
-    subs = {"DATA": str(data), "OUT": str(out), "BIG": str(data / "big.yaml"), "DEAD": str(_free_port()),
+    (data / "big.pb").write_bytes(b"\0" * 2_000_000)
+    subs = {"DATA": str(data), "OUT": str(out), "BIGPB": str(data / "big.pb"), "BIG": str(data / "big.yaml"), "DEAD": str(_free_port()),
             "HTTP": str(not_ray)}
     argv = []
     for a in args:
