@@ -119,6 +119,9 @@ class SimResult:
         oom_devices: names of the devices that ran out of memory.
         critical_path: the steps that determine the step time, in time order (see the
             module docstring); ``None`` when not asked for (fast simulator batches).
+        timeline: every op run and transfer of the step as a :class:`PathStep`, by start
+            time (ties: ops before transfers, then by op index); ``None`` unless
+            ``Simulator.run(..., timeline=True)``.
     """
 
     step_time_s: float
@@ -128,6 +131,7 @@ class SimResult:
     peak_memory_bytes: list[int]
     oom_devices: list[str] = field(default_factory=list)
     critical_path: list[PathStep] | None = None
+    timeline: list[PathStep] | None = None
 
 
 def check_placement(op_placement: np.ndarray, num_ops: int, num_devices: int) -> np.ndarray:
@@ -207,8 +211,9 @@ class Simulator:
             raise ValueError(f"placement: length {p.shape}, expected ({self.graph.num_ops},)")
         return cpu_fallback(p, self.gpu_ok, self.spec)
 
-    def run(self, op_placement: np.ndarray) -> SimResult:
-        """Simulate one step with ``op_placement[i]`` = device index of op ``i``.
+    def run(self, op_placement: np.ndarray, timeline: bool = False) -> SimResult:
+        """Simulate one step with ``op_placement[i]`` = device index of op ``i``; with
+        ``timeline``, :attr:`SimResult.timeline` lists every op run and transfer.
 
         Raises:
             ValueError: wrong length or a device index out of range.
@@ -375,6 +380,10 @@ class Simulator:
             path.append(self._path_step(item, span[item], place))
             item = pred[item]
         path.reverse()
+        steps = None
+        if timeline:
+            order = sorted(span, key=lambda it: (span[it][0], it[0] != "op", it[1] if it[0] == "op" else it[1][0]))
+            steps = [self._path_step(it, span[it], place) for it in order]
         return SimResult(
             step_time_s=end,
             oom=bool(oom_devices),
@@ -383,6 +392,7 @@ class Simulator:
             peak_memory_bytes=peak_total,
             oom_devices=oom_devices,
             critical_path=path,
+            timeline=steps,
         )
 
     def _path_step(self, item, span: tuple[float, float], place: list[int]) -> PathStep:

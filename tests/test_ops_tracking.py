@@ -39,8 +39,16 @@ def test_spooled_run_keeps_everything_in_its_folder_and_log_run_logs_it(prefect_
     assert "| rnnlm (small) | k80x2 |" in (folder / "table.md").read_text()
     assert json.loads((folder / "placements.json").read_text())["scotch"] == result["methods"]["scotch"]["placement"]
     pngs = sorted(p.name for p in (folder / "plots").glob("*.png"))
-    assert set(pngs) == {"device-bars.png", "learning-curves.png", f"placement-{result['best_baseline']}.png", "placement-post.png"}
+    best = result["best_baseline"]
+    assert set(pngs) == {"device-bars.png", "learning-curves.png", f"placement-{best}.png", "placement-post.png",
+                         f"timeline-{best}.png", "timeline-post.png"}
     assert all((folder / "plots" / p).read_bytes()[:8] == PNG for p in pngs)
+    traces = sorted(p.name for p in (folder / "plots").glob("*.json"))
+    assert traces == sorted({f"trace-{best}.json", "trace-post.json"})
+    trace = json.loads((folder / "plots" / "trace-post.json").read_text())  # a Chrome trace of the step measured
+    assert trace["otherData"]["step_time_s"] == pytest.approx(result["methods"]["post"]["step_time_s"])
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 1]
+    assert len(ops) == result["ops"] and max(e["ts"] + e["dur"] for e in ops) <= 1e6 * trace["otherData"]["step_time_s"] * (1 + 1e-9)
 
     r = CliRunner().invoke(app, ["log-run", str(folder)])
     assert r.exit_code == 0, r.output
@@ -49,7 +57,7 @@ def test_spooled_run_keeps_everything_in_its_folder_and_log_run_logs_it(prefect_
     parent = client.get_run(run_id)
     assert parent.info.status == "FINISHED" and parent.data.tags["placement.kind"] == "experiment"
     assert parent.data.metrics["post.step_time_s"] == pytest.approx(result["methods"]["post"]["step_time_s"])
-    assert {a.path for a in client.list_artifacts(run_id, "plots")} == {f"plots/{p}" for p in pngs}
+    assert {a.path for a in client.list_artifacts(run_id, "plots")} == {f"plots/{p}" for p in [*pngs, *traces]}
     curve = [m.step for m in client.get_metric_history(
         client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}' and tags.method = 'post'")[0].info.run_id,
         "best_step_time_s")]

@@ -387,9 +387,12 @@ def save_run_folder(run_dir: str | Path, record: dict, result: dict, prepared=No
 
 
 def write_plots(folder: Path, record: dict, prepared, spec) -> list[Path]:
-    """``learning-curves.png``, ``device-bars.png`` and ``placement-<method>.png`` for the best
-    learned and the best baseline placement (see :mod:`tracking.plots`)."""
+    """``learning-curves.png``, ``device-bars.png``, and for the best learned and the best
+    baseline placement ``placement-<method>.png``, ``timeline-<method>.png`` (a per-device Gantt
+    chart of one simulated step) and ``trace-<method>.json`` (the same as a Chrome trace, for
+    ``chrome://tracing`` or Perfetto); see :mod:`tracking.plots` and :mod:`tracking.timeline`."""
     from tracking import plots
+    from tracking.timeline import chrome_trace, simulate_timeline
 
     folder.mkdir(parents=True, exist_ok=True)
     results, summary = record["results"], record["summary"]
@@ -398,10 +401,12 @@ def write_plots(folder: Path, record: dict, prepared, spec) -> list[Path]:
     out = []
     if record.get("curves"):
         base = {m: r["step_time_s"] for m, r in results.items() if m not in record["curves"]}
+        bound = summary.get("lower_bound_s") if record["params"].get("env") == "sim" else None
         out.append(plots.plot_learning_curves(record["curves"], folder / "learning-curves.png", base,
-                                              title=f"learning curves: {task}"))
+                                              title=f"learning curves: {task}", lower_bound=bound))
+    capacity = {d.name: d.tensor_capacity_bytes for d in spec.devices}
     out.append(plots.plot_device_bars(results, devices, folder / "device-bars.png",
-                                      title=f"per-device compute, transfer, memory: {task}"))
+                                      title=f"per-device compute, transfer, memory: {task}", capacity_bytes=capacity))
     for method in dict.fromkeys(m for m in (summary.get("best_learned"), summary.get("best_baseline")) if m):
         row = results.get(method) or {}
         if row.get("placement"):
@@ -409,6 +414,13 @@ def write_plots(folder: Path, record: dict, prepared, spec) -> list[Path]:
             out.append(plots.plot_placement(prepared.graph, prepared.grouping, row["placement"], devices,
                                             folder / f"placement-{method}.png",
                                             title=f"{method} placement of {task}" + ("" if t is None else f": {t:.4g} s/step")))
+            sim = simulate_timeline(prepared, spec, row["placement"])
+            if sim is not None:
+                out.append(plots.plot_timeline(sim, prepared.graph, devices, folder / f"timeline-{method}.png",
+                                               title=f"{method} placement of {task}"))
+                trace = folder / f"trace-{method}.json"
+                trace.write_text(json.dumps(chrome_trace(sim, prepared.graph, spec, f"{method}: {task}")))
+                out.append(trace)
     return out
 
 

@@ -8,6 +8,8 @@
 * :func:`plot_learning_curves`: best step time found against placements sampled, every
   learner on one axis, the best baseline as a dashed line.
 * :func:`plot_comparison`: a sweep's speedups over the best baseline per method and task.
+* :func:`plot_timeline`: a per-device Gantt chart of one simulated step (ops on each device,
+  transfers on each link direction), from :func:`tracking.timeline.simulate_timeline`.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def plot_placement(graph, grouping, placement: dict[str, str], devices: list[str
     return Path(path)
 
 
-def plot_device_bars(results: dict[str, dict], devices: list[str], path: str | Path, title: str = "") -> Path:
+def plot_device_bars(results: dict[str, dict], devices: list[str], path: str | Path, title: str = "",
+                     capacity_bytes: dict[str, float] | None = None) -> Path:
     """Per-device compute (s), transfer (s) and peak memory (GB) of each method's placement.
 
     Args:
@@ -96,15 +99,20 @@ def plot_device_bars(results: dict[str, dict], devices: list[str], path: str | P
             ``peak_memory_bytes`` (device -> value), as :func:`cluster.evaluation.evaluate_placements` returns.
         devices: the cluster's device names, in order.
         path: the PNG to write.
+        capacity_bytes: device -> memory a placement may use (bytes); the smallest GPU's and
+            the CPU's are drawn as lines on the memory panel.
     Returns:
-        ``path``. Methods without per-device figures (no placement) are left out.
+        ``path``. Methods without per-device figures (no placement) are left out. The transfer
+        panel sums each device's transfers (sent and received), overlapping ones included, so
+        it can exceed the step time; the timeline plot shows the busy link time.
     """
     methods = [m for m, r in results.items() if r.get("compute_s")]
     colour = _device_colour(devices)
     fig, axes = plt.subplots(3, 1, figsize=(max(7, 1.1 * len(methods) + 3), 9), sharex=True)
     x = np.arange(len(methods))
     width = 0.8 / max(1, len(devices))
-    panels = (("compute_s", "compute (s)", 1.0), ("transfer_s", "transfer (s)", 1.0), ("peak_memory_bytes", "peak memory (GB)", 1e-9))
+    panels = (("compute_s", "compute (s)", 1.0), ("transfer_s", "transfers (s, summed:\nmay overlap)", 1.0),
+              ("peak_memory_bytes", "peak memory (GB)", 1e-9))
     for ax, (key, label, scale) in zip(axes, panels):
         for j, d in enumerate(devices):
             vals = [scale * float((results[m].get(key) or {}).get(d, 0.0)) for m in methods]
@@ -115,6 +123,16 @@ def plot_device_bars(results: dict[str, dict], devices: list[str], path: str | P
         t = results[m].get("step_time_s")
         axes[0].annotate("OOM" if results[m].get("oom") else ("" if t is None else f"step {t:.4g} s"), (i, 0),
                          xytext=(0, -2), textcoords="offset points", ha="center", va="top", fontsize=8, color="dimgrey")
+    caps: dict[float, list[str]] = {}
+    for d, cap in (capacity_bytes or {}).items():
+        if cap and np.isfinite(cap):
+            caps.setdefault(float(cap), []).append(d)
+    top = max([float(v) for m in methods for v in (results[m].get("peak_memory_bytes") or {}).values()] or [0.0])
+    for cap, names in sorted(caps.items()):
+        if top and cap <= 3 * top:  # a capacity far above every peak would only squash the panel
+            axes[2].axhline(cap * 1e-9, color="firebrick", ls="--", lw=1)
+            axes[2].annotate(f"capacity of {', '.join(names)}"[:60], (len(methods) - 0.5, cap * 1e-9), fontsize=7,
+                             ha="right", va="bottom", color="firebrick")
     axes[-1].set_xticks(x, methods, rotation=20)
     axes[0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     axes[0].set_title(title or "per-device compute, transfer and memory of each placement")
@@ -125,7 +143,7 @@ def plot_device_bars(results: dict[str, dict], devices: list[str], path: str | P
 
 
 def plot_learning_curves(curves: dict[str, list[dict]], path: str | Path, baselines: dict[str, float] | None = None,
-                         title: str = "") -> Path:
+                         title: str = "", lower_bound: float | None = None, log_x: bool = False) -> Path:
     """Best step time found (s) against placements sampled, every learner together.
 
     Args:
@@ -133,8 +151,11 @@ def plot_learning_curves(curves: dict[str, list[dict]], path: str | Path, baseli
             ``sample_mean_step_time_s``, drawn thin).
         path: the PNG to write.
         baselines: name -> step time (s); the best is drawn as a dashed line.
+        lower_bound: the step time no placement can beat (s), drawn as a dotted line.
+        log_x: placements sampled on a log axis.
     Returns:
-        ``path``.
+        ``path``. The best so far is drawn as a step (it changes only when a better placement
+        is found), the sample mean as a thin line.
     """
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, (method, points) in enumerate(sorted(curves.items())):
@@ -142,7 +163,8 @@ def plot_learning_curves(curves: dict[str, list[dict]], path: str | Path, baseli
         if not pts:
             continue
         c = _DEVICE_COLOURS(i % 10)
-        ax.plot([p["placements"] for p in pts], [p["best_step_time_s"] for p in pts], color=c, lw=2, label=f"{method} (best)")
+        ax.step([p["placements"] for p in pts], [p["best_step_time_s"] for p in pts], where="post", color=c, lw=2,
+                label=f"{method} (best so far)")
         mean = [(p["placements"], p["sample_mean_step_time_s"]) for p in points if p.get("sample_mean_step_time_s") is not None]
         if mean:
             ax.plot(*zip(*mean), color=c, lw=0.8, alpha=0.45, label=f"{method} (sample mean)")
@@ -150,7 +172,11 @@ def plot_learning_curves(curves: dict[str, list[dict]], path: str | Path, baseli
     if valid:
         best = min(valid, key=valid.get)
         ax.axhline(valid[best], color="black", ls="--", lw=1, label=f"best baseline: {best} ({valid[best]:.4g} s)")
-    ax.set_xlabel("placements sampled")
+    if lower_bound is not None:
+        ax.axhline(lower_bound, color="black", ls=":", lw=1, label=f"lower bound ({lower_bound:.4g} s)")
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel("placements sampled" + (" (log)" if log_x else ""))
     ax.set_ylabel("step time (s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9)
@@ -192,6 +218,60 @@ def plot_comparison(rows: list[dict], path: str | Path, title: str = "") -> Path
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title(title or "sweep: median over seeds, bars: min to max")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_timeline(result, graph, devices: list[str], path: str | Path, title: str = "") -> Path:
+    """A Gantt chart of one simulated step: a row per device (its op runs, in the device's
+    colour) and a row per link direction that carried a tensor (its transfers, busy link time).
+
+    Args:
+        result: a :class:`cluster.simulator.SimResult` with a ``timeline``.
+        graph: the :class:`compgraph.ir.OpGraph` (op names for the longest ops' labels).
+        devices: the cluster's device names, in order.
+        path: the PNG to write.
+    Returns:
+        ``path``. Time is in milliseconds from the start of the step; the step time is a
+        vertical line; each device row says its busy fraction.
+    Raises:
+        ValueError: ``result`` has no timeline.
+    """
+    if result.timeline is None:
+        raise ValueError("result: has no timeline; run the simulator with timeline=True")
+    colour = _device_colour(devices)
+    ops: dict[int, list] = {}
+    links: dict[tuple[int, int], list] = {}
+    for st in result.timeline:
+        bar = (st.start_s * 1e3, (st.end_s - st.start_s) * 1e3)
+        if st.kind == "op":
+            ops.setdefault(st.src_device, []).append(bar)
+        else:
+            links.setdefault((st.src_device, st.dst_device), []).append(bar)
+    rows = [("dev", d) for d in range(len(devices)) if d in ops] + [("link", k) for k in sorted(links)]
+    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.45 * max(2, len(rows))))
+    step_ms = result.step_time_s * 1e3
+    labels = []
+    for y, (kind, key) in enumerate(rows):
+        if kind == "dev":
+            bars, c = ops[key], colour[devices[key]]
+            busy = sum(b[1] for b in bars) / step_ms if step_ms > 0 else 0.0
+            labels.append(f"{devices[key]} ({100 * busy:.0f}% busy)")
+        else:
+            bars, c = links[key], (0.45, 0.45, 0.45, 1.0)
+            labels.append(f"{devices[key[0]]} -> {devices[key[1]]}")
+        ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=c, edgecolor="none")
+    ax.axvline(step_ms, color="black", lw=1, ls="--")
+    ax.set_yticks(range(len(rows)), labels, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, step_ms * 1.02 if step_ms > 0 else 1)
+    ax.set_xlabel("time in the step (ms); dashed: step time")
+    ax.grid(axis="x", alpha=0.3)
+    oom = f"; OOM on {', '.join(result.oom_devices)}" if result.oom else ""
+    ax.set_title((title + "\n" if title else "") + f"simulated step {result.step_time_s:.4g} s: ops per device, "
+                 f"transfers per link direction (grey){oom}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
