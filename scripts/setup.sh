@@ -9,4 +9,7 @@ fi
 . .venv/bin/activate
 python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" 2>/dev/null \
   || pip install -q torch==2.13.0
-pip install -q -e ".[test]"
+# every package at the version the tests last passed with (requirements.lock: bash scripts/lock.sh)
+pip install -q -r requirements.lock
+pip install -q --no-deps -e .
+pip check
