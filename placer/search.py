@@ -83,11 +83,13 @@ class SearchResult:
             "sample_mean_step_time_s": float(np.mean(ran_times)) if ran_times else None,
         }
 
-    def add_point(self, point: dict, on_update: Callable[[dict], None] | None = None) -> None:
-        """Append ``point`` to the curve and pass it to ``on_update``."""
+    def add_point(self, point: dict, on_update: Callable[[dict], None] | None = None, update: dict | None = None) -> None:
+        """Append ``point`` to the curve and pass it to ``on_update``, with the policy update's
+        diagnostics (``update``: loss, entropy, ..., ``wall_s``) under ``"update"`` when given
+        (the curve itself keeps the point alone)."""
         self.curve.append(point)
         if on_update is not None:
-            on_update(point)
+            on_update(point if update is None else {**point, "update": update})
 
     def placements_to_within(self, fraction: float = 0.05) -> int | None:
         """Placements sampled until the best so far came within ``fraction`` of the final best
@@ -367,7 +369,7 @@ def run_search(
             the end; ``None``: no checkpoint.
         resume: continue from an existing log (and checkpoint) with the same settings;
             ``False``: start afresh, overwriting them.
-        on_update: called with each learning-curve point.
+        on_update: called with each learning-curve point, the update's diagnostics under ``"update"``.
         checkpoint_every_s: seconds between checkpoints (0: after every update).
     Returns:
         A :class:`SearchResult`; the same learner settings and seed give the same result,
@@ -417,7 +419,7 @@ def run_search(
             info = {"placements": sampled, "wall_s": wall_before + time.perf_counter() - start}
             info.update({k_: (None if v is None else float(v)) for k_, v in (diagnostics or {}).items()})
             result.updates.append(info)
-            result.add_point(result.curve_point(sampled, ran), on_update)
+            result.add_point(result.curve_point(sampled, ran), on_update, info)
             now = time.perf_counter()
             if ckpt is not None and (now - last_ckpt >= checkpoint_every_s or sampled >= budget):
                 _save_checkpoint(ckpt, learner, _book(result, sampled, wall_before + now - start, settings))

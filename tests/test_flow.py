@@ -65,6 +65,11 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert [m.step for m in curve] == [8, 16]
     assert curve[-1].value == pytest.approx(result["methods"]["rl"]["step_time_s"])
     assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 2
+    # the learner's diagnostics, live, as CleanRL names them: one point per policy update
+    live = client.get_run(by_method["rl"].info.run_id).data.metrics
+    assert {"losses/baseline", "losses/entropy", "charts/placements_per_s"} <= set(live), sorted(live)
+    assert [m.step for m in client.get_metric_history(by_method["rl"].info.run_id, "losses/entropy")] == [8, 16]
+    assert live["charts/placements_per_s"] > 0
     placement_file = client.download_artifacts(by_method["expert"].info.run_id, "placement.json", str(tmp_path))
     assert json.loads(open(placement_file).read()) == result["methods"]["expert"]["placement"]
     # Prefect artifacts: the results as a table, the plots as images, the Table 2 markdown, the MLflow link

@@ -15,6 +15,7 @@ down at the end, or the user asked to spool, ``placement log-run DIR`` logs the 
 from __future__ import annotations
 
 import json
+import math
 import time
 import warnings
 from pathlib import Path
@@ -228,7 +229,10 @@ class ExperimentRecorder:
 
     def on_update(self, method: str) -> Callable[[dict], None] | None:
         """A callback logging ``method``'s learning-curve points to its nested run as the search
-        goes (step = placements sampled, timestamp = when the point was made); ``None`` when spooled.
+        goes (step = placements sampled, timestamp = when the point was made), with the policy
+        update's diagnostics as ``losses/<name>`` (loss, entropy, kl, baseline, ... as the learner
+        reports them) and ``charts/placements_per_s`` (placements sampled per wall second of the
+        search); ``None`` when spooled.
 
         Points are buffered and written in one ``log_batch`` per run at most every
         :data:`FLUSH_EVERY_S` seconds (and by :meth:`flush`): one SQLite write per update made a
@@ -242,10 +246,16 @@ class ExperimentRecorder:
         run_id = self.child_ids[method]
 
         def log(point: dict) -> None:
-            now = int(time.time() * 1000)
-            self._pending.setdefault(run_id, []).extend(
-                Metric(k, float(point[k]), now, int(point["placements"]))
-                for k in ("best_step_time_s", "sample_mean_step_time_s") if point.get(k) is not None)
+            now, step = int(time.time() * 1000), int(point["placements"])
+            batch = self._pending.setdefault(run_id, [])
+            batch.extend(Metric(k, float(point[k]), now, step)
+                         for k in ("best_step_time_s", "sample_mean_step_time_s") if point.get(k) is not None)
+            update = point.get("update") or {}
+            for key, value in update.items():  # the policy update's diagnostics, named as CleanRL names them
+                if key not in ("placements", "wall_s") and isinstance(value, (int, float)) and math.isfinite(value):
+                    batch.append(Metric(f"losses/{key}", float(value), now, step))
+            if update.get("wall_s"):
+                batch.append(Metric("charts/placements_per_s", step / float(update["wall_s"]), now, step))
             if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
                 self.flush()
 
