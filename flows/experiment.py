@@ -15,7 +15,8 @@ from flows.choices import ClusterName, EnvName, GrouperName, MethodName, ModelNa
 from placer import DEFAULT_LEARNERS
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed
-from tracking.progress import say, stage
+from tasks.publish import search_progress_artifact, tag_flow_run
+from tracking.progress import chain, say, stage
 
 METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
 
@@ -136,6 +137,7 @@ def placement_experiment(
                          f"give int_bounds {{{name!r}: N}} (--int-bound {name}=N)")
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
+    tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{env}")  # filters in the UI
     recorder.log_params(tasks.graph_params(prepared, size, spec))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
@@ -144,7 +146,7 @@ def placement_experiment(
         placements = tasks.baseline_placements(methods, prepared, spec)
         st["result"] = ", ".join(placements) or "none"
     searches = tasks.learner_searches(methods, prepared, size, spec, env, out, budget, seed, learner_options, resume,
-                                      env_options, lambda m, n: recorder.callback(m, n, get_run_logger()), ray)
+                                      env_options, lambda m, n: chain(recorder.callback(m, n, get_run_logger()), search_progress_artifact(m, n)), ray)
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for
     with stage("lower bound" + (" and optimum" if "optimum" in methods else "")):

@@ -18,11 +18,61 @@ def _key(text: str) -> str:
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")[:100]
 
 
+def tag_flow_run(*tags: str) -> None:
+    """Add ``tags`` (e.g. ``model:rnnlm``) to the current Prefect flow run, so the UI filters runs
+    by them; outside a flow run, or when the API refuses, nothing happens."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    run_id = flow_run.get_id()
+    if not run_id:
+        return
+    try:
+        with get_client(sync_client=True) as client:
+            current = list(client.read_flow_run(run_id).tags or [])
+            client.update_flow_run(run_id, tags=[*current, *[t for t in tags if t not in current]])
+    except Exception:  # noqa: BLE001 (tags are a convenience: never a failure)
+        pass
+
+
 def mlflow_run_link(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
     """The MLflow UI address of a run: on the tracking server itself for ``http(s)`` URIs,
     else on ``mlflow ui``'s default ``http://127.0.0.1:5000`` (see :func:`tracking.ui_command`)."""
     base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     return f"{base}/#/experiments/{experiment_id or 0}/runs/{run_id}"
+
+
+def search_progress_artifact(method: str, budget: int, every_s: float = 5.0):
+    """An ``on_update`` callback keeping a Prefect progress artifact (``search-<method>``, percent
+    of ``budget`` placements sampled, the best step time so far in its description) up to date
+    while a search runs: created on the first update, then updated at most every ``every_s``
+    seconds and at the end. Outside a flow run, or when the API refuses, it does nothing."""
+    import time
+
+    from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+    state: dict = {"id": None, "last": 0.0, "broken": False}
+
+    def on_update(point: dict) -> None:
+        if state["broken"]:
+            return
+        done = int(point.get("placements", 0))
+        now = time.monotonic()
+        if state["id"] is not None and done < budget and now - state["last"] < every_s:
+            return
+        best = point.get("best_step_time_s")
+        text = f"{method}: {done}/{budget} placements" + ("" if best is None else f", best {best:.5g} s")
+        progress = min(100.0, 100.0 * done / max(1, budget))
+        try:
+            if state["id"] is None:
+                state["id"] = create_progress_artifact(progress, key=_key(f"search-{method}"), description=text)
+            else:
+                update_progress_artifact(state["id"], progress, description=text)
+        except Exception:  # noqa: BLE001 (no flow run context, or the API is away: progress is not worth a failure)
+            state["broken"] = True
+        state["last"] = now
+
+    return on_update
 
 
 MAX_INLINE_IMAGE_BYTES = 400_000

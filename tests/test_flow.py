@@ -79,7 +79,9 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     with get_client(sync_client=True) as pc:
-        assert pc.read_flow_run(UUID(result["prefect_flow_run_id"])).name == "rnnlm-small-k80x2-sim-seed0"
+        flow_run = pc.read_flow_run(UUID(result["prefect_flow_run_id"]))
+        assert flow_run.name == "rnnlm-small-k80x2-sim-seed0"
+        assert {"model:rnnlm", "size:small", "cluster:k80x2", "env:sim"} <= set(flow_run.tags), flow_run.tags
         arts = pc.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(result["prefect_flow_run_id"])])))
     by_type = {}
@@ -89,6 +91,8 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert any("#/experiments/" in (a.data or "") for a in by_type["markdown"])
     assert len(by_type["image"]) >= 2 and all(a.data.startswith("data:image/png;base64,") for a in by_type["image"])
     assert '"method"' in by_type["table"][0].data and "step_time_s" in by_type["table"][0].data
+    # a progress artifact per search, at 100% when it ended
+    assert {a.key: float(a.data) for a in by_type["progress"]} == {"search-rl": 100.0, "search-post": 100.0}
     from placer import DEFAULT_LEARNERS as LEARNERS
 
     # one log per learner, named by the run's settings (not the clock), so --resume finds it

@@ -1,6 +1,6 @@
 """The deployments of prefect.yaml, as a user runs them from the UI: a local Prefect server,
 ``prefect work-pool create``, ``prefect --no-prompt deploy --all``, ``prefect deployment run`` of every
-deployment (demo, nightly-sweep, distributed, reproduce, calibrate, fidelity, train) with tiny
+deployment (demo, nightly-sweep, distributed, reproduce, calibrate, fidelity, train, compare-learners) with tiny
 parameters, and one process worker that runs them all (``--run-once``)."""
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ RUNS = {
     "placement-calibrate/calibrate": ["-p", "steps=2"],
     "placement-fidelity/fidelity": ["-p", "random=2", "-p", "steps=2", "-p", "calibrate_steps=2", "-p", "budget=4"],
     "placement-train/train": ["-p", "steps=2", "-p", "method=single_cpu"],
+    "compare-learners/compare-learners": ["-p", "budget=4", "-p", 'learners=["rl", "post"]', "-p", "seeds=[0]"],
 }
 
 
@@ -104,7 +105,8 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
     with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
         with get_client(sync_client=True) as client:
             deployments = {d.name: d for d in client.read_deployments()}
-            assert set(deployments) >= {"demo", "nightly-sweep", "reproduce", "calibrate", "fidelity", "train", "distributed"}
+            assert set(deployments) >= {"demo", "nightly-sweep", "reproduce", "calibrate", "fidelity", "train", "distributed",
+                                        "compare-learners"}
             assert {f"{client.read_flow(d.flow_id).name}/{n}" for n, d in deployments.items()} == set(RUNS)
             assert [s.schedule.cron for s in deployments["nightly-sweep"].schedules] == ["0 3 * * *"]
             # the UI form: dropdowns (enums) and help text (every flow: tests/test_flow_schema.py)
@@ -147,3 +149,4 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
     assert (tmp_path / "fidelity" / "cost-tables" / "rnnlm-small-cpu4.json").exists()  # calibrated first
     assert sum(_finished_mlflow_runs(tmp_path / "fidelity").values()) == 1
     assert sum(_finished_mlflow_runs(tmp_path / "train").values()) == 1
+    assert _finished_mlflow_runs(tmp_path / "compare-learners")["learner-comparison"] == 3  # parent, rl-seed0, post-seed0
