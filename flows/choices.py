@@ -4,7 +4,9 @@ a registry appears in the form without an edit here."""
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
+
+from pydantic import Field
 
 from cluster.environment import ENVIRONMENTS
 from cluster.fidelity import AGAINST
@@ -78,3 +80,16 @@ TABLE_METHODS = _table_methods()
 
 TableMethod = Literal[TABLE_METHODS]  # type: ignore[valid-type]
 """A learner of :data:`TABLE_METHODS`."""
+
+
+Count = Annotated[int, Field(ge=1)]
+"""A count of at least 1 (placements, steps): the form's field has ``minimum: 1``."""
+
+TracedSteps = Annotated[int, Field(ge=2)]
+"""Traced or measured steps of which the first is dropped: at least 2."""
+
+NonNegative = Annotated[int, Field(ge=0)]
+"""A count or seed of at least 0 (0: none; seeds start at 0)."""
+
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+"""A non-negative amount (GPUs per worker)."""

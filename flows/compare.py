@@ -11,7 +11,7 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 import tasks
-from flows.choices import ClusterName, EnvName, GrouperName, LearnerName, ModelName, SizeName
+from flows.choices import ClusterName, Count, EnvName, GrouperName, LearnerName, ModelName, NonNegative, SizeName
 from placer import LEARNERS
 from placer.compare import summarize_runs
 from placer.search import run_name
@@ -37,8 +37,8 @@ def compare_learners(
     size: SizeName = "small",
     cluster: ClusterName = "k80x2",
     learners: list[LearnerName] | None = None,
-    seeds: list[int] = [0, 1, 2],
-    budget: int = 1000,
+    seeds: list[NonNegative] = [0, 1, 2],
+    budget: Count = 1000,
     env: EnvName = "sim",
     grouper: GrouperName | None = None,
     learner_options: dict[str, dict] | None = None,

@@ -11,7 +11,7 @@ from prefect.utilities.annotations import quote
 
 import tasks
 from baselines import BASELINES, DEFAULT_EXCLUDED
-from flows.choices import ClusterName, EnvName, GrouperName, MethodName, ModelName, SizeName
+from flows.choices import ClusterName, Count, EnvName, GrouperName, MethodName, ModelName, NonNegative, NonNegativeFloat, SizeName
 from placer import DEFAULT_LEARNERS
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed
@@ -43,18 +43,18 @@ def placement_experiment(
     size: SizeName = "small",
     cluster: ClusterName = "k80x2",
     methods: list[MethodName] = list(METHODS),
-    budget: int = 1000,
-    seed: int = 0,
+    budget: Count = 1000,
+    seed: NonNegative = 0,
     env: EnvName = "sim",
     out_dir: str = "placement-runs",
     tracking_uri: str | None = None,
     graph_def: str | None = None,
     keras: str | None = None,
     grouper: GrouperName | None = None,
-    num_groups: int | None = None,
+    num_groups: Count | None = None,
     cache_dir: str | None = None,
-    train_steps: int = 100,
-    controllers: int = 0,
+    train_steps: NonNegative = 100,
+    controllers: NonNegative = 0,
     ray_address: str | None = None,
     soft_placement: bool = False,
     learner_options: dict[str, dict] | None = None,
@@ -63,8 +63,8 @@ def placement_experiment(
     signature: str | None = None,
     spool: bool = False,
     mlflow_parent_run_id: str | None = None,
-    workers: int = 0,
-    gpus_per_worker: float = 0,
+    workers: NonNegative = 0,
+    gpus_per_worker: NonNegativeFloat = 0,
     policy_device: str = "cpu",
     async_updates: bool = False,
     int_bounds: dict[str, int] | None = None,
@@ -98,7 +98,7 @@ def placement_experiment(
         saved_model: a user's SavedModel folder instead of a benchmark.
         signature: the SavedModel signature holding the training step.
         spool: log nothing to MLflow; the run folder is logged later with `placement log-run DIR`.
-        mlflow_parent_run_id: nest the MLflow run under this run (set by the sweep).
+        mlflow_parent_run_id: internal, set by the sweep to nest this run under its own; leave empty.
         controllers: with more than 0, every learner that places the prepared groups searches on Ray.
         workers: measuring workers on Ray (0: K per controller, 2017 Sec. 3.4).
         gpus_per_worker: GPUs each Ray worker asks for (real execution on GPU nodes).

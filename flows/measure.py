@@ -25,7 +25,7 @@ from prefect.utilities.annotations import quote
 import tasks
 import tasks.measure as mt
 from cluster.op_placement import is_op_placement
-from flows.choices import AgainstName, ClusterName, EnvName, MethodName, ModelName, SizeName
+from flows.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
 from placer import LEARNERS
 from tracking import artifact_root, default_tracking_uri
 from tracking.paths import named_path
@@ -51,7 +51,7 @@ def _none_if_nan(x):
 
 @flow(name="placement-calibrate")
 def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cluster: ClusterName = "cpu4",
-                        steps: int = 5, seed: int = 0, out: str | None = None) -> dict:
+                        steps: TracedSteps = 5, seed: NonNegative = 0, out: str | None = None) -> dict:
     """Calibrate per-op times of a model on a cluster and save the cost table.
 
     Args:
@@ -90,12 +90,12 @@ def placement_fidelity(
     model: ModelName = "rnnlm",
     size: SizeName = "small",
     cluster: ClusterName = "cpu4",
-    random: int = 8,
-    steps: int = 10,
-    seed: int = 0,
+    random: NonNegative = 8,
+    steps: TracedSteps = 10,
+    seed: NonNegative = 0,
     cost_table: str | None = None,
-    calibrate_steps: int = 5,
-    budget: int = 1000,
+    calibrate_steps: TracedSteps = 5,
+    budget: Count = 1000,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,
     against: AgainstName = "real",
@@ -207,10 +207,10 @@ def placement_train(
     size: SizeName = "small",
     cluster: ClusterName = "cpu4",
     method: MethodName = "expert",
-    steps: int = 20,
-    seed: int = 0,
+    steps: Count = 20,
+    seed: NonNegative = 0,
     env: EnvName = "real",
-    budget: int = 1000,
+    budget: Count = 1000,
     cost_table: str | None = None,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,

@@ -23,7 +23,7 @@ from cluster.op_placement import OpPlacement
 from cluster.spec import load_cluster
 from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
-from flows.choices import TABLE_METHODS, TABLES, GpuCount, SizeName, TableMethod, TableModel, TableName
+from flows.choices import TABLE_METHODS, TABLES, GpuCount, NonNegative, SizeName, TableMethod, TableModel, TableName
 from tracking import artifact_root, default_tracking_uri
 from tracking.paths import named_path
 
@@ -62,8 +62,8 @@ def placement_reproduce(
     models: list[TableModel] | None = None,
     gpus: list[GpuCount] | None = None,
     methods: list[TableMethod] | None = None,
-    budget: int = 0,
-    seed: int = 0,
+    budget: NonNegative = 0,
+    seed: NonNegative = 0,
     out_dir: str = "placement-runs",
     cache_dir: str | None = None,
     tracking_uri: str | None = None,

@@ -14,7 +14,7 @@ from pathlib import Path
 from prefect import flow
 
 import tasks
-from flows.choices import ClusterName, MethodName, ModelName, SizeName
+from flows.choices import ClusterName, Count, MethodName, ModelName, NonNegative, SizeName
 from flows.experiment import placement_experiment
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import finish_sweep, start_sweep
@@ -25,8 +25,8 @@ def placement_sweep(
     models: list[ModelName] = ["rnnlm", "nmt", "inception_v3"],
     size: SizeName = "paper",
     clusters: list[ClusterName] = ["k80x2", "k80x4"],
-    seeds: list[int] = [0],
-    budget: int = 1000,
+    seeds: list[NonNegative] = [0],
+    budget: Count = 1000,
     methods: list[MethodName] | None = None,
     out_dir: str = "placement-runs",
     tracking_uri: str | None = None,

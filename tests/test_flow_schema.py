@@ -67,3 +67,28 @@ def test_flow_parameters_have_defaults_descriptions_and_dropdowns(entrypoint):
         for value in (default if isinstance(default, list) else [default]):
             if value is not None and not (name.startswith("cluster") and isinstance(value, str) and value.endswith(".yaml")):
                 assert value in enums, f"{entrypoint}: default {name}={value!r} is not a choice"
+
+
+def _numeric(prop: dict) -> list[dict]:
+    """The integer or number schemas of a property: itself, its ``anyOf`` members, its array items."""
+    nodes = [prop, *prop.get("anyOf", [])]
+    nodes += [n["items"] for n in list(nodes) if isinstance(n.get("items"), dict)]
+    return [n for n in nodes if n.get("type") in ("integer", "number")]
+
+
+@pytest.mark.parametrize("entrypoint", list(CHOICES))
+def test_every_count_in_the_form_has_a_minimum(entrypoint):
+    """Budgets, seeds, steps, controllers, workers, group counts: the form refuses a negative (or
+    zero) count before the run starts, instead of the run failing on it."""
+    flow = _flow(entrypoint)
+    props = flow.parameters.model_dump()["properties"]
+    for name, prop in props.items():
+        for node in _numeric(prop):
+            if node.get("type") == "integer" and "enum" not in node and "const" not in node:
+                assert "minimum" in node, f"{entrypoint}: {name} has no minimum: {json.dumps(prop)}"
+    from prefect.exceptions import ParameterTypeError
+
+    counts = [n for n, p in props.items() if any(x.get("minimum") == 1 for x in _numeric(p)) and p.get("type") == "integer"]
+    for name in counts:
+        with pytest.raises(ParameterTypeError, match=name):
+            flow.validate_parameters({name: 0})
