@@ -138,7 +138,7 @@ def placement_experiment(
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
     tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{env}")  # filters in the UI
-    recorder.log_params(tasks.graph_params(prepared, size, spec))
+    recorder.log_params(tasks.graph_params(prepared, size, spec, num_groups))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
     # baselines, then the learners' searches (in-process or on Ray)

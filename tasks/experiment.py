@@ -31,10 +31,17 @@ def options_param(learner_options: dict | None) -> str:
     return json.dumps(learner_options or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def graph_params(prepared: PreparedGraph, size: str, spec: ClusterSpec) -> dict:
-    """The MLflow parameters known once the graph is prepared: model, size, cluster, op and group counts, grouper."""
+def graph_params(prepared: PreparedGraph, size: str, spec: ClusterSpec, num_groups: int | None = None) -> dict:
+    """The MLflow parameters known once the graph is prepared: model, size, cluster, op count,
+    grouper, the grouper's target number of groups (``num_groups_target``: ``num_groups``, else
+    the grouper's default; ``none`` for a grouper that sets its own) and the groups it formed
+    (``groups``)."""
+    from compgraph.grouping import default_num_groups
+
+    target = num_groups if num_groups is not None else default_num_groups(prepared.grouping.grouper)
     return {"model": prepared.name, "size": size, "cluster": spec.name, "ops": prepared.graph.num_ops,
-            "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper}
+            "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper,
+            "num_groups_target": "none" if target is None else target}
 
 
 def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, env: str, methods: list[str], budget: int,

@@ -38,6 +38,8 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert parent.data.tags["prefect.flow_run_id"] == result["prefect_flow_run_id"]
     assert parent.data.params["model"] == "rnnlm" and parent.data.params["budget"] == "16"
     assert parent.data.params["k"] == "8"  # rl's K, from learner_options
+    assert parent.data.params["grouper"] == "2017" and parent.data.params["num_groups_target"] == "none"
+    assert int(parent.data.params["groups"]) == result["groups"]
     # named by its settings (the model is known only after the run was created), opened as runs in the UI,
     # and stamped with the code that made it
     assert parent.info.run_name == "rnnlm-small-k80x2-sim-seed0"
