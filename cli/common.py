@@ -16,7 +16,11 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# Prefect's run logs (our stage and search lines) go to the API at INFO, so the flow run's Logs tab has
+# them; its console handler shows warnings only, so the terminal has our lines, not Prefect's.
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # not its "Creating initial MLflow database tables" lines
 os.environ.setdefault("PLACEMENT_STAGE_LINES", "1")  # tracking.progress: a line per stage on stderr, TTY or not
 os.environ.setdefault("PLACEMENT_START_TIME", repr(__import__("time").time()))  # stage lines count from here
 from cli.runtime import configure_environment, one_line_errors_group  # noqa: E402

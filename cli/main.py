@@ -233,9 +233,12 @@ def _print_table(result: dict, to_stderr: bool) -> None:
         console.print(f"not in MLflow yet: log it with `placement log-run {result.get('run_dir')}`", soft_wrap=True)
         return
     console.print(f"MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}")
-    from tracking import ui_command
+    from tracking import runs_page, ui_command
 
     console.print(f"open the MLflow UI: {ui_command(result['mlflow_tracking_uri'])}", soft_wrap=True)
+    page = runs_page(result["mlflow_tracking_uri"], result["mlflow_run_id"])
+    if page:
+        console.print(f"the runs table: {page}", soft_wrap=True)
 
 
 def main() -> None:

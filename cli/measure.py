@@ -52,10 +52,13 @@ def _console(json_path: str | None):
 
 
 def _mlflow_lines(console, result: dict) -> None:
-    from tracking import ui_command
+    from tracking import runs_page, ui_command
 
     console.print(f"MLflow run {result['mlflow_run_id']} in {result['mlflow_tracking_uri']}", soft_wrap=True)
     console.print(f"open the MLflow UI: {ui_command(result['mlflow_tracking_uri'])}", soft_wrap=True)
+    page = runs_page(result["mlflow_tracking_uri"], result["mlflow_run_id"])
+    if page:
+        console.print(f"the runs table: {page}", soft_wrap=True)
 
 
 @app.command()

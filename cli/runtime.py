@@ -180,7 +180,10 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
 
     given = check_prefect_api(check_timeout_s)
     if given:
-        yield given
+        try:
+            yield given
+        finally:
+            _drain_prefect_workers()  # the run's logs and events reach the server before this process exits
         return
     previous = signal.getsignal(signal.SIGTERM)
     if previous in (signal.SIG_DFL, None):

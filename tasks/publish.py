@@ -39,7 +39,7 @@ def mlflow_run_link(tracking_uri: str, experiment_id: str | None, run_id: str) -
     """The MLflow UI address of a run: on the tracking server itself for ``http(s)`` URIs,
     else on ``mlflow ui``'s default ``http://127.0.0.1:5000`` (see :func:`tracking.ui_command`)."""
     base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id or 0}/runs/{run_id}"
+    return f"{base}/#/experiments/{experiment_id or 0}/runs/{run_id}?workflowType=machine_learning"
 
 
 def search_progress_artifact(method: str, budget: int, every_s: float = 5.0):

@@ -43,6 +43,21 @@ def ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1 --port 5000"
 
 
+def runs_page(tracking_uri: str, run_id: str) -> str | None:
+    """The MLflow UI page of the runs table of ``run_id``'s experiment, in the "Model training"
+    view (``workflowType=machine_learning``: MLflow 3.17's UI otherwise opens the GenAI overview,
+    whatever the experiment's kind tag); on the tracking server for ``http(s)`` URIs, else on
+    :func:`ui_command`'s address. ``None`` if the run cannot be read."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        exp = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).info.experiment_id
+    except Exception:  # noqa: BLE001 (a link is a convenience)
+        return None
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{exp}/runs?workflowType=machine_learning"
+
+
 def experiment_id(client, name: str, artifact_location: str) -> str:
     """The id of MLflow experiment ``name``, created with ``artifact_location`` if it does not exist.
 
@@ -50,8 +65,9 @@ def experiment_id(client, name: str, artifact_location: str) -> str:
     the database on first use, and two processes doing so at once fail (measured: 2 of 3 died with
     alembic ``CommandError``), as do two creating the same experiment.
 
-    The experiment carries ``mlflow.experimentKind = custom_model_development``, so the MLflow UI
-    opens on its runs table (without it, MLflow 3 opens an empty GenAI "Traces" page).
+    The experiment carries ``mlflow.experimentKind = custom_model_development`` (a model-training
+    experiment, not a GenAI one). MLflow 3.17's UI still opens on the GenAI overview unless the
+    page asks for the "Model training" view: :func:`runs_page` gives that link.
     """
     with _sqlite_lock(client.tracking_uri):
         exp = client.get_experiment_by_name(name)
