@@ -72,7 +72,7 @@ def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dic
     return compute(prepared.graph, prepared.grouping, spec, placements, want_optimum)
 
 
-@task(name="distributed-placement-search", task_run_name="search-rl-ray", cache_policy=NONE)
+@task(name="distributed-placement-search", task_run_name="search-{method}-ray", cache_policy=NONE)
 def distributed_placement_search(
     prepared: PreparedGraph,
     spec: ClusterSpec,

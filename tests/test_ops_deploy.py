@@ -128,6 +128,8 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
         with get_client(sync_client=True) as client:
             names = {d.id: f"{client.read_flow(d.flow_id).name}/{d.name}" for d in client.read_deployments()}
             states = {names[r.deployment_id]: r.state_type.value for r in client.read_flow_runs() if r.deployment_id}
+            task_names = {t.name for t in client.read_task_runs(limit=200)}
+    assert "search-post-ray" in task_names, sorted(task_names)  # the distributed post search says what it is
     assert states == dict.fromkeys(RUNS, "COMPLETED"), states
     # what came out: run folders, MLflow runs, the cost table
     for name in ("demo", "nightly-sweep", "distributed"):
