@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
+ruff check --quiet .   # pyflakes' checks (pyproject.toml [tool.ruff]): an undefined name fails here, not mid-run
 exec python -m pytest -q "$@"
