@@ -10,9 +10,9 @@ from pydantic import Field
 
 from cluster.environment import ENVIRONMENTS
 from cluster.fidelity import AGAINST
+from cluster.spec import preset_names
 from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
-from cluster.spec import preset_names
 from compgraph.grouping import GROUPERS
 from compgraph.models import BENCHMARKS
 

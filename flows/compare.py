@@ -15,6 +15,7 @@ from flows.choices import ClusterName, Count, EnvName, GrouperName, LearnerName,
 from placer import LEARNERS
 from placer.compare import summarize_runs
 from placer.search import run_name
+from tasks.search import learner_config, learner_search, run_paths
 from tracking import artifact_root, default_tracking_uri
 from tracking.learners import plot_learner_curves, record_comparison
 
@@ -74,11 +75,11 @@ def compare_learners(
     runs: dict = {}
     for method in chosen:
         for seed in seeds:
-            config = tasks.learner_config(method, budget, seed, (learner_options or {}).get(method))
-            log_path, ckpt_path = tasks.run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
-                                                  seed, config.budget)
+            config = learner_config(method, budget, seed, (learner_options or {}).get(method))
+            log_path, ckpt_path = run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
+                                            seed, config.budget)
             runs.setdefault(method, []).append(
-                tasks.learner_search(method, quote(prepared), spec, env, config, log_path, ckpt_path, resume))
+                learner_search(method, quote(prepared), spec, env, config, log_path, ckpt_path, resume))
     summary = summarize_runs(runs)
     name = run_name(prepared.name, size, spec.name, prepared.grouping.grouper, "compare", min(seeds), budget)
     title = (f"{prepared.name} ({size}, {prepared.grouping.num_groups} groups) on {spec.name} [{env}], "

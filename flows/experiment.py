@@ -13,9 +13,12 @@ import tasks
 from baselines import BASELINES, DEFAULT_EXCLUDED
 from flows.choices import ClusterName, Count, EnvName, GrouperName, MethodName, ModelName, NonNegative, NonNegativeFloat, SizeName
 from placer import DEFAULT_LEARNERS
+from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params
+from tasks.measure import train_best
+from tasks.publish import search_progress_artifact, tag_flow_run
+from tasks.search import RaySettings, evaluate, learner_searches
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed
-from tasks.publish import search_progress_artifact, tag_flow_run
 from tracking.progress import chain, say, stage
 
 METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
@@ -117,12 +120,12 @@ def placement_experiment(
     stamp = time.strftime("%Y%m%d-%H%M%S")  # the run folder's name: when the run started
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
     env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
-    ray = tasks.RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
+    ray = RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
     settings = {"model": model, "size": size, "cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
                 "env": env, "graph_def": graph_def, "keras": keras, "saved_model": saved_model, "signature": signature,
                 "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options,
                 **({"int_bounds": int_bounds} if int_bounds else {})}
-    recorder = ExperimentRecorder(uri, artifact_root(out), tasks.start_params(methods, budget, seed, env, learner_options),
+    recorder = ExperimentRecorder(uri, artifact_root(out), start_params(methods, budget, seed, env, learner_options),
                                   methods, spool, mlflow_parent_run_id, flow_run_id, settings, resume)
     # preprocess
     with stage("preprocess") as st:
@@ -138,15 +141,18 @@ def placement_experiment(
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
     tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{env}")  # filters in the UI
-    recorder.log_params(tasks.graph_params(prepared, size, spec, num_groups))
+    recorder.log_params(graph_params(prepared, size, spec, num_groups))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
     # baselines, then the learners' searches (in-process or on Ray)
     with stage("baselines") as st:
         placements = tasks.baseline_placements(methods, prepared, spec)
         st["result"] = ", ".join(placements) or "none"
-    searches = tasks.learner_searches(methods, prepared, size, spec, env, out, budget, seed, learner_options, resume,
-                                      env_options, lambda m, n: chain(recorder.callback(m, n, get_run_logger()), search_progress_artifact(m, n)), ray)
+    def on_update(method: str, budget: int):  # MLflow metrics, progress lines and the Prefect progress artifact
+        return chain(recorder.callback(method, budget, get_run_logger()), search_progress_artifact(method, budget))
+
+    searches = learner_searches(methods, prepared, size, spec, env, out, budget, seed, learner_options, resume,
+                                env_options, on_update, ray)
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for
     with stage("lower bound" + (" and optimum" if "optimum" in methods else "")):
@@ -155,15 +161,15 @@ def placement_experiment(
         placements["optimum"] = refs["optimum_placement"]
     # evaluation: every placement in one kind of environment
     with stage(f"evaluation ({env})") as st:
-        results, summary = tasks.evaluate(quote(prepared), spec, env, quote(placements), env_options,
-                                          quote(searches.groupings))
+        results, summary = evaluate(quote(prepared), spec, env, quote(placements), env_options,
+                                    quote(searches.groupings))
         st["result"] = "; ".join(f"{m} {'OOM' if r['oom'] else format(r['step_time_s'], '.5g') + ' s'}"
                                  for m, r in results.items())
     # end-to-end training of the best learned and best baseline placements (real, or projected with sim)
     with stage("end-to-end training"):
-        training = tasks.train_best(prepared, spec, env, summary, placements, searches.groupings, train_steps, seed)
+        training = train_best(prepared, spec, env, summary, placements, searches.groupings, train_steps, seed)
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect
     with stage("record"):
-        record, result = tasks.experiment_outcome(prepared, size, spec, env, methods, budget, seed, learner_options,
-                                                  searches, results, summary, refs, training, uri, flow_run_id)
-        return tasks.save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, spool)
+        record, result = experiment_outcome(prepared, size, spec, env, methods, budget, seed, learner_options,
+                                            searches, results, summary, refs, training, uri, flow_run_id)
+        return save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, spool)

@@ -27,6 +27,7 @@ import tasks.measure as mt
 from cluster.op_placement import is_op_placement
 from flows.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
 from placer import LEARNERS
+from tasks.search import learner_grouping
 from tracking import artifact_root, default_tracking_uri
 from tracking.paths import named_path
 from tracking.progress import say
@@ -285,7 +286,7 @@ def placement_train(
         found = mt.simulated_search(quote(prepared), spec, method, budget, seed, table, log_path)
         if found.best_placement is None:
             raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")
-        gp, grouping = found.best_placement, tasks.learner_grouping(method, prepared)
+        gp, grouping = found.best_placement, learner_grouping(method, prepared)
     else:
         gp = tasks.baseline_placement(method, quote(prepared), spec)
     result = mt.train_placement(quote(prepared), spec, env, gp, steps, seed, cost_table=table, grouping=grouping)

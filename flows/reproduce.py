@@ -24,6 +24,7 @@ from cluster.spec import load_cluster
 from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
 from flows.choices import TABLE_METHODS, TABLES, GpuCount, NonNegative, SizeName, TableMethod, TableModel, TableName
+from tasks.search import learner_config, learner_search
 from tracking import artifact_root, default_tracking_uri
 from tracking.paths import named_path
 
@@ -48,11 +49,10 @@ def select_rows(table: str, models: list[str] | None = None, gpus: list[int] | N
 def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path: Path) -> OpPlacement:
     """The best placement one learner (:data:`placer.LEARNERS`) finds in ``budget`` simulated
     placements, through the experiment's search task, as a per-op placement (any learner's units)."""
-    import tasks
     from tasks.search import learner_grouping
 
-    config = tasks.learner_config(method, budget, seed)
-    best = tasks.learner_search(method, quote(prepared), spec, "sim", config, log_path).best_placement
+    config = learner_config(method, budget, seed)
+    best = learner_search(method, quote(prepared), spec, "sim", config, log_path).best_placement
     return OpPlacement(learner_grouping(method, prepared).expand(best))
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from prefect import flow
 
-import tasks
 from flows.choices import ClusterName, Count, MethodName, ModelName, NonNegative, SizeName
 from flows.experiment import placement_experiment
+from tasks.publish import publish_sweep
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import finish_sweep, start_sweep
 
@@ -73,5 +73,5 @@ def placement_sweep(
                              **{k: r.get(k) for k in ("best_baseline", "best_learned", "speedup_over_best_baseline", "mlflow_run_id")}})
     # the comparison table over the sweep (methods x models x clusters over seeds), logged and published
     table = finish_sweep(uri, sweep_id, Path(out_dir) / "sweeps" / sweep_id, failed=sum("error" in r for r in rows))
-    tasks.publish_sweep(table, uri, sweep_id)
+    publish_sweep(table, uri, sweep_id)
     return rows

@@ -112,14 +112,3 @@ def record(**kwargs) -> str | None:
         get_run_logger().error(f"MLflow logging failed ({type(exc).__name__}: {exc}); the results are in {run_dir}: "
                                f"log them later with `placement log-run {run_dir}`")
         return None
-
-
-from tasks.publish import publish_experiment, publish_sweep  # noqa: E402,F401  (Prefect artifacts)
-
-
-from tasks.search import (  # noqa: E402,F401
-    LearnerSearches, RaySettings, environment, evaluate, learner_config, learner_grouping, learner_search, learner_searches,
-    learner_setting, run_paths,
-)
-from tasks.measure import train_best  # noqa: E402,F401
-from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params  # noqa: E402,F401

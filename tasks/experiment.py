@@ -108,6 +108,7 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
         ``result`` with ``run_dir`` and ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
     """
     import tasks
+    from tasks.publish import publish_experiment
     from tracking import artifact_root
     from tracking.live import run_folder, save_run_folder
 
@@ -120,5 +121,5 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
                                                run_ids=recorder.run_ids, run_dir=run_dir,
                                                **{k: quote(v) for k, v in record.items()})
     recorder.finish(result["mlflow_run_id"] if not spool else "spooled")
-    tasks.publish_experiment(quote(result))
+    publish_experiment(quote(result))
     return result

@@ -220,6 +220,7 @@ def test_milp_bound_is_below_the_enumerated_optimum(seed):
     assert model.proven == (model.step_time_s <= model.bound_s * (1 + 1e-9))
 
 
+@pytest.mark.slow
 def test_optimum_gives_the_same_value_twice_under_different_cpu_load():
     """Work limits (nodes, polish placements), not the clock: a quiet and a loaded machine agree."""
     import subprocess

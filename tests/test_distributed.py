@@ -90,6 +90,7 @@ def test_one_controller_equals_the_in_process_search_with_the_ppo_option(local_r
     _same(distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2), expected)
 
 
+@pytest.mark.slow
 def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=22, k=4, seed=3, hidden_size=32)
     log = tmp_path / "a.jsonl"
@@ -111,6 +112,7 @@ def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(loca
     assert [by_index[i]["placement"] for i in range(4)] != [by_index[i]["placement"] for i in range(4, 8)]
 
 
+@pytest.mark.slow
 def test_an_interrupted_log_is_resumed(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=16, k=4, seed=1, hidden_size=32)
     log = tmp_path / "r.jsonl"
@@ -174,6 +176,7 @@ def _kill_when_measuring(log, target, min_records=1, after_s=0.05):
     return thread
 
 
+@pytest.mark.slow
 def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_small, k80x2, tmp_path):
     """Post with 2 controllers: the pooled cross-entropy step at the server (n_ce=8) and each
     controller's PPO steps; a worker and a controller killed mid-search change nothing."""
@@ -194,6 +197,7 @@ def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_s
     assert faulty.distributed["controller_restarts"] >= 1
 
 
+@pytest.mark.slow
 def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=32)
     actors: dict = {}
@@ -308,6 +312,7 @@ def test_cli_distributed_options_are_checked(args, message):
     assert r.exit_code == 2 and message in r.output
 
 
+@pytest.mark.slow
 def test_killed_parameter_server_synchronous_same_result(local_ray, rnnlm_small, k80x2, tmp_path):
     """Post with 2 controllers (the pooled cross-entropy step runs at the server): the parameter
     server killed mid-search is revived and restored from the last round's state; same result."""

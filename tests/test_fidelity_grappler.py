@@ -27,6 +27,7 @@ def invoke(args):
     return CliRunner().invoke(app, args)
 
 
+@pytest.mark.slow
 def test_fidelity_against_grappler_prints_tau_and_mape(prefect_harness, tmp_path):
     out = tmp_path / "runs"
     r = invoke(["fidelity", "--model", "rnnlm", "--cluster", "k80x2", "--against", "grappler", "--random", "2",

@@ -17,6 +17,7 @@ def prefect_harness():
         yield
 
 
+@pytest.mark.slow
 def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -105,6 +106,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert set(result["speedups"]) == set(LEARNERS)
 
 
+@pytest.mark.slow
 def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_harness, tmp_path):
     from mlflow.tracking import MlflowClient
 

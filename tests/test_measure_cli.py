@@ -49,6 +49,7 @@ def _client(out):
     return MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
 
 
+@pytest.mark.slow
 def test_calibrate_writes_a_table_that_loads(calibrated, rnnlm_small):
     from cluster.calibrate import CostTable
 
@@ -63,6 +64,7 @@ def test_calibrate_writes_a_table_that_loads(calibrated, rnnlm_small):
     assert result["wall_time_s"] > 0 and result["prefect_flow_run_id"]
 
 
+@pytest.mark.slow
 def test_fidelity_calibrates_first_prints_metrics_and_logs_an_mlflow_run(prefect_harness, tmp_path, rnnlm_small):
     from cluster.calibrate import CostTable
 

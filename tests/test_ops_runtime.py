@@ -70,6 +70,7 @@ def home(tmp_path_factory):
     return tmp_path_factory.mktemp("prefect-home")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_no_server_left_after_signal(home, sig):

@@ -25,6 +25,7 @@ def _client(out):
     return MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
 
 
+@pytest.mark.slow
 def test_spooled_run_keeps_everything_in_its_folder_and_log_run_logs_it(prefect_harness, tmp_path):
     from cli.main import app
     from flows.experiment import placement_experiment

@@ -112,6 +112,7 @@ def test_int_placeholder_without_inferable_range_is_named():
     assert not env.measure(np.zeros(grouping.num_groups, dtype=np.int64)).oom
 
 
+@pytest.mark.slow
 def test_resource_exhausted_gives_oom():
     """A real ResourceExhaustedError: a 2**60-element float32 fill (4 EiB) cannot be allocated.
 

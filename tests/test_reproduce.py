@@ -87,6 +87,7 @@ def prefect_harness():
         yield
 
 
+@pytest.mark.slow
 def test_reproduce_flow_reduced_rows_logs_to_mlflow(prefect_harness, tmp_path):
     from mlflow.tracking import MlflowClient
 

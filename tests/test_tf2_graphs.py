@@ -220,6 +220,7 @@ def prefect_harness():
         yield
 
 
+@pytest.mark.slow
 def test_experiment_end_to_end_saved_model_and_keras3(prefect_harness, saved_train_step, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner

@@ -50,6 +50,7 @@ def _unit_and_op_placements(prepared, units):
     return gp, op
 
 
+@pytest.mark.slow
 def test_train_best_trains_unit_and_op_level_placements_for_real(prefect_harness, rnnlm_small, cpu4, units):
     from tasks.measure import train_best
 

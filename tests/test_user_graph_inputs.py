@@ -143,6 +143,7 @@ def prefect_harness():
         yield
 
 
+@pytest.mark.slow
 def test_train_and_real_experiment_on_saved_models_with_integer_inputs(prefect_harness, user_graphs, tmp_path):
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
