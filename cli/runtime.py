@@ -1,8 +1,9 @@
 """The Prefect API a ``placement`` command runs its flow against, started so that it does not fall over.
 
 Prefect 3.8 without ``PREFECT_API_URL`` starts a temporary ("ephemeral") API server on the
-first flow call. On a busy machine that failed in three ways (measured, see
-``notes/i14-ops.md``): its 20 s start-up limit ran out; two runs sharing one
+first flow call. On a busy machine that failed in three ways (measured on a 2-core machine
+under load: the default run and 6 harness tests died with "Timed out while attempting to
+connect to ephemeral Prefect API server"): its 20 s start-up limit ran out; two runs sharing one
 ``PREFECT_HOME`` raced in the database migration (``duplicate column name``); and a run
 stopped by SIGTERM or SIGKILL left its server running. :func:`prefect_api` replaces it with
 the same server (Prefect's own ``prefect.server.api.server:create_app`` under uvicorn, bound to

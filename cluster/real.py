@@ -14,8 +14,9 @@ How a placement runs (:class:`PlacedSession`):
 * The copy is imported into a fresh ``tf.Graph`` and run in a v1 ``Session`` with
   ``ConfigProto(device_count={"CPU": n, "GPU": g})`` (the v1 session ignores
   ``tf.config.set_logical_device_configuration``) and the grappler meta-optimizer
-  disabled, so the placement is run as given (shared/notes/stack.md, "Real multi-device
-  runs on a CPU-only machine").
+  disabled, so the placement is run as given (measured: with both, every node ran where it
+  was placed; on a CPU-only machine the logical CPUs share its cores, so their timings are
+  not those of distinct devices).
 * Variables are initialised with the graph's ``init`` op (the benchmarks build it with
   ``global_variables_initializer``), then each step is fed synthetic inputs drawn from
   the seed (:class:`SyntheticInputs`).

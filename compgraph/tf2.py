@@ -4,7 +4,8 @@ conditionals lowered, resource-variable placeholders turned back into variables.
 A ``tf.function`` training step (a ``ConcreteFunction``, a SavedModel signature, or its
 ``GraphDef``) hides ops in a function library: ``PartitionedCall``/``StatefulPartitionedCall``
 call library functions, ``If``/``Case`` choose a branch function, ``While`` runs a body
-function (``shared/notes/stack.md``). :func:`flatten_graph_def` makes it a flat graph whose
+function, and variables are resource placeholders, so the GraphDef cannot run alone in a
+``Session`` nor be placed op by op. :func:`flatten_graph_def` makes it a flat graph whose
 every op can be placed:
 
 1. **Calls** (``PartitionedCall``, ``StatefulPartitionedCall``) are inlined in Python: the

@@ -2,9 +2,10 @@
 
 TensorFlow 2 hides loops and conditionals in a function library (``While``/``If``) and
 turns variables into resource placeholders, so its ``tf.function`` graphs cannot be
-placed op by op. The TF1-style path gives a flat, runnable training-step graph
-(see ``shared/notes/stack.md``): legacy Keras, control flow v1, graphs built inside
-an explicit :class:`tf.Graph`. TF2 graphs that users bring are made flat by
+placed op by op. The TF1-style path gives a flat, runnable training-step graph:
+legacy Keras (``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported, for Keras 2's graph
+mode), control flow v1 (``tf.compat.v1.disable_control_flow_v2()``), graphs built inside
+an explicit :class:`tf.Graph` on placeholders. TF2 graphs that users bring are made flat by
 :mod:`compgraph.tf2`.
 """
 

@@ -94,8 +94,9 @@ if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processe
     from placer.learner import Learner, LearnerConfig
     from placer.reinforce import ReinforceConfig, SearchResult
 
-#: Environment of a local Ray started by :func:`ray_session` (shared/notes/stack.md): no auth
-#: token written to ~/.ray, listening on 127.0.0.1 only, no usage statistics.
+#: Environment of a local Ray started by :func:`ray_session`: no auth token written to ~/.ray
+#: (``RAY_AUTH_MODE=disabled``), listening on 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``:
+#: measured, ``_node_ip_address`` alone is overridden and Ray listens on 0.0.0.0), no usage statistics.
 LOCAL_RAY_ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",

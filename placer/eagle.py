@@ -1,7 +1,7 @@
 """EAGLE: a feed-forward grouper linked to a seq2seq placer by an RNN, trained with PPO (+ CE).
 
 Lan, Chen, Li, *EAGLE: Expedited Device Placement with Automatic Grouping for Large Models*,
-IPDPS 2021 (``../shared/papers/002_…txt``), Sec. III and IV-C.
+IPDPS 2021, Sec. III and IV-C.
 
 **Units.** As the Hierarchical Planner (:mod:`placer.hierarchical`): the environment's units
 are the TensorFlow colocation units and each unit gets one group from the product of its

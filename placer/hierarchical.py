@@ -1,7 +1,7 @@
 """Hierarchical Planner: a feed-forward grouper and a seq2seq placer trained jointly (REINFORCE).
 
 Mirhoseini, Goldie, Pham, Steiner, Le, Dean, *A Hierarchical Model for Device Placement*,
-ICLR 2018; described in EAGLE (Lan et al. 2021, ``../shared/papers/002_…txt``) Sec. II-C
+ICLR 2018; described in EAGLE (Lan, Chen, Li, IPDPS 2021) Sec. II-C
 (Fig. 1) and III-A; defaults from its open-source version, TensorFlow's
 ``tensorflow/python/grappler/hierarchical_controller.py`` (``hierarchical_controller_hparams``).
 
@@ -41,7 +41,8 @@ gradient global norm clipped to 1.0); ``B`` starts at the failing signal and mov
 updates, the loss and the baseline use only placements that ran. One placement per update
 (``num_children = 1``).
 
-Not reproduced (see ``notes/i9-learners.md``): ``stop_sampling`` (after 500 updates the code
+Not reproduced (each changes what is learned from what was measured, or follows no
+paper): ``stop_sampling`` (after 500 updates the code
 re-uses the last sampled placement instead of sampling), the code's re-sampling of the
 actions inside its training step (we score the placements that were measured), and the
 code's bi-LSTM alignment (its backward state at step ``i`` is the one after group

@@ -1,7 +1,7 @@
 """Post: softmax placement distributions trained by cross-entropy minimisation and PPO.
 
 Gao, Chen, Li, *Post: Device Placement with Cross-Entropy Minimization and Proximal
-Policy Optimization*, NeurIPS 2018 (``../shared/papers/003_…txt``):
+Policy Optimization*, NeurIPS 2018:
 
 * **Policy** (Sec. 3.2, Eq. 2–3): one softmax distribution per co-location group,
   ``f(d_m = j | u_m) = exp(u_mj) / sum_i exp(u_mi)``, the groups independent;
