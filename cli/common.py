@@ -95,18 +95,13 @@ def _prepare_graph(
     if signature is not None and saved_model is None:
         _fail("--signature needs --saved-model")
     user_graph = graph_def is not None or keras is not None or saved_model is not None
-    if int_bounds and not user_graph:
-        _fail("--int-bound is for a user's graph (--graph-def, --saved-model, --keras); a benchmark's integer inputs "
-              "are bounded by its own tables")
     try:
         if user_graph:
             prepared = prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
                                           num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature,
                                           int_bounds=int_bounds)
-            if env == "real" and prepared.unbounded_int_inputs:
-                name = prepared.unbounded_int_inputs[0]
-                _fail(f"{prepared.name}: integer input {name!r}: the graph does not tell the range of its ids "
-                      f"(no embedding table, logits or one-hot depth it reaches); give --int-bound {name}=N")
+            if env == "real" and prepared.int_bound_problem():
+                _fail(prepared.int_bound_problem())
             return prepared
         _check_model(model, size)
         return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
@@ -135,11 +130,14 @@ def max_graph_mb_option():
                         help="largest user graph read, in MB: a GraphDef file or a SavedModel folder (default 1000)")
 
 
-def parse_int_bounds(values: list[str] | None) -> dict[str, int] | None:
-    """``--int-bound NAME=N`` options -> ``{NAME: N}`` (``None`` when none given); a malformed
-    one, or ``N`` not an integer >= 1, is one line, exit 2."""
+def parse_int_bounds(values: list[str] | None, user_graph: bool) -> dict[str, int] | None:
+    """``--int-bound NAME=N`` options -> ``{NAME: N}`` (``None`` when none given); one without a
+    user's graph, a malformed one, or ``N`` not an integer >= 1, is one line, exit 2."""
     if not values:
         return None
+    if not user_graph:
+        _fail("--int-bound is for a user's graph (--graph-def, --saved-model, --keras); a benchmark's integer inputs "
+              "are bounded by its own tables")
     out = {}
     for v in values:
         name, sep, n = v.partition("=")

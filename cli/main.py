@@ -113,10 +113,7 @@ def experiment(
     user_graph = graph_def is not None or keras is not None or saved_model is not None
     if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
         _fail("give one of --graph-def, --saved-model and --keras, not several")
-    int_bounds = parse_int_bounds(int_bound)
-    if int_bounds and not user_graph:
-        _fail("--int-bound is for a user's graph (--graph-def, --saved-model, --keras); a benchmark's integer inputs "
-              "are bounded by its own tables")
+    int_bounds = parse_int_bounds(int_bound, user_graph)
     if not user_graph:
         _check_model(model, size)
     try:

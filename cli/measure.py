@@ -206,7 +206,7 @@ def train(
     user_graph = graph_def is not None or keras is not None or saved_model is not None
     if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
         _fail("give one of --graph-def, --saved-model and --keras, not several")
-    int_bounds = parse_int_bounds(int_bound)
+    int_bounds = parse_int_bounds(int_bound, user_graph)
     if user_graph and model is not None:
         _fail("give --model or a user's graph (--graph-def, --saved-model, --keras), not both")
     if not user_graph:
@@ -233,7 +233,7 @@ def train(
             _fail("--cost-table is calibrated on a benchmark; a user's graph is costed by the roofline model")
         _check_cost_table(cost_table, model, size, spec)
     preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
-    if user_graph or int_bounds:  # the user's graph checked before the flow starts (one line, exit 2)
+    if user_graph:  # the user's graph checked before the flow starts (one line, exit 2)
         _prepare_graph(model, size, graph_def, keras, None, None, None, seed, saved_model, signature, int_bounds, env)
     from flows.measure import placement_train
 

@@ -105,6 +105,16 @@ class PreparedGraph:
                 "ops_unknown_shape", "ops_without_flops_rule")
         return {f"import_{k}": self.import_info[k] for k in keys if k in self.import_info}
 
+    def int_bound_problem(self) -> str | None:
+        """Why real execution cannot feed this graph: the first integer input whose id range is
+        neither given nor told by the graph, in one line naming it and ``--int-bound NAME=N``
+        (the ``int_bounds`` key); ``None`` when every integer input is bounded."""
+        if not self.unbounded_int_inputs:
+            return None
+        name = self.unbounded_int_inputs[0]
+        return (f"{self.name}: integer input {name!r}: the graph does not tell the range of its ids "
+                f"(no embedding table, logits or one-hot depth it reaches); give --int-bound {name}=N")
+
     def cost_warning(self) -> str | None:
         """One line saying what a user's graph's costs miss (:func:`cost_coverage`), or ``None``
         when nothing is missing (and for a benchmark)."""

@@ -134,10 +134,8 @@ def placement_experiment(
         spec = tasks.load_cluster_spec(cluster)
         st["result"] = f"{prepared.name}: {prepared.graph.num_ops} ops, {prepared.grouping.num_groups} groups; {spec.name}"
     size = prepared.size  # "user" for a user's graph (its size parameter means nothing)
-    if env == "real" and prepared.unbounded_int_inputs:
-        name = prepared.unbounded_int_inputs[0]
-        raise ValueError(f"{prepared.name}: integer input {name!r}: the graph does not tell the range of its ids; "
-                         f"give int_bounds {{{name!r}: N}} (--int-bound {name}=N)")
+    if env == "real" and prepared.int_bound_problem():
+        raise ValueError(prepared.int_bound_problem())
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
     tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{env}")  # filters in the UI

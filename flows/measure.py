@@ -270,10 +270,8 @@ def placement_train(
         model, size = prepared.name, "user"
         if method == "expert":
             raise ValueError("method 'expert' needs a benchmark's layer rules; a user's graph has none")
-        if env == "real" and prepared.unbounded_int_inputs:
-            name = prepared.unbounded_int_inputs[0]
-            raise ValueError(f"{model}: integer input {name!r}: the graph does not tell the range of its ids; "
-                             f"give int_bounds {{{name!r}: N}} (--int-bound {name}=N)")
+        if env == "real" and prepared.int_bound_problem():
+            raise ValueError(prepared.int_bound_problem())
         if prepared.cost_warning():
             say(prepared.cost_warning())
     spec = tasks.load_cluster_spec(cluster)
