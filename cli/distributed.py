@@ -20,10 +20,19 @@ def check_distributed_options(controllers: int, workers: int, gpus_per_worker: f
     return None
 
 
-def check_policy_device(policy_device: str, ray_address: str | None) -> str | None:
-    """``--policy-device cuda`` on a local Ray needs CUDA here (``torch.cuda.is_available()``); on a
-    Ray cluster (``ray_address``) the controllers' nodes decide, and Ray reports a missing GPU itself."""
-    if policy_device != "cuda" or ray_address is not None:
+def check_policy_device(policy_device: str, ray_address: str | None, methods: list[str] = ()) -> str | None:
+    """``--policy-device cuda`` needs every learner of ``methods`` to run its policy there
+    (:func:`placer.policy_device_problem`), and on a local Ray CUDA here
+    (``torch.cuda.is_available()``); on a Ray cluster (``ray_address``) the controllers' nodes
+    decide, and Ray reports a missing GPU itself."""
+    if policy_device == "cpu":
+        return None
+    from placer import policy_device_problem
+
+    problem = policy_device_problem(methods, policy_device)
+    if problem:
+        return f"--{problem.replace('_', '-', 1)}"
+    if ray_address is not None:
         return None
     import torch
 

@@ -85,10 +85,10 @@ def experiment(
     num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real: move ops that have no kernel on their device to the CPU instead of failing"),
-    controllers: int = typer.Option(0, help="rl and post on Ray: this many controllers, workers and a parameter server (2017 Sec. 3.4); 0: in-process"),
+    controllers: int = typer.Option(0, help="every learner on Ray: this many controllers, workers and a parameter server (2017 Sec. 3.4); 0: in-process"),
     workers: int = typer.Option(0, help="with --controllers: measuring worker actors, one placement each at a time (0: K per controller)"),
     gpus_per_worker: float = typer.Option(0, help="with --controllers: GPUs each worker asks Ray for and sees (--env real on GPUs: the cluster's GPU count)"),
-    policy_device: str = typer.Option("cpu", help="with --controllers: cpu | cuda, where controllers run the policy (cuda: one GPU each)"),
+    policy_device: str = typer.Option("cpu", help="with --controllers: cpu | cuda, where controllers run the policy (cuda: rl only, one GPU each)"),
     async_updates: bool = typer.Option(False, "--async", help="with --controllers: 2017's asynchronous updates (not reproducible); default: synchronous rounds"),
     ray_address: str = typer.Option(None, help="an existing Ray cluster (auto, host:port or ray://host:port); default: a local Ray on 127.0.0.1"),
     train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
@@ -129,7 +129,7 @@ def experiment(
     if controllers < 0:
         _fail(f"--controllers must be at least 0, got {controllers}")
     if ray_address is not None and controllers == 0:
-        _fail("--ray-address needs --controllers 1 or more (the distributed rl search)")
+        _fail("--ray-address needs --controllers 1 or more (the distributed search)")
     from cli.distributed import check_distributed_options, check_policy_device, probe_ray_address
 
     problem = check_distributed_options(controllers, workers, gpus_per_worker, policy_device, async_updates)
@@ -157,7 +157,7 @@ def experiment(
                                  chosen, seed, budget, options)
         if problem:
             _fail(problem)
-    for problem in (check_policy_device(policy_device, ray_address), probe_ray_address(ray_address)):
+    for problem in (check_policy_device(policy_device, ray_address, chosen), probe_ray_address(ray_address)):
         if problem:
             _fail(problem)
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work

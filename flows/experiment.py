@@ -12,7 +12,7 @@ from prefect.utilities.annotations import quote
 import tasks
 from baselines import BASELINES, DEFAULT_EXCLUDED
 from flows.choices import ClusterName, Count, EnvName, GrouperName, MethodName, ModelName, NonNegative, NonNegativeFloat, SizeName
-from placer import DEFAULT_LEARNERS
+from placer import DEFAULT_LEARNERS, policy_device_problem
 from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params
 from tasks.measure import train_best
 from tasks.publish import search_progress_artifact, tag_flow_run
@@ -102,10 +102,10 @@ def placement_experiment(
         signature: the SavedModel signature holding the training step.
         spool: log nothing to MLflow; the run folder is logged later with `placement log-run DIR`.
         mlflow_parent_run_id: internal, set by the sweep to nest this run under its own; leave empty.
-        controllers: with more than 0, every learner that places the prepared groups searches on Ray.
+        controllers: with more than 0, every learner searches on Ray (over its own units).
         workers: measuring workers on Ray (0: K per controller, 2017 Sec. 3.4).
         gpus_per_worker: GPUs each Ray worker asks for (real execution on GPU nodes).
-        policy_device: where controllers run the policy: cpu or cuda.
+        policy_device: where controllers run the policy: cpu or cuda (rl only; refused for the others).
         async_updates: 2017's asynchronous updates instead of synchronous rounds (not reproducible).
         int_bounds: a user's graph: integer input name -> exclusive bound of the ids real execution
             feeds it (default: the size of the table it indexes), e.g. {"tokens": 32000}.
@@ -121,6 +121,8 @@ def placement_experiment(
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
     env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
     ray = RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
+    if controllers and policy_device_problem(methods, policy_device):  # before anything runs
+        raise ValueError(policy_device_problem(methods, policy_device))
     settings = {"model": model, "size": size, "cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
                 "env": env, "graph_def": graph_def, "keras": keras, "saved_model": saved_model, "signature": signature,
                 "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options,

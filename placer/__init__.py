@@ -36,3 +36,21 @@ def __getattr__(name: str):
         globals()["LEARNERS"] = LEARNERS
         return LEARNERS
     raise AttributeError(f"module 'placer' has no attribute {name!r}")
+
+
+def policy_device_problem(methods, device: str) -> str | None:
+    """The first learner of ``methods`` that cannot run its policy on ``device`` (its
+    :attr:`placer.learner.Learner.policy_devices`), as one line naming both; ``None`` if every
+    learner can (always for ``cpu``; other methods are ignored). Checked before a run starts by
+    the CLI, the experiment flow and :func:`placer.distributed.distributed_search`."""
+    if device == "cpu":
+        return None
+    from placer import LEARNERS
+
+    for method in methods:
+        cls = LEARNERS.get(method)
+        if cls is not None and device not in cls.policy_devices:
+            able = [name for name, c in LEARNERS.items() if device in c.policy_devices]
+            return (f"policy_device {device!r}: learner {method!r} runs its policy on {', '.join(cls.policy_devices)} "
+                    f"only (on {device}: {', '.join(able) or 'none'}); use policy_device 'cpu' or leave {method} out")
+    return None

@@ -34,24 +34,24 @@ loops on its own: pull whatever the server holds, sample, measure, update, push 
 which the server adds on arrival (the parameters may have moved meanwhile). The budget is
 allocated in sample-index order as controllers ask; such a log cannot be resumed.
 
-**Extension of the learner contract (what a learner implements to be distributed).**
+**The learner contract** (:class:`placer.learner.Learner`, each with a default): the
+search distributes every learner, including those that group ops themselves (Hierarchical
+Planner, EAGLE: their controllers and workers see an environment over the colocation units,
+``grouping``), through
 
 * ``policy_state() -> dict[str, np.ndarray]`` and ``load_policy_state(state)``: the
-  policy's parameters only (what the server holds and controllers pull). Optional for a
-  learner whose ``self.policy`` is a ``torch.nn.Module``: its ``state_dict`` is used
-  (:func:`policy_state`, :func:`load_policy_state`).
-* ``to(device) -> self`` (optional): move the policy to ``"cuda"`` (``policy_device``); a
-  learner without it runs its policy on the CPU only.
-* For a learner with a pooled step (Post's and EAGLE+CE's cross-entropy step, which needs
-  every controller's placements): a boolean attribute ``pooled`` (the search sets it to
-  True on every controller's and the server's learner: ``update`` must then make only its
-  gradient step, not the pooled one), and ``pooled_update(batches) -> dict | None``, called
-  at the server on a learner instance seeded with ``config.seed`` whose policy holds the
-  server's parameters, with ``batches`` a list of ``(Samples, step_times_s [K], oom [K])``
-  (``Samples.extra`` empty) -- each controller's batch once, in the order they are recorded;
-  it keeps its own pool (e.g. the CE period), returns diagnostics when it changed the
-  policy (the server then takes the learner's :func:`policy_state`), else ``None``.
-  :class:`placer.post.PostLearner` is an example.
+  policy's parameters only (what the server holds and controllers pull); by default the
+  ``state_dict`` of ``self.policy`` (a ``torch.nn.Module``). A learner with none (the hill
+  climber ``local_search``) shares nothing: each controller searches on its own.
+* ``to(device)`` and ``policy_devices``: where the controllers may run the policy
+  (``policy_device``); a device the learner does not list is refused before any actor starts.
+* ``pools`` and ``pooled_update(batches)`` (Post's cross-entropy step, which needs every
+  controller's placements): the search sets ``pooled = True`` on every controller's and the
+  server's learner (``update`` then makes only its own step); ``pooled_update`` runs at the
+  server on a learner seeded with ``config.seed`` whose policy holds the server's parameters,
+  with ``batches`` a list of ``(Samples, step_times_s [K], oom [K])`` (``Samples.extra``
+  empty), each controller's batch once, in the order recorded; it returns diagnostics when it
+  changed the policy (the server then takes the learner's ``policy_state``), else ``None``.
 
 **Faults.** Worker, controller and parameter-server actors restart (``max_restarts=-1``).
 The driver keeps the server's state after each completed round (synchronous) or push
@@ -90,6 +90,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processes never load torch
     from cluster.spec import ClusterSpec
+    from compgraph.ir import Grouping
     from compgraph.prepare import PreparedGraph
     from placer.learner import Learner, LearnerConfig
     from placer.reinforce import ReinforceConfig, SearchResult
@@ -287,38 +288,8 @@ def _numpy(value) -> np.ndarray:
 
 
 def policy_state(learner: Learner) -> dict[str, np.ndarray]:
-    """The policy's parameters as numpy arrays: ``learner.policy_state()``, else the
-    ``state_dict`` of ``learner.policy`` (a ``torch.nn.Module``).
-
-    Raises:
-        TypeError: the learner has neither (it cannot be distributed).
-    """
-    fn = getattr(learner, "policy_state", None)
-    if fn is not None:
-        state = fn()
-    else:
-        import torch
-
-        policy = getattr(learner, "policy", None)
-        if not isinstance(policy, torch.nn.Module):
-            raise TypeError(f"learner {type(learner).__name__}: cannot be distributed; implement policy_state() "
-                            "and load_policy_state() (placer.distributed module docstring)")
-        state = policy.state_dict()
-    return {k: _numpy(v) for k, v in state.items()}
-
-
-def load_policy_state(learner: Learner, state: dict[str, np.ndarray]) -> None:
-    """Put :func:`policy_state`'s parameters into ``learner``'s policy (in place, so an
-    optimizer keeps its references)."""
-    fn = getattr(learner, "load_policy_state", None)
-    if fn is not None:
-        fn(state)
-        return
-    import torch
-
-    current = learner.policy.state_dict()
-    learner.policy.load_state_dict(
-        {k: torch.from_numpy(np.array(v)).to(current[k].device) for k, v in state.items()})
+    """``learner.policy_state()`` as numpy arrays (:meth:`placer.learner.Learner.policy_state`)."""
+    return {k: _numpy(v) for k, v in learner.policy_state().items()}
 
 
 def merge_parameters(pulled: dict[str, np.ndarray], news: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -371,11 +342,8 @@ def _make_learner(learner_cls, config, prepared, spec, env_kind, env_options, de
         if not torch.cuda.is_available():
             raise RuntimeError(f"policy_device: {device!r} but CUDA is not available on this Ray node "
                                f"(torch.cuda.is_available() is False); use policy_device='cpu'")
-        if not hasattr(learner, "to"):
-            raise ValueError(f"policy_device: learner {learner_cls.name!r} has no to(device); use policy_device='cpu'")
         learner = learner.to(device)
-    if pooled:
-        learner.pooled = True
+    learner.pooled = pooled
     return learner
 
 
@@ -459,7 +427,7 @@ class ParameterServer:
         from placer.learner import Samples
 
         self._check()
-        load_policy_state(self.learner, self.params)
+        self.learner.load_policy_state(self.params)
         got = self.learner.pooled_update([
             (Samples(np.asarray(b["placements"], dtype=np.int64), np.asarray(b["log_prob"], dtype=np.float64)),
              np.asarray(b["step_times_s"], dtype=np.float64), np.asarray(b["oom"], dtype=bool)) for b in batches])
@@ -496,7 +464,7 @@ class Controller:
 
     def info(self) -> dict:
         """``{"params", "failing_signal", "batch_size", "pid"}`` of the freshly built learner."""
-        return {"params": policy_state(self.learner), "failing_signal": getattr(self.learner, "failing_signal", None),
+        return {"params": policy_state(self.learner), "failing_signal": self.learner.failing_signal,
                 "batch_size": int(self.learner.batch_size), "pid": os.getpid()}
 
     def restore(self, state: dict | None) -> int:
@@ -515,7 +483,7 @@ class Controller:
         ``{"placements" [k][U], "log_prob" [k]}``."""
         self._check()
         self.pulled = pulled[1]
-        load_policy_state(self.learner, self.pulled)
+        self.learner.load_policy_state(self.pulled)
         self.samples = self.learner.sample(k)
         return {"placements": np.asarray(self.samples.placements, dtype=np.int64).tolist(),
                 "log_prob": np.asarray(self.samples.log_prob, dtype=np.float64).tolist()}
@@ -967,6 +935,7 @@ def distributed_search(
     start_timeout_s: float = 300.0,
     on_update: Callable[[dict], None] | None = None,
     on_start: Callable[[dict], None] | None = None,
+    grouping: Grouping | None = None,
 ) -> SearchResult:
     """Search placements with any learner on Ray actors (2017 Sec. 3.4; module docstring).
 
@@ -1006,6 +975,9 @@ def distributed_search(
         on_update: called with each learning-curve point, one per controller update.
         on_start: called once all actors are up with ``{"server", "controllers", "workers"}``
             (their Ray handles), e.g. to watch them.
+        grouping: the units the learner places (``None``: ``prepared.grouping``); a learner that
+            groups ops itself places the colocation units
+            (:func:`compgraph.grouping.colocation_grouping`), as in-process.
     Returns:
         A :class:`placer.reinforce.SearchResult`: ``step_times`` batch by batch in the order
         recorded (synchronous: sample-index order), one ``curve`` point per controller
@@ -1014,11 +986,12 @@ def distributed_search(
         "worker_retries" (placements measured again after a worker died), "controller_restarts"}``.
     Raises:
         ValueError: ``controllers`` or ``workers`` < 1, ``max_attempts`` < 1, a negative resource
-            request, an unknown learner, ``env_kind`` or ``policy_device``, a bad ``ray_address``,
+            request, an unknown learner, ``env_kind`` or ``policy_device``, a ``policy_device``
+            the learner cannot run on (its ``policy_devices``), a bad ``ray_address``,
             GPUs asked of a Ray cluster that has fewer, ``env_kind="real"`` on GPUs without
             ``gpus_per_worker``, an asynchronous search on a non-empty log, a log written with
             other settings, or a logged placement that differs on replay.
-        TypeError: a learner that cannot be distributed (:func:`policy_state`).
+        TypeError: a learner without a policy module that does not override ``policy_state``.
         ConnectionError: no Ray cluster at ``ray_address``.
         TimeoutError: the actors did not start within ``start_timeout_s``.
         RuntimeError: a placement or a controller step failed ``max_attempts`` times.
@@ -1040,6 +1013,11 @@ def distributed_search(
             raise ValueError(f"{name}: must be >= 0, got {value}")
     if policy_device not in ("cpu", "cuda"):
         raise ValueError(f"policy_device: {policy_device!r}; valid: cpu, cuda")
+    if policy_device not in learner_cls.policy_devices:
+        from placer import policy_device_problem
+
+        raise ValueError(policy_device_problem([learner_cls.name], policy_device)
+                         or f"policy_device {policy_device!r}: learner {learner_cls.name!r} cannot run on it")
     if gpus_per_controller is None:
         gpus_per_controller = 1.0 if policy_device == "cuda" else 0.0
     if env_kind not in ENVIRONMENTS:
@@ -1053,14 +1031,16 @@ def distributed_search(
     if ray_address is not None:
         check_ray_address(ray_address)
     env_options = dict(env_options or {})
-    pooled = hasattr(learner_cls, "pooled_update")
+    if grouping is not None:  # the learner's units: what controllers, server and workers see
+        prepared = replace(prepared, grouping=grouping)
+    pooled = learner_cls.pools
     header = {
         "graph": prepared.graph.name,
         "groups": prepared.grouping.num_groups,
         "grouper": prepared.grouping.grouper,
         "cluster": spec.name,
         "environment": env_kind,
-        "search": {"learner": getattr(learner_cls, "name", learner_cls.__name__), **config.model_dump()},
+        "search": {"learner": learner_cls.name, **config.model_dump()},
         "distributed": {"controllers": controllers, "workers": workers, "async_updates": async_updates},
     }
     log = PlacementLog(log_path, header) if log_path is not None else None

@@ -58,6 +58,9 @@ placements, the 5 best placements sampled so far (all of them, not just the last
 elites and the policy is moved towards them: ``ce_epochs`` (4, our choice: the paper gives
 none) Adam steps minimising ``-mean log pi(elite)``, the neural-policy form of Post's
 cross-entropy minimisation (Post Eq. 10 solves it in closed form for its softmax tables).
+On Ray (:mod:`placer.distributed`; the paper runs one process) each controller keeps the elites
+of the placements it sampled and makes its own CE steps, which the parameter server merges as
+any other update: a choice of ours, not a pooled step as Post's.
 """
 
 from __future__ import annotations
@@ -291,6 +294,8 @@ class Eagle(Learner):
                     EaglePlacer(emb, self.num_devices, c.hidden_size, c.attention, c.attention_size))
 
         self.grouper, self.link, self.placer = seeded_init(c.seed, build)
+        # the policy's parameters as one module (what the distributed search shares: Learner.policy_state)
+        self.policy = nn.ModuleDict({"grouper": self.grouper, "link": self.link, "placer": self.placer})
         self.params = [*self.grouper.parameters(), *self.link.parameters(), *self.placer.parameters()]
         self.optimizer = torch.optim.Adam(self.params, lr=c.learning_rate)
         self.generator = torch.Generator().manual_seed(c.seed)

@@ -476,6 +476,8 @@ class HierarchicalPlanner(Learner):
                                        c.temperature, c.tanh_constant, c.attention_size))
 
         self.grouper, self.placer = seeded_init(c.seed, build)
+        # the policy's parameters as one module (what the distributed search shares: Learner.policy_state)
+        self.policy = nn.ModuleDict({"grouper": self.grouper, "placer": self.placer})
         self.params = list(self.grouper.parameters()) + list(self.placer.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=c.learning_rate)
         self.generator = torch.Generator().manual_seed(c.seed)

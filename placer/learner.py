@@ -79,9 +79,20 @@ class Learner(ABC):
     Config: ClassVar[type[LearnerConfig]] = LearnerConfig
     paper: ClassVar[str] = ""
     units: ClassVar[Literal["groups", "colocation"]] = "groups"
+    #: Where the policy can run (``policy_device`` of the distributed search): every learner on
+    #: ``cpu``; a learner that implements :meth:`to` for a GPU lists ``cuda`` too.
+    policy_devices: ClassVar[tuple[str, ...]] = ("cpu",)
+    #: True for a learner with a pooled step (:meth:`pooled_update`, e.g. Post's cross-entropy
+    #: step over every controller's placements), run at the parameter server when distributed.
+    pools: ClassVar[bool] = False
+    #: The learner's failing signal (its stand-in for an OOM placement), ``None`` if it has none.
+    failing_signal: float | None = None
 
     def __init__(self, env: Environment, config: LearnerConfig) -> None:
         self.env, self.config = env, config
+        #: Set by the distributed search on a learner with :attr:`pools`: :meth:`update` then
+        #: makes only its own step, and the pooled one runs at the parameter server.
+        self.pooled = False
 
     @property
     @abstractmethod
@@ -115,6 +126,50 @@ class Learner(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+    # -- what the distributed search (placer.distributed, 2017 Sec. 3.4) needs; defaults for all --
+
+    def policy_state(self) -> dict[str, np.ndarray]:
+        """The policy's parameters, what the parameter server holds and controllers pull: by
+        default the ``state_dict`` of ``self.policy`` (a ``torch.nn.Module``) as numpy arrays,
+        copied. Floating-point arrays are merged across controllers; others are controller 0's.
+
+        Raises:
+            TypeError: the learner has no ``self.policy`` module and does not override this.
+        """
+        policy = getattr(self, "policy", None)
+        import torch
+
+        if not isinstance(policy, torch.nn.Module):
+            raise TypeError(f"learner {self.name!r}: has no policy module; override policy_state() and "
+                            "load_policy_state() (placer.learner.Learner)")
+        return {k: v.detach().cpu().numpy().copy() for k, v in policy.state_dict().items()}
+
+    def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
+        """Put :meth:`policy_state`'s parameters into the policy, in place (an optimizer keeps its
+        references), on the device the policy is on."""
+        import torch
+
+        current = self.policy.state_dict()
+        self.policy.load_state_dict({k: torch.from_numpy(np.array(v)).to(current[k].device) for k, v in state.items()})
+
+    def to(self, device: str) -> Learner:
+        """Run the policy on ``device`` (``cpu`` or ``cuda``); returns ``self``.
+
+        Raises:
+            ValueError: ``device`` is not in :attr:`policy_devices` (the default learner runs on
+                the CPU only).
+        """
+        if device not in self.policy_devices:
+            raise ValueError(f"policy_device: learner {self.name!r} runs its policy on "
+                             f"{', '.join(self.policy_devices)} only, not {device!r}")
+        return self
+
+    def pooled_update(self, batches: list[tuple[Samples, np.ndarray, np.ndarray]]) -> dict[str, float] | None:
+        """The pooled step at the parameter server over every controller's batch of a round,
+        ``(samples, step_times_s [K], oom [K])`` each (``Samples.extra`` empty); returns
+        diagnostics when it changed the policy, else ``None``. Default: no pooled step."""
+        return None
 
     def settings(self) -> dict[str, Any]:
         """The settings recorded with the run (MLflow parameters, placement-log header)."""

@@ -149,6 +149,17 @@ class LocalSearch(Learner):
         return {"accepted": float(self.accepted), "restarts": float(self.restarts), "current_oom": float(current[0]),
                 "current": current[1]}
 
+    # -- distributed (placer.distributed): no policy to share; each controller climbs on its own --
+
+    def policy_state(self) -> dict[str, np.ndarray]:
+        """Nothing: a hill climber has no policy parameters. On Ray each controller runs its own
+        climber from its own seed (independent multi-start search sharing the workers), and the
+        search keeps the best placement any of them measured."""
+        return {}
+
+    def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
+        """Nothing to load (:meth:`policy_state`)."""
+
     def state_dict(self) -> dict[str, Any]:
         return {"current": self.current.copy(), "score": None if self.score is None else list(self.score),
                 "best": self.best.copy(), "best_score": None if self.best_score is None else list(self.best_score),

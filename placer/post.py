@@ -127,6 +127,7 @@ class PostLearner(Learner):
     Config = PostConfig
     paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.2-3.3, Eq. 2-3, 10-11, Algorithm 1"
     units = "groups"
+    pools = True  # the CE step pools every controller's placements (pooled_update)
 
     def __init__(self, env: Environment, config: PostConfig) -> None:
         super().__init__(env, config)
@@ -145,7 +146,6 @@ class PostLearner(Learner):
         self.sampled = 0
         self.period_times: list[float] = []  # step times (seconds) since the last CE update
         self.period_placements: list[np.ndarray] = []
-        self.pooled = False  # distributed: the CE step runs at the parameter server (pooled_update)
 
     @property
     def batch_size(self) -> int:

@@ -162,6 +162,7 @@ class ReinforceLearner(Learner):
     Config = ReinforceConfig
     paper = "Mirhoseini et al., Device Placement Optimization with Reinforcement Learning, ICML 2017, Sec. 3.1-3.2, Eq. 3"
     units = "groups"
+    policy_devices = ("cpu", "cuda")
 
     def __init__(self, env: Environment, config: ReinforceConfig) -> None:
         super().__init__(env, config)

@@ -382,7 +382,7 @@ def run_search(
     budget = int(learner.config.budget)
     log = PlacementLog(log_path, log_header(env, settings), fresh=not resume) if log_path is not None else None
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
-    result = SearchResult(None, None, failing_signal=float(getattr(learner, "failing_signal", 0.0) or 0.0),
+    result = SearchResult(None, None, failing_signal=float(learner.failing_signal or 0.0),
                           learner=learner.name, settings=settings)
     sampled, wall_before = 0, 0.0
     if ckpt is not None and not resume:  # a fresh search: an older checkpoint of these settings is stale
@@ -427,11 +427,10 @@ def run_search(
     finally:
         if log is not None:
             log.close()
-    result.failing_signal = float(getattr(learner, "failing_signal", result.failing_signal) or 0.0)
+    result.failing_signal = float(learner.failing_signal or 0.0)
     result.wall_time_s = wall_before + time.perf_counter() - start
-    expand = getattr(env.grouping, "expand", None)
-    if result.best_placement is not None and expand is not None:
-        result.best_op_placement = expand(result.best_placement)
+    if result.best_placement is not None:
+        result.best_op_placement = env.grouping.expand(result.best_placement)
     return result
 
 

@@ -11,6 +11,7 @@ from prefect.utilities.annotations import quote
 
 from baselines import BASELINES, BaselineContext
 from cluster.spec import ClusterSpec, load_cluster
+from compgraph.ir import Grouping
 from compgraph.prepare import PreparedGraph, prepare, prepare_user_graph
 from placer.reinforce import ReinforceConfig
 from placer.search import SearchResult
@@ -88,15 +89,17 @@ def distributed_placement_search(
     gpus_per_worker: float = 0,
     policy_device: str = "cpu",
     async_updates: bool = False,
+    grouping: Grouping | None = None,
 ) -> SearchResult:
     """A learner's search on Ray: controllers, workers and a parameter server
-    (:func:`placer.distributed.distributed_search`; synchronous rounds reproducible by seed)."""
+    (:func:`placer.distributed.distributed_search`; synchronous rounds reproducible by seed), over
+    ``grouping``'s units (``None``: the prepared groups)."""
     from placer.distributed import distributed_search
 
     return distributed_search(method, config, prepared, spec, env_kind, controllers=num_controllers, workers=workers,
                               gpus_per_worker=gpus_per_worker, policy_device=policy_device,
                               async_updates=async_updates, ray_address=ray_address, log_path=log_path,
-                              env_options=env_options, on_update=on_update)
+                              env_options=env_options, on_update=on_update, grouping=grouping)
 
 
 @task(name="record-mlflow", cache_policy=NONE)

@@ -179,9 +179,9 @@ class RaySettings:
     async_updates: bool = False
 
     def distributes(self, method: str) -> bool:
-        """True if ``method`` searches on Ray: controllers > 0 and it places the prepared groups
-        (learners that group ops themselves, ``units == "colocation"``, search in-process)."""
-        return self.controllers > 0 and LEARNERS[method].units == "groups"
+        """True if ``method`` searches on Ray: ``controllers > 0`` (every learner, over its own
+        units: :func:`learner_grouping`)."""
+        return self.controllers > 0 and method in LEARNERS
 
 
 @dataclass
@@ -240,6 +240,7 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None
         distributed = ray.distributes(method)
+        units = learner_grouping(method, prepared)
         say(f"search {method}: {config.budget} placements" + (f" on Ray ({ray.controllers} controllers)" if distributed
                                                               else "") + (", resuming" if resume else "") + " ...")
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -250,14 +251,15 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
             if not resume:
                 log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
             found = distributed_placement_search(quote(prepared), spec, env_kind, config, log_path, ray.controllers,
-                                                 ray.ray_address, env_options, on_update, method, **dist)
+                                                 ray.ray_address, env_options, on_update, method, **dist,
+                                                 grouping=quote(units))
         else:
             found = learner_search(method, quote(prepared), spec, env_kind, config, log_path, ckpt_path, resume, env_options,
                                    on_update)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         best = "none fits in memory" if found.best_step_time_s is None else f"best {found.best_step_time_s:.5g} s"
         say(f"search {method}: done in {wall:.1f} s, {best}")
-        found_all.groupings[method] = learner_grouping(method, prepared)
+        found_all.groupings[method] = units
         # this process's CPU seconds (the policy, the simulator, the placement log, MLflow and progress;
         # on Ray the workers' and controllers' CPU is not in it) and the placements per CPU-second
         params = {**config.model_dump(), "failing_signal": found.failing_signal, "paper": LEARNERS[method].paper,

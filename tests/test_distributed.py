@@ -296,12 +296,71 @@ def test_merge_parameters_and_controller_seeds():
     assert len(seeds) == 16 and all(0 <= x < 2**63 for x in seeds) and not seeds & set(range(4))
 
 
+@pytest.mark.parametrize("name, cfg", [
+    ("hierarchical", {"k": 2, "hidden_size": 16, "num_groups": 8, "grouping_hidden_size": 8}),
+    ("eagle_ce", {"k": 2, "hidden_size": 16, "num_groups": 8, "grouping_hidden_size": 8, "link_hidden_size": 8,
+                  "ce_interval": 2, "ce_epochs": 1, "ppo_epochs": 1}),
+])
+def test_grouping_learners_one_controller_equals_the_in_process_search(local_ray, rnnlm_small, k80x2, name, cfg,
+                                                                        tmp_path):
+    """The learners that group ops themselves distribute over the colocation units (the units they place
+    in-process): one controller gives the in-process search, every update and CE step included."""
+    from compgraph.grouping import colocation_grouping
+    from placer import LEARNERS
+    from placer.search import run_search
+
+    units = colocation_grouping(rnnlm_small.graph)
+    assert units.num_groups != rnnlm_small.grouping.num_groups
+    config = LEARNERS[name].Config(budget=6, seed=1, **cfg)
+    env = SimulatedEnvironment(rnnlm_small.graph, units, k80x2)
+    expected = run_search(LEARNERS[name](env, config), env)
+    log = tmp_path / "units.jsonl"
+    got = distributed_search(name, config, rnnlm_small, k80x2, controllers=1, workers=2, grouping=units, log_path=log)
+    _same(got, expected)
+    assert len(got.best_placement) == units.num_groups
+    header, recs = _records(log)
+    assert header["groups"] == units.num_groups and len(recs) == 6
+    assert [p["placements"] for p in got.curve] == [2, 4, 6]  # three updates, merged at the server
+
+
+def test_local_search_two_controllers_climb_on_their_own(local_ray, rnnlm_small, k80x2, tmp_path):
+    """A hill climber has no policy to share: each controller climbs from its own seed, the workers are
+    shared, and the best is never worse than the start (the single-GPU placement, measured first)."""
+    from placer.local_search import LocalSearchConfig
+
+    cfg = LocalSearchConfig(budget=32, k=4, seed=0)
+    log = tmp_path / "ls.jsonl"
+    res = distributed_search("local_search", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
+    _, recs = _records(log)
+    by_index = {r["index"]: r for r in recs}
+    assert sorted(by_index) == list(range(32))
+    start = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2).measure(
+        np.full(rnnlm_small.grouping.num_groups, k80x2.gpu_indices[0]))
+    assert by_index[0]["placement"] == by_index[4]["placement"]  # both controllers start from one GPU
+    assert by_index[1]["placement"] != by_index[5]["placement"]  # ... and move with their own seeds
+    assert res.best_step_time_s <= start.step_time_s
+
+
+def test_a_policy_device_a_learner_cannot_use_is_refused_before_ray_starts(rnnlm_small, k80x2):
+    from placer import LEARNERS, policy_device_problem
+
+    assert LEARNERS["rl"].policy_devices == ("cpu", "cuda")
+    assert policy_device_problem(["rl", "expert", "post"], "cpu") is None
+    assert policy_device_problem(["rl", "expert"], "cuda") is None
+    for name in ("hierarchical", "post", "local_search"):
+        with pytest.raises(ValueError, match=f"policy_device 'cuda': learner '{name}' runs its policy on cpu only "
+                                             r"\(on cuda: rl\)"):
+            distributed_search(name, LEARNERS[name].Config(budget=2), rnnlm_small, k80x2, policy_device="cuda")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--async"], "--async needs --controllers 1 or more"),
     (["--workers", "4"], "--workers needs --controllers 1 or more"),
     (["--controllers", "2", "--workers", "-1"], "--workers must be at least 0, got -1"),
     (["--controllers", "2", "--gpus-per-worker", "-1"], "--gpus-per-worker must be at least 0, got -1.0"),
     (["--controllers", "2", "--policy-device", "tpu"], "--policy-device: unknown device 'tpu'; valid: cpu, cuda"),
+    (["--methods", "rl,eagle", "--controllers", "1", "--policy-device", "cuda"],
+     "--policy-device 'cuda': learner 'eagle' runs its policy on cpu only (on cuda: rl)"),
 ])
 def test_cli_distributed_options_are_checked(args, message):
     from typer.testing import CliRunner

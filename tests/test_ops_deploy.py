@@ -73,8 +73,9 @@ RUNS = {
                                   "-p", 'learner_options={"rl": {"k": 2}}'],
     "placement-sweep/nightly-sweep": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", 'models=["rnnlm"]',
                                       "-p", "size=small", "-p", 'clusters=["k80x2"]'],
-    "placement-experiment/distributed": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", "controllers=1",
-                                         "-p", "workers=1", "-p", "train_steps=0"],
+    "placement-experiment/distributed": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post", "hierarchical"]',
+                                         "-p", "controllers=1", "-p", "workers=1", "-p", "train_steps=0",
+                                         "-p", 'learner_options={"hierarchical": {"k": 2, "hidden_size": 16}}'],
     "placement-reproduce/reproduce": ["-p", 'models=["rnnlm"]', "-p", "gpus=[2]", "-p", "size=small", "-p", "budget=0"],
     "placement-calibrate/calibrate": ["-p", "steps=2"],
     "placement-fidelity/fidelity": ["-p", "random=2", "-p", "steps=2", "-p", "calibrate_steps=2", "-p", "budget=4"],
@@ -129,7 +130,8 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
             names = {d.id: f"{client.read_flow(d.flow_id).name}/{d.name}" for d in client.read_deployments()}
             states = {names[r.deployment_id]: r.state_type.value for r in client.read_flow_runs() if r.deployment_id}
             task_names = {t.name for t in client.read_task_runs(limit=200)}
-    assert "search-post-ray" in task_names, sorted(task_names)  # the distributed post search says what it is
+    # the distributed searches say what they are; the op-grouping learner too (it once ran in-process)
+    assert {"search-post-ray", "search-hierarchical-ray"} <= task_names, sorted(task_names)
     assert states == dict.fromkeys(RUNS, "COMPLETED"), states
     # what came out: run folders, MLflow runs, the cost table
     for name in ("demo", "nightly-sweep", "distributed"):
@@ -143,8 +145,12 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
     (parent,) = [r for r in client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id])
                  if r.data.tags.get("placement.kind") == "experiment"]
     assert parent.data.params["k"] == "2"  # learner_options from the run's parameters reached rl
-    logs = [p.name for p in (tmp_path / "distributed" / "placement-logs").glob("*.jsonl")]
-    assert logs == ["rnnlm-small-k80x2-2017-post-ray1-seed0-budget4.jsonl"], logs  # searched on Ray, 1 controller
+    logs = sorted(p.name for p in (tmp_path / "distributed" / "placement-logs").glob("*.jsonl"))
+    assert logs == [f"rnnlm-small-k80x2-2017-{m}-ray1-seed0-budget4.jsonl" for m in ("hierarchical", "post")], logs
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'distributed' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id])
+    by_method = {r.data.tags.get("method"): r.data.params for r in runs}
+    assert by_method["hierarchical"]["controllers"] == "1" and by_method["hierarchical"]["units"] == "colocation"
     assert _finished_mlflow_runs(tmp_path / "reproduce")["placement-reproduce"] == 1
     table = json.loads((tmp_path / "calibrate" / "table.json").read_text())
     assert table["model"] == "rnnlm" and table["op_seconds"]

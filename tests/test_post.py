@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cluster.environment import Measurement, SimulatedEnvironment
+from compgraph.ir import Grouping
 from placer.post import PostConfig, post_search
 
 
@@ -16,7 +17,7 @@ class CountingEnv:
 
     def __init__(self, groups: int = 10, devices: int = 3) -> None:
         self.graph = SimpleNamespace(name="toy")
-        self.grouping = SimpleNamespace(num_groups=groups, grouper="none")
+        self.grouping = Grouping(op_group=np.arange(groups), names=[f"g{i}" for i in range(groups)], grouper="none")
         self.spec = SimpleNamespace(name="toy", devices=[object()] * devices)
         self.calls = 0
 
