@@ -32,8 +32,13 @@ the CPU (the paper: "if an operation lacks GPU implementation, it will be placed
   an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``), which
   :func:`cluster.evaluation.evaluate_placements` measures as well.
 * ``optimum``: the best placement found by :mod:`baselines.optimum` (exact enumeration of
-  the group placements when there are at most 3^10 of them, else a time-limited MILP);
-  not run by default in the experiment (it can take a minute).
+  the group placements when there are at most 3^10 of them, else a node-limited MILP);
+  not run by default in the experiment (it can take a minute); a *reference* point beside
+  the lower bound, not a baseline the learners are compared against.
+
+Each method is one :class:`Baseline` in :data:`BASELINES`: its placer and what it needs (a
+GPU, a CPU, a benchmark's layer rules), what it places (``level``), whether it runs by
+default. The CLI's checks, :func:`applicable_baselines` and the experiment read them there.
 
 A vertex's weight (a colocation unit's, or a group's) is its estimated compute time on the
 fastest target device (:func:`cluster.cost_model.op_time_matrix`, microseconds); an edge's
@@ -331,64 +336,99 @@ def optimum(ctx: BaselineContext) -> np.ndarray:
     return res.placement
 
 
-BASELINES: dict[str, BaselineFn] = {
-    "single_cpu": single_cpu,
-    "single_gpu": single_gpu,
-    "expert": expert,
-    "scotch": scotch,
-    "mincut": mincut,
-    "metis": metis,
-    "scotch_group": scotch_group,
-    "mincut_group": mincut_group,
-    "metis_group": metis_group,
-    "m_topo": m_topo,
-    "m_etf": m_etf,
-    "m_sct": m_sct,
-    "optimum": optimum,
-}
+@dataclass(frozen=True)
+class Baseline:
+    """One baseline method: its placer and what it needs, in one place.
 
-GPU_BASELINES = ("single_gpu", "expert", "mincut", "metis", "mincut_group", "metis_group", "m_topo", "m_etf", "m_sct")
-"""Baselines that need a GPU in the cluster."""
+    Attributes:
+        name: the method name (``--methods``, MLflow's ``method`` tag).
+        place: ``place(ctx) -> [num_groups] int64`` device indices, or an
+            :class:`cluster.op_placement.OpPlacement` ``[num_ops]`` for ``level == "op"``.
+        level: ``"op"`` (places the op graph) or ``"group"`` (the prepared co-location groups);
+            recorded in MLflow as the param ``level``.
+        needs_gpu: the cluster must have a GPU; ``needs_cpu``: a CPU.
+        needs_benchmark: needs a benchmark's layer rules (``expert``), not a user's graph.
+        default: run when ``--methods`` is not given.
+        variant_of: the op-level method this is the group-level variant of (``scotch_group``:
+            ``scotch``), run in its place where only group placements are measured.
+        reference: a reference point computed with the lower bound (:func:`baselines.report.reference_points`),
+            not a baseline the learners are compared against (``optimum``).
+    """
 
-OP_LEVEL_BASELINES = ("scotch", "mincut", "metis", "m_topo", "m_etf", "m_sct")
+    name: str
+    place: BaselineFn
+    level: str = "group"
+    needs_gpu: bool = False
+    needs_cpu: bool = False
+    needs_benchmark: bool = False
+    default: bool = True
+    variant_of: str | None = None
+    reference: bool = False
+
+    def __call__(self, ctx: BaselineContext) -> np.ndarray | OpPlacement:
+        """The placement (:attr:`place`)."""
+        return self.place(ctx)
+
+    def problem(self, spec: ClusterSpec, user_graph: bool) -> str | None:
+        """Why this baseline cannot place a graph on ``spec`` (one line naming the method), or ``None``."""
+        if self.needs_gpu and not spec.gpu_indices:
+            return f"method {self.name!r} needs a GPU; cluster {spec.name!r} has none"
+        if self.needs_cpu and not spec.cpu_indices:
+            return f"method {self.name!r} needs a CPU; cluster {spec.name!r} has none"
+        if self.needs_benchmark and user_graph:
+            return (f"method {self.name!r} needs a benchmark's layer rules; a user's graph has none "
+                    "(try single_gpu, m_etf or a learner)")
+        return None
+
+
+BASELINES: dict[str, Baseline] = {b.name: b for b in (
+    Baseline("single_cpu", single_cpu, needs_cpu=True),
+    Baseline("single_gpu", single_gpu, needs_gpu=True),
+    Baseline("expert", expert, needs_gpu=True, needs_benchmark=True),
+    Baseline("scotch", scotch, level="op"),
+    Baseline("mincut", mincut, level="op", needs_gpu=True),
+    Baseline("metis", metis, level="op", needs_gpu=True),
+    Baseline("scotch_group", scotch_group, default=False, variant_of="scotch"),
+    Baseline("mincut_group", mincut_group, needs_gpu=True, default=False, variant_of="mincut"),
+    Baseline("metis_group", metis_group, needs_gpu=True, default=False, variant_of="metis"),
+    Baseline("m_topo", m_topo, level="op", needs_gpu=True),
+    Baseline("m_etf", m_etf, level="op", needs_gpu=True),
+    Baseline("m_sct", m_sct, level="op", needs_gpu=True),
+    # the optimum may take a minute; the group-level partitioners are variants of the papers' op-level ones
+    Baseline("optimum", optimum, default=False, reference=True),
+)}
+"""Method name -> :class:`Baseline`, in the order tables list them."""
+
+OP_LEVEL_BASELINES = tuple(n for n, b in BASELINES.items() if b.level == "op")
 """Baselines that place the op graph (return a :class:`cluster.op_placement.OpPlacement`)."""
-
-GROUP_LEVEL_VARIANTS = ("scotch_group", "mincut_group", "metis_group")
-"""The group-level Scotch, MinCut and METIS: named methods, run only when asked."""
-
-DEFAULT_EXCLUDED = ("optimum", *GROUP_LEVEL_VARIANTS)
-"""Baselines the experiment runs only when asked (``--methods``): the optimum may take a minute;
-the group-level partitioners are variants of the papers' op-level ones."""
 
 
 def baseline_level(name: str) -> str:
-    """``"op"`` for a baseline that places the op graph (:data:`OP_LEVEL_BASELINES`), else ``"group"``."""
-    return "op" if name in OP_LEVEL_BASELINES else "group"
+    """``"op"`` or ``"group"``: what baseline ``name`` places (:attr:`Baseline.level`)."""
+    return BASELINES[name].level
 
 
 def place_baselines(methods, prepared, spec: ClusterSpec) -> dict:
     """Each baseline of ``methods`` (names of :data:`BASELINES`) on a prepared graph
     (:class:`compgraph.prepare.PreparedGraph`: its graph, groups, benchmark and config) under ``spec``:
     name -> ``[num_groups]`` device indices (an :class:`cluster.op_placement.OpPlacement` for
-    :data:`OP_LEVEL_BASELINES`). Raises KeyError for an unknown name."""
+    ``level == "op"``). Raises KeyError for an unknown name."""
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
     return {m: BASELINES[m](ctx) for m in methods}
 
 
 def applicable_baselines(spec: ClusterSpec, user_graph: bool, optimum: bool = True, group_level: bool = False) -> list[str]:
-    """Names of the :data:`BASELINES` that apply to a graph on ``spec``, in their order: ``single_cpu``
-    needs a CPU, :data:`GPU_BASELINES` need a GPU, ``expert`` needs a benchmark's layer rules (not a
-    user's graph); ``optimum=False`` leaves out the optimum (up to a minute). The group-level
-    partitioners (:data:`GROUP_LEVEL_VARIANTS`) are left out, unless ``group_level``: then the
-    op-level placers (:data:`OP_LEVEL_BASELINES`) are left out and the group-level variants take
-    their place (e.g. for an environment that measures group placements only)."""
+    """Names of the :data:`BASELINES` that apply to a graph on ``spec``, in their order: those whose
+    :meth:`Baseline.problem` is ``None`` (a CPU, a GPU, a benchmark's layer rules); ``optimum=False``
+    leaves out the reference points (the optimum: up to a minute). The group-level variants of the
+    partitioners (:attr:`Baseline.variant_of`) are left out, unless ``group_level``: then the
+    op-level placers (``level == "op"``) are left out and the group-level variants take their place
+    (e.g. for an environment that measures group placements only)."""
     out = []
-    for name in BASELINES:
-        if (name == "single_cpu" and not spec.cpu_indices) or (name in GPU_BASELINES and not spec.gpu_indices):
+    for name, b in BASELINES.items():
+        if b.problem(spec, user_graph) or (b.reference and not optimum):
             continue
-        if (name == "expert" and user_graph) or (not optimum and name == "optimum"):
-            continue
-        if (name in OP_LEVEL_BASELINES) if group_level else (name in GROUP_LEVEL_VARIANTS):
+        if (b.level == "op") if group_level else (b.variant_of is not None):
             continue
         out.append(name)
     return out

@@ -61,6 +61,17 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
     return out
 
 
+def reference_placements(refs: dict) -> dict:
+    """The placements of the reference methods :func:`reference_points` computed (method -> ``[num_groups]``
+    device indices, or ``None`` when none fits): ``{"optimum": ...}`` when it was asked for, else empty."""
+    return {} if refs.get("optimum_method") is None else {"optimum": refs.get("optimum_placement")}
+
+
+def wants_optimum(methods) -> bool:
+    """True if ``methods`` ask for the optimum (the one reference method, :attr:`baselines.Baseline.reference`)."""
+    return any(m in BASELINES and BASELINES[m].reference for m in methods)
+
+
 def ratio(step_time_s: float | None, reference_s: float | None) -> float | None:
     """``step_time_s / reference_s`` ("x lower bound", "x optimum"); ``None`` if either is missing."""
     if step_time_s is None or not reference_s:
@@ -119,17 +130,16 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
     placements, seconds = {}, {}
     for m in methods:
-        if m == "optimum":
+        if BASELINES[m].reference:  # computed with the lower bound, below
             continue
         start = time.perf_counter()
         placements[m] = BASELINES[m](ctx)
         seconds[m] = time.perf_counter() - start
     start = time.perf_counter()
-    refs = reference_points(prepared.graph, prepared.grouping, spec, placements, want_optimum="optimum" in methods,
+    refs = reference_points(prepared.graph, prepared.grouping, spec, placements, want_optimum=wants_optimum(methods),
                             time_limit_s=time_limit_s, node_limit=node_limit)
-    if "optimum" in methods:
-        placements["optimum"] = refs["optimum_placement"]
-        seconds["optimum"] = refs["optimum_seconds"]
+    for m, p in reference_placements(refs).items():
+        placements[m], seconds[m] = p, refs["optimum_seconds"]
     refs["lower_bound_seconds"] = time.perf_counter() - start - (refs["optimum_seconds"] or 0.0)
     env = make_environment(env_kind, prepared, spec, env_options)
     results = evaluate_placements(env, {m: placements[m] for m in methods})
@@ -141,6 +151,6 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
         rows[m] = {"step_time_s": r["step_time_s"], "oom": r["oom"], "devices_used": len(set(r["placement"].values())),
                    "seconds": seconds[m], "x_lower_bound": r["x_lower_bound"], "x_optimum": r["x_optimum"],
                    "op_level": is_op_placement(placements[m]), "placement": r["placement"]}
-    ran = {m: r["step_time_s"] for m, r in rows.items() if r["step_time_s"] is not None and m != "optimum"}
+    ran = {m: r["step_time_s"] for m, r in rows.items() if r["step_time_s"] is not None and not BASELINES[m].reference}
     refs.pop("optimum_placement", None)
     return {"methods": rows, **refs, "best_baseline": min(ran, key=lambda k: (ran[k], k)) if ran else None}

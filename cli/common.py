@@ -155,9 +155,10 @@ def parse_int_bounds(values: list[str] | None, user_graph: bool) -> dict[str, in
 
 def _choose_methods(methods: str | None, valid: list[str], default: list[str], spec, user_graph: bool) -> list[str]:
     """The methods of ``--methods`` (comma-separated; ``None``: ``default``), checked: each in
-    ``valid``, not empty, ``expert`` only for a benchmark, GPU baselines only on a cluster with a
-    GPU. A bad one is one line, exit 2."""
-    from baselines import GPU_BASELINES
+    ``valid``, not empty, and each baseline able to place this graph on ``spec``
+    (:meth:`baselines.Baseline.problem`: a GPU, a CPU, a benchmark's layer rules). A bad one is
+    one line, exit 2."""
+    from baselines import BASELINES
 
     chosen = list(default) if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     for m in chosen:
@@ -165,8 +166,8 @@ def _choose_methods(methods: str | None, valid: list[str], default: list[str], s
             _fail(f"unknown method {m!r}; valid: {', '.join(valid)}")
     if not chosen:
         _fail(f"--methods is empty; valid: {', '.join(valid)}")
-    if user_graph and "expert" in chosen:
-        _fail("method 'expert' needs a benchmark's layer rules; drop it from --methods for --graph-def/--keras")
-    if not spec.gpu_indices and any(m in GPU_BASELINES for m in chosen):
-        _fail(f"cluster {spec.name!r} has no GPU; drop {', '.join(m for m in chosen if m in GPU_BASELINES)} from --methods")
+    for m in chosen:
+        problem = BASELINES[m].problem(spec, user_graph) if m in BASELINES else None
+        if problem:
+            _fail(f"{problem}; drop it from --methods")
     return chosen

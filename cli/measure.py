@@ -199,7 +199,7 @@ def train(
     int_bound: list[str] = typer.Option(None, "--int-bound", help="NAME=N: a user graph's integer input NAME takes ids in [0, N) (repeatable; default: the size of the table it indexes)"),
 ) -> None:
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
-    from baselines import BASELINES, GPU_BASELINES
+    from baselines import BASELINES
     from cluster.environment import ENVIRONMENTS
     from placer import LEARNER_NAMES as LEARNERS
 
@@ -218,12 +218,9 @@ def train(
     valid = [*BASELINES, *LEARNERS]
     if method not in valid:
         _fail(f"unknown method {method!r}; valid: {', '.join(valid)}")
-    if not spec.gpu_indices and method in GPU_BASELINES:
-        _fail(f"method {method!r} needs a GPU; cluster {spec.name!r} has none")
-    if not spec.cpu_indices and method == "single_cpu":
-        _fail(f"method 'single_cpu' needs a CPU; cluster {spec.name!r} has none")
-    if user_graph and method == "expert":
-        _fail("method 'expert' needs a benchmark's layer rules; a user's graph has none (try single_gpu, m_etf or a learner)")
+    problem = BASELINES[method].problem(spec, user_graph) if method in BASELINES else None
+    if problem:
+        _fail(problem)
     if env not in ENVIRONMENTS:
         _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
     _check_at_least("--steps", steps, 1)

@@ -7,8 +7,6 @@ import numpy as np
 from cluster.environment import Environment
 from cluster.op_placement import is_op_placement, measure_placement
 
-REFERENCES = ("optimum",)  #: reference points, not baselines (baselines.optimum)
-
 
 def speedup(baseline_s: float | None, learned_s: float | None) -> float | None:
     """2017 Table 2's speedup: ``baseline / learned - 1`` (0.235 = 23.5% faster); ``None`` if either is missing."""
@@ -57,12 +55,14 @@ def evaluate_placements(
     return out
 
 
-def summarize(results: dict[str, dict], learners: list[str] | tuple[str, ...] = ()) -> dict:
+def summarize(results: dict[str, dict], learners: list[str] | tuple[str, ...] = (),
+              references: list[str] | tuple[str, ...] = ()) -> dict:
     """The best baseline, each learner's speedups over it and over ``expert`` (2017 Table 2's last column).
 
     Args:
         results: method -> row of :func:`evaluate_placements`.
         learners: the methods whose placement was searched for (the rest are baselines).
+        references: reference points, neither baselines nor learners (the optimum).
 
     Returns:
         ``best_baseline``; ``speedups``: learner -> ``{"over_best_baseline", "over_expert"}``;
@@ -71,7 +71,7 @@ def summarize(results: dict[str, dict], learners: list[str] | tuple[str, ...] = 
         step time is missing (OOM or no placement).
     """
     baselines = {k: v["step_time_s"] for k, v in results.items()
-                 if k not in learners and k not in REFERENCES and v["step_time_s"] is not None}
+                 if k not in learners and k not in references and v["step_time_s"] is not None}
     best = min(baselines, key=lambda k: (baselines[k], k)) if baselines else None
     learned = {k: v["step_time_s"] for k, v in results.items() if k in learners}
     speedups = {

@@ -10,7 +10,7 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 import tasks
-from baselines import BASELINES, DEFAULT_EXCLUDED
+from baselines import BASELINES
 from flows.choices import ClusterName, Count, EnvName, GrouperName, MethodName, ModelName, NonNegative, NonNegativeFloat, SizeName
 from placer import DEFAULT_LEARNERS, policy_device_problem
 from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params
@@ -21,7 +21,7 @@ from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed
 from tracking.progress import chain, say, stage
 
-METHODS = (*(b for b in BASELINES if b not in DEFAULT_EXCLUDED), *DEFAULT_LEARNERS)  # the default run's methods
+METHODS = (*(n for n, b in BASELINES.items() if b.default), *DEFAULT_LEARNERS)  # the default run's methods
 
 
 def run_name() -> str:
@@ -154,11 +154,10 @@ def placement_experiment(
     searches = learner_searches(methods, prepared, size, spec, env, out, budget, seed, learner_options, resume,
                                 env_options, on_update, ray)
     placements.update(searches.placements)
-    # reference points (baselines.report): the lower bound, and the optimum when asked for
-    with stage("lower bound" + (" and optimum" if "optimum" in methods else "")):
-        refs = tasks.reference_points(quote(prepared), spec, quote(placements), "optimum" in methods)
-    if "optimum" in methods:
-        placements["optimum"] = refs["optimum_placement"]
+    # reference points (baselines.report): the lower bound, and the optimum when asked for (a reference method)
+    with stage("lower bound" + "".join(f" and {m}" for m in methods if m in BASELINES and BASELINES[m].reference)):
+        refs = tasks.reference_points(quote(prepared), spec, quote(placements), list(methods))
+    placements.update(refs.pop("placements"))
     # evaluation: every placement in one kind of environment
     with stage(f"evaluation ({env})") as st:
         results, summary = evaluate(quote(prepared), spec, env, quote(placements), env_options,

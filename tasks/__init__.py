@@ -59,18 +59,21 @@ def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) 
 
 def baseline_placements(methods: list[str], prepared: PreparedGraph, spec: ClusterSpec) -> dict:
     """The placement of every baseline of ``methods`` (one task ``baseline-<method>`` each, in
-    order); learners and the optimum (a reference point, :func:`reference_points`) are skipped."""
-    from placer import LEARNERS
-
-    return {m: baseline_placement(m, quote(prepared), spec) for m in methods if m not in LEARNERS and m != "optimum"}
+    order); learners and reference methods (the optimum: :func:`reference_points`) are skipped."""
+    return {m: baseline_placement(m, quote(prepared), spec) for m in methods
+            if m in BASELINES and not BASELINES[m].reference}
 
 
 @task(name="reference-points", cache_policy=NONE)
-def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, want_optimum: bool) -> dict:
-    """The lower bound and, if asked, the optimum (:func:`baselines.report.reference_points`)."""
+def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, methods: list[str]) -> dict:
+    """The lower bound and the reference methods among ``methods`` (the optimum), with ``placements``
+    as the optimum's candidates (:func:`baselines.report.reference_points`); the returned
+    ``"placements"`` holds the reference methods' placements (:func:`baselines.report.reference_placements`)."""
+    from baselines.report import reference_placements, wants_optimum
     from baselines.report import reference_points as compute
 
-    return compute(prepared.graph, prepared.grouping, spec, placements, want_optimum)
+    refs = compute(prepared.graph, prepared.grouping, spec, placements, wants_optimum(methods))
+    return {**refs, "placements": reference_placements(refs)}
 
 
 @task(name="distributed-placement-search", task_run_name="search-{method}-ray", cache_policy=NONE)

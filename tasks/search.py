@@ -11,6 +11,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 from prefect.utilities.annotations import quote
 
+from baselines import BASELINES
 from cluster.environment import Environment, make_environment
 from cluster.evaluation import evaluate_placements, summarize
 from cluster.spec import ClusterSpec
@@ -160,7 +161,8 @@ def evaluate(
     others = {m: environment(prepared, spec, env_kind, env_options, g) for m, g in (groupings or {}).items()
               if g is not prepared.grouping}
     results = evaluate_placements(env, placements, others)
-    return results, summarize(results, [m for m in results if m in LEARNERS])
+    references = [m for m in results if m in BASELINES and BASELINES[m].reference]
+    return results, summarize(results, [m for m in results if m in LEARNERS], references)
 
 
 @dataclass

@@ -93,6 +93,8 @@ CASES = [
     ("ray-address-dead", ["experiment", "--controllers", "1", "--ray-address", "127.0.0.1:DEAD"], "nothing answers there"),
     ("ray-address-not-ray", ["experiment", "--controllers", "1", "--ray-address", "127.0.0.1:HTTP"], "not a Ray (gRPC) server"),
     ("ray-address-without-controllers", ["experiment", "--ray-address", "auto"], "--ray-address needs --controllers"),
+    ("policy-device-cuda-for-a-cpu-learner", ["experiment", "--controllers", "1", "--policy-device", "cuda"],
+     "--policy-device 'cuda': learner 'post' runs its policy on cpu only"),
     # training
     ("train-gpu-method-on-cpu-cluster", ["train", "--model", "rnnlm", "--cluster", "DATA/cpu_only.yaml", "--method", "single_gpu"],
      "needs a GPU"),
@@ -100,8 +102,8 @@ CASES = [
     ("log-run-not-a-run", ["log-run", "DATA"], "is not a run folder"),
 ]
 if shutil.which("nvidia-smi") is None:
-    CASES.append(("policy-device-cuda-without-cuda", ["experiment", "--controllers", "1", "--policy-device", "cuda"],
-                  "torch sees no CUDA device"))
+    CASES.append(("policy-device-cuda-without-cuda", ["experiment", "--methods", "rl", "--controllers", "1",
+                                                      "--policy-device", "cuda"], "torch sees no CUDA device"))
 
 
 def _files(folder: Path) -> set[str]:

@@ -104,3 +104,30 @@ def test_gpu_baselines_refuse_a_cpu_only_cluster(rnnlm_small):
     assert set(single_cpu(ctx).tolist()) == {0}
     with pytest.raises(ValueError, match="no GPU"):
         single_gpu(ctx)
+
+
+def test_the_registry_says_what_each_baseline_needs_and_the_checks_follow_it(k80x2):
+    """One :class:`baselines.Baseline` per method: the CLI's checks, the applicable methods and the
+    experiment's defaults are read from it (they were three hand-kept lists)."""
+    from types import SimpleNamespace
+
+    from baselines import OP_LEVEL_BASELINES, applicable_baselines
+    from cluster.evaluation import summarize
+    from flows.experiment import METHODS
+
+    cpu_only = SimpleNamespace(name="cpu-only", gpu_indices=[], cpu_indices=[0])
+    for name, b in BASELINES.items():
+        assert b.name == name and b.level in ("op", "group")
+        problem = b.problem(cpu_only, user_graph=False)
+        assert (problem == f"method {name!r} needs a GPU; cluster 'cpu-only' has none") if b.needs_gpu else problem is None
+    assert BASELINES["expert"].problem(k80x2, user_graph=True).startswith("method 'expert' needs a benchmark's layer rules")
+    assert applicable_baselines(cpu_only, user_graph=True) == ["single_cpu", "scotch", "optimum"]
+    assert applicable_baselines(k80x2, user_graph=False, optimum=False, group_level=True) == [
+        "single_cpu", "single_gpu", "expert", "scotch_group", "mincut_group", "metis_group"]
+    assert OP_LEVEL_BASELINES == ("scotch", "mincut", "metis", "m_topo", "m_etf", "m_sct")
+    assert [m for m in METHODS if m in BASELINES] == [n for n, b in BASELINES.items() if b.default]
+    assert "optimum" not in METHODS and "scotch_group" not in METHODS
+    # a reference point is neither a baseline nor a learner in the summary
+    rows = {"expert": {"step_time_s": 2.0}, "optimum": {"step_time_s": 1.0}, "rl": {"step_time_s": 1.5}}
+    assert summarize(rows, ["rl"], ["optimum"])["best_baseline"] == "expert"
+    assert summarize(rows, ["rl"])["best_baseline"] == "optimum"
