@@ -128,7 +128,7 @@ MODELS = {
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from compgraph.prepare import prepare_user_graph
+from compgraph.frontends import prepare_user_graph
 from compgraph.grouping import grouping_stats
 from compgraph.costs import unknown_flop_types
 p = prepare_user_graph(keras="benchmarks.coverage:" + sys.argv[1])

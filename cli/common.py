@@ -87,28 +87,23 @@ def _prepare_graph(
     """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad
     input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
     ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph)."""
-    from compgraph.prepare import prepare, prepare_user_graph
-    from compgraph.user_graph import UserGraphError
+    from compgraph.frontends import graph_source, is_user_graph, prepare_source
 
     if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
         _fail("give one of --graph-def, --saved-model and --keras, not several")
     if signature is not None and saved_model is None:
         _fail("--signature needs --saved-model")
-    user_graph = graph_def is not None or keras is not None or saved_model is not None
-    try:
-        if user_graph:
-            prepared = prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                          num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature,
-                                          int_bounds=int_bounds)
-            if env == "real" and prepared.int_bound_problem():
-                _fail(prepared.int_bound_problem())
-            return prepared
+    source = graph_source(model, size, graph_def, keras, saved_model, signature)
+    if not is_user_graph(source):
         _check_model(model, size)
-        return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
-    except UserGraphError as exc:
-        _fail(str(exc))
+    try:  # UserGraphError is a ValueError
+        prepared = prepare_source(source, grouper, num_groups, seed, None if is_user_graph(source) else cache_dir,
+                                  int_bounds)
     except ValueError as exc:
         _fail(str(exc))
+    if env == "real" and prepared.int_bound_problem():
+        _fail(prepared.int_bound_problem())
+    return prepared
 
 
 def _set_max_graph_mb(value: int | None) -> int | None:

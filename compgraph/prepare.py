@@ -1,8 +1,8 @@
 """Model -> op graph -> co-location groups: the preprocessing stage in one call.
 
 :func:`prepare` does it for a registered benchmark (with an optional on-disk cache,
-:mod:`compgraph.cache`), :func:`prepare_user_graph` for a user's ``GraphDef`` file or
-Keras model (:mod:`compgraph.user_graph`).
+:mod:`compgraph.cache`), :func:`prepare_user_step` for a user's step, whatever its front end
+(:mod:`compgraph.frontends`: a ``GraphDef`` file, a SavedModel, a Keras model).
 """
 
 from __future__ import annotations
@@ -241,74 +241,41 @@ def prepare(
             return PreparedGraph(bench, size, config, hit.graph, hit.grouping, hit.graph_def_bytes, hit.fetches)
     graph_def, fetches, graph = build_benchmark_graph(bench, config)
     grouping = group(graph, grouper, bench.model_rule, num_groups, seed)
-    if key is not None:
+    if key is not None and cache_dir is not None:
         cache.save_entry(cache_dir, key, graph, grouping, graph_def, fetches)
     return PreparedGraph(bench, size, config, graph, grouping, graph_def, tuple(fetches))
 
 
-def prepare_user_graph(
-    graph_def_path: str | Path | None = None,
-    keras: str | None = None,
-    grouper: str = "heuristic",
-    num_groups: int | None = None,
-    fetches: list[str] | None = None,
-    seed: int = 0,
-    saved_model: str | Path | None = None,
-    signature: str | None = None,
-    int_bounds: dict[str, int] | None = None,
-) -> PreparedGraph:
-    """Import and group a user's training step: a ``GraphDef`` file, a SavedModel signature
-    or a Keras model.
+def prepare_user_step(load, source: str, name: str, grouper: str = "heuristic", num_groups: int | None = None,
+                      seed: int = 0, int_bounds: dict[str, int] | None = None) -> PreparedGraph:
+    """Import and group a user's training step (the common part of every user front end,
+    :mod:`compgraph.frontends`): the grouper is checked first, then ``load()`` gives the step
+    (:class:`compgraph.user_graph.UserStep`), which is imported, costed and grouped.
 
     Args:
-        graph_def_path: a ``.pb``/``.pbtxt`` ``GraphDef``, flat or TF2 with a function
-            library (:func:`compgraph.user_graph.load_graph_def_step`).
-        keras: ``"module:function"`` (:func:`compgraph.user_graph.load_keras_step`).
+        load: ``() -> UserStep``, the front end's loader.
+        source: the text naming the source in error messages (a path, ``keras 'mod:fn'``).
+        name: the graph's name.
         grouper: ``heuristic``, ``metis`` or ``fluid`` (a user's graph has no model rule).
         num_groups: as :func:`prepare` (``None``: 256 for ``metis``/``fluid``).
-        fetches: op names one step runs (``GraphDef`` files only); default: the graph's
-            sinks without initializers (:func:`compgraph.user_graph.default_fetches`).
         seed: seed of the automatic groupers.
-        saved_model: a SavedModel folder (:func:`compgraph.user_graph.load_saved_model_step`).
-        signature: the SavedModel signature of the training step (``None``: its only one).
         int_bounds: integer input name -> exclusive upper bound of its ids for real execution,
             over what the graph tells (the table an input indexes).
     Returns:
-        A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None``,
-        ``import_info`` set; the graph is named after the file's stem, the SavedModel
-        folder's name (``:signature`` added when given) or the Keras spec.
+        A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None`` and
+        ``import_info`` set.
     Raises:
-        ValueError: not exactly one of ``graph_def_path``, ``saved_model`` and ``keras``;
-            ``fetches`` without ``graph_def_path``; ``signature`` without ``saved_model``;
-            a bad grouper or ``num_groups`` (``2017`` needs a model rule).
-        compgraph.user_graph.UserGraphError: the file or model is unusable, the importer
-            rejects the graph (the message names the file), or an ``int_bounds`` entry names
-            no integer input or is not an integer >= 1.
+        ValueError: a bad grouper or ``num_groups`` (``2017`` needs a model rule).
+        compgraph.user_graph.UserGraphError: the loader's, the importer rejects the graph (the
+            message names the source), or an ``int_bounds`` entry names no integer input or is
+            not an integer >= 1.
     """
-    from compgraph.user_graph import UserGraphError, load_graph_def_step, load_keras_step, load_saved_model_step
+    from compgraph.user_graph import UserGraphError
 
-    if sum(x is not None for x in (graph_def_path, keras, saved_model)) != 1:
-        raise ValueError("give exactly one of graph_def_path (a .pb/.pbtxt GraphDef), saved_model (a folder) and keras ('module:function')")
-    if graph_def_path is None and fetches is not None:
-        raise ValueError("fetches is for GraphDef files; a Keras model's or SavedModel signature's step fetches its outputs and updates")
-    if signature is not None and saved_model is None:
-        raise ValueError("signature is for saved_model")
     if num_groups is None:
         num_groups = default_num_groups(grouper)
-    if graph_def_path is not None:
-        source, name = str(graph_def_path), Path(graph_def_path).stem
-    elif saved_model is not None:
-        source = f"saved model {str(saved_model)!r}"
-        name = Path(saved_model).resolve().name + (f":{signature}" if signature else "")
-    else:
-        source, name = f"keras {keras!r}", keras
     check_grouper(grouper, None, num_groups, name)
-    if graph_def_path is not None:
-        step = load_graph_def_step(graph_def_path, fetches)
-    elif saved_model is not None:
-        step = load_saved_model_step(saved_model, signature)
-    else:
-        step = load_keras_step(keras)
+    step = load()
     try:
         graph = import_graph_def(step.graph_def, step.fetches, name=name)
     except Exception as e:  # TensorFlow's import errors (unknown op types, bad attrs) and ours

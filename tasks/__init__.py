@@ -12,7 +12,8 @@ from prefect.utilities.annotations import quote
 from baselines import BASELINES, BaselineContext
 from cluster.spec import ClusterSpec, load_cluster
 from compgraph.ir import Grouping
-from compgraph.prepare import PreparedGraph, prepare, prepare_user_graph
+from compgraph.frontends import graph_source, prepare_source
+from compgraph.prepare import PreparedGraph
 from placer.reinforce import ReinforceConfig
 from placer.search import SearchResult
 from tracking import record_experiment
@@ -32,16 +33,11 @@ def preprocess(
     signature: str | None = None,
     int_bounds: dict[str, int] | None = None,
 ) -> PreparedGraph:
-    """Build (or read from the cache), import and group the training step: a benchmark
-    (:func:`compgraph.prepare.prepare`) or a user's GraphDef / SavedModel / Keras model
-    (:func:`compgraph.prepare.prepare_user_graph`, with ``int_bounds``)."""
-    if graph_def is not None or keras is not None or saved_model is not None:
-        return prepare_user_graph(graph_def_path=graph_def, keras=keras, grouper=grouper or "heuristic",
-                                  num_groups=num_groups, seed=seed, saved_model=saved_model, signature=signature,
-                                  int_bounds=int_bounds)
-    if int_bounds:
-        raise ValueError("int_bounds: for a user's graph only; a benchmark's integer inputs are bounded by its own tables")
-    return prepare(model, size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
+    """Build (or read from the cache), import and group the training step of the source these
+    options name (:func:`compgraph.frontends.graph_source`: a benchmark, or a user's GraphDef /
+    SavedModel / Keras model) with its front end (:func:`compgraph.frontends.prepare_source`)."""
+    source = graph_source(model, size, graph_def, keras, saved_model, signature)
+    return prepare_source(source, grouper, num_groups, seed, cache_dir, int_bounds)
 
 
 @task(name="load-cluster", cache_policy=NONE)

@@ -258,7 +258,7 @@ def test_env_real_runs_a_keras3_step_on_two_devices(tmp_path, monkeypatch):
     a placement over two logical CPUs measured."""
     from cluster.environment import make_environment
     from cluster.spec import load_cluster
-    from compgraph.prepare import prepare_user_graph
+    from compgraph.frontends import prepare_user_graph
 
     (tmp_path / "user_k3_real.py").write_text(KERAS3_MODULE)
     monkeypatch.chdir(tmp_path)

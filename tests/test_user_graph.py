@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from compgraph.prepare import prepare_user_graph
+from compgraph.frontends import prepare_user_graph
 from compgraph.tf_env import import_tensorflow
 from compgraph.tf_import import import_graph_def
 from compgraph.user_graph import UserGraphError, check_graph_def, default_fetches, load_graph_def, load_keras

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from compgraph.prepare import cost_coverage, prepare_user_graph
+from compgraph.frontends import prepare_user_graph
+from compgraph.prepare import cost_coverage
 from compgraph.tf_env import import_tensorflow
 from compgraph.user_graph import UserGraphError
 

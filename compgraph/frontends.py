@@ -1,0 +1,234 @@
+"""Graph sources and their front ends: one registry, one dispatch.
+
+A *graph source* says where a training step comes from, as a small pydantic model with a
+``kind``: a registered benchmark (:class:`BenchmarkSource`), a TensorFlow ``GraphDef`` file
+(:class:`GraphDefSource`), a SavedModel signature (:class:`SavedModelSource`) or a Keras
+model built by the user's function (:class:`KerasSource`). :data:`GraphSource` is their
+discriminated union (on ``kind``), so a config or a JSON form holds any of them.
+
+A *front end* (:class:`Frontend`, in :data:`FRONTENDS` by kind) turns a source of its kind
+into a :class:`compgraph.prepare.PreparedGraph`; :func:`prepare_source` is the one place that
+dispatches on the kind. The CLI and the flows build a source from their flat options with
+:func:`graph_source`.
+
+**Adding a front end** (e.g. PyTorch's ``torch.export``): a source model with a new ``kind``
+(added to :data:`GraphSource`), a loader ``load(source) -> compgraph.user_graph.UserStep``
+(the step's TensorFlow ``GraphDef``, fetches and import notes), a ``describe(source) ->
+(text naming the source in errors, graph name)``, the cost rules of its new op types in
+:mod:`compgraph.costs`, and :func:`register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from compgraph.prepare import PreparedGraph, prepare, prepare_user_step
+
+
+class _Source(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BenchmarkSource(_Source):
+    """A registered benchmark (:data:`compgraph.models.BENCHMARKS`) at one of its sizes."""
+
+    kind: Literal["benchmark"] = "benchmark"
+    model: str = "rnnlm"
+    size: str = "small"
+
+
+class GraphDefSource(_Source):
+    """A ``.pb``/``.pbtxt`` training-step ``GraphDef``, flat or TF2 with a function library;
+    ``fetches``: the op names one step runs (``None``: the graph's sinks without initializers)."""
+
+    kind: Literal["graph_def"] = "graph_def"
+    path: str
+    fetches: list[str] | None = None
+
+
+class SavedModelSource(_Source):
+    """A SavedModel folder and the signature holding the training step (``None``: its only one)."""
+
+    kind: Literal["saved_model"] = "saved_model"
+    path: str
+    signature: str | None = None
+
+
+class KerasSource(_Source):
+    """``MODULE:FUNCTION`` returning ``(keras model, input specs)``, resolved from the current folder."""
+
+    kind: Literal["keras"] = "keras"
+    spec: str
+
+
+GraphSource = Annotated[Union[BenchmarkSource, GraphDefSource, SavedModelSource, KerasSource],
+                        Field(discriminator="kind")]
+"""Any graph source, told apart by ``kind``."""
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """How sources of one kind become a prepared graph.
+
+    Attributes:
+        kind: the sources' ``kind``.
+        source: their pydantic model.
+        prepare: ``prepare(source, grouper, num_groups, seed, cache_dir, int_bounds) -> PreparedGraph``
+            (``grouper=None``: the front end's default).
+    """
+
+    kind: str
+    source: type[BaseModel]
+    prepare: Callable[..., PreparedGraph]
+
+
+FRONTENDS: dict[str, Frontend] = {}
+"""Source kind -> :class:`Frontend`."""
+
+
+def register(frontend: Frontend) -> Frontend:
+    """Add ``frontend`` to :data:`FRONTENDS`.
+
+    Raises:
+        ValueError: another front end already has its kind.
+    """
+    if frontend.kind in FRONTENDS and FRONTENDS[frontend.kind] is not frontend:
+        raise ValueError(f"front end kind {frontend.kind!r}: already registered")
+    FRONTENDS[frontend.kind] = frontend
+    return frontend
+
+
+def user_frontend(kind: str, source: type[BaseModel], load: Callable[[Any], Any],
+                  describe: Callable[[Any], tuple[str, str]]) -> Frontend:
+    """A front end of a user's graph: ``load(source)`` gives the step
+    (:class:`compgraph.user_graph.UserStep`), ``describe(source)`` the text naming it in errors
+    and the graph's name; the step is imported and grouped by
+    :func:`compgraph.prepare.prepare_user_step` (default grouper ``heuristic``)."""
+
+    def run(src, grouper=None, num_groups=None, seed=0, cache_dir=None, int_bounds=None) -> PreparedGraph:
+        text, name = describe(src)
+        return prepare_user_step(lambda: load(src), text, name, grouper or "heuristic", num_groups, seed, int_bounds)
+
+    return Frontend(kind, source, run)
+
+
+def _benchmark(src: BenchmarkSource, grouper=None, num_groups=None, seed=0, cache_dir=None, int_bounds=None):
+    if int_bounds:
+        raise ValueError("int_bounds: for a user's graph only; a benchmark's integer inputs are bounded by its own tables")
+    return prepare(src.model, src.size, grouper=grouper or "2017", num_groups=num_groups, cache_dir=cache_dir, seed=seed)
+
+
+def _load_graph_def(src: GraphDefSource):
+    from compgraph.user_graph import load_graph_def_step
+
+    return load_graph_def_step(src.path, src.fetches)
+
+
+def _load_saved_model(src: SavedModelSource):
+    from compgraph.user_graph import load_saved_model_step
+
+    return load_saved_model_step(src.path, src.signature)
+
+
+def _load_keras(src: KerasSource):
+    from compgraph.user_graph import load_keras_step
+
+    return load_keras_step(src.spec)
+
+
+register(Frontend("benchmark", BenchmarkSource, _benchmark))
+register(user_frontend("graph_def", GraphDefSource, _load_graph_def, lambda s: (s.path, Path(s.path).stem)))
+register(user_frontend("saved_model", SavedModelSource, _load_saved_model, lambda s: (
+    f"saved model {s.path!r}", Path(s.path).resolve().name + (f":{s.signature}" if s.signature else ""))))
+register(user_frontend("keras", KerasSource, _load_keras, lambda s: (f"keras {s.spec!r}", s.spec)))
+
+
+def graph_source(model: str | None = None, size: str = "small", graph_def: str | None = None,
+                 keras: str | None = None, saved_model: str | None = None, signature: str | None = None,
+                 fetches: list[str] | None = None) -> GraphSource:
+    """The source named by the flat options of the CLI and the flows: a user's graph when one of
+    ``graph_def``, ``saved_model`` and ``keras`` is given, else the benchmark ``model`` at ``size``.
+
+    Raises:
+        ValueError: several of ``graph_def``, ``saved_model`` and ``keras``; ``signature``
+            without ``saved_model``; ``fetches`` without ``graph_def``.
+    """
+    given = [k for k, v in (("graph_def", graph_def), ("saved_model", saved_model), ("keras", keras)) if v is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one of graph_def, saved_model and keras, not several ({', '.join(given)})")
+    if signature is not None and saved_model is None:
+        raise ValueError("signature is for saved_model")
+    if fetches is not None and graph_def is None:
+        raise ValueError("fetches is for GraphDef files; a Keras model's or SavedModel signature's step fetches its "
+                         "outputs and updates")
+    if graph_def is not None:
+        return GraphDefSource(path=str(graph_def), fetches=fetches)
+    if saved_model is not None:
+        return SavedModelSource(path=str(saved_model), signature=signature)
+    if keras is not None:
+        return KerasSource(spec=keras)
+    return BenchmarkSource(model=model or "rnnlm", size=size)
+
+
+def is_user_graph(source: GraphSource) -> bool:
+    """True for a user's graph (any source but a benchmark)."""
+    return source.kind != "benchmark"
+
+
+def prepare_source(source: GraphSource, grouper: str | None = None, num_groups: int | None = None, seed: int = 0,
+                   cache_dir: str | Path | None = None, int_bounds: dict[str, int] | None = None) -> PreparedGraph:
+    """Import and group the training step of ``source`` with its front end (:data:`FRONTENDS`).
+
+    Args:
+        grouper: a grouper of :data:`compgraph.grouping.GROUPERS` (``None``: ``2017`` for a
+            benchmark, ``heuristic`` for a user's graph).
+        num_groups: target groups of ``metis``/``fluid`` (``None``: 256).
+        seed: seed of the automatic groupers.
+        cache_dir: the preprocessed-graph cache of benchmarks (:mod:`compgraph.cache`).
+        int_bounds: a user's graph: integer input name -> exclusive bound of its ids.
+    Raises:
+        ValueError: an unknown kind, model, size or grouper, a bad ``num_groups``,
+            ``int_bounds`` for a benchmark.
+        compgraph.user_graph.UserGraphError: a user's file or model is unusable (the message names it).
+    """
+    if source.kind not in FRONTENDS:
+        raise ValueError(f"source kind {source.kind!r}: no front end; valid: {', '.join(FRONTENDS)}")
+    return FRONTENDS[source.kind].prepare(source, grouper, num_groups, seed, cache_dir, int_bounds)
+
+
+def prepare_user_graph(
+    graph_def_path: str | Path | None = None,
+    keras: str | None = None,
+    grouper: str = "heuristic",
+    num_groups: int | None = None,
+    fetches: list[str] | None = None,
+    seed: int = 0,
+    saved_model: str | Path | None = None,
+    signature: str | None = None,
+    int_bounds: dict[str, int] | None = None,
+) -> PreparedGraph:
+    """Import and group a user's training step: a ``GraphDef`` file, a SavedModel signature or a
+    Keras model (:func:`graph_source` then :func:`prepare_source`).
+
+    Returns:
+        A :class:`compgraph.prepare.PreparedGraph` with ``benchmark=None``, ``size="user"``,
+        ``config=None``, ``import_info`` set; the graph is named after the file's stem, the
+        SavedModel folder's name (``:signature`` added when given) or the Keras spec.
+    Raises:
+        ValueError: not exactly one of ``graph_def_path``, ``saved_model`` and ``keras``; those
+            of :func:`graph_source` and :func:`prepare_source`.
+        compgraph.user_graph.UserGraphError: the file or model is unusable, the importer rejects
+            the graph (the message names the file), or an ``int_bounds`` entry names no integer
+            input or is not an integer >= 1.
+    """
+    if sum(x is not None for x in (graph_def_path, keras, saved_model)) != 1:
+        raise ValueError("give exactly one of graph_def_path (a .pb/.pbtxt GraphDef), saved_model (a folder) and keras ('module:function')")
+    source = graph_source(graph_def=None if graph_def_path is None else str(graph_def_path), keras=keras,
+                          saved_model=None if saved_model is None else str(saved_model), signature=signature,
+                          fetches=fetches)
+    return prepare_source(source, grouper, num_groups, seed, None, int_bounds)
