@@ -36,7 +36,8 @@ def main() -> None:
     import torch
 
     from compgraph.prepare import prepare
-    from placer.distributed import distributed_search, ray_session
+    from placer.distributed import distributed_search
+    from placer.ray_session import ray_session
     from placer.reinforce import ReinforceConfig, reinforce_search
 
     prep, spec = prepare("rnnlm", "small"), load_cluster("k80x2")

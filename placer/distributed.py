@@ -12,7 +12,7 @@ calls its ``sample`` and ``update`` (so it keeps its own baseline, optimizer sta
 sampling generator); the server holds only the policy's parameters (:func:`policy_state`);
 a pool of worker actors, each with its own measurement environment, measures placements
 one at a time; the driver (this process) dispatches placements to free workers, appends
-each measurement to the run's placement log (:class:`placer.reinforce.PlacementLog`) the
+each measurement to the run's placement log (:class:`placer.search.PlacementLog`) the
 moment it arrives, and only then gives the batch's times to its controller.
 
 A controller pushes its learner's new parameters (synchronous) or the change it made to
@@ -26,7 +26,7 @@ parameters are controller 0's new parameters plus every other controller's chang
 (``new_c - pulled``) -- with one controller exactly controller 0's, so one controller gives
 the in-process search's result for the same seed (for the 2017 learner:
 :func:`placer.reinforce.reinforce_search`). The same seed and settings give the same
-:class:`placer.reinforce.SearchResult` whatever the timing, and a re-run on an existing
+:class:`placer.search.SearchResult` whatever the timing, and a re-run on an existing
 log with the same settings replays the logged measurements by sample index (resume).
 
 **Asynchronous (``async_updates=True``, 2017's mode, not reproducible).** Each controller
@@ -74,180 +74,24 @@ unpickling.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import socket
-import tempfile
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
 import numpy as np
+
+from placer.ray_session import actor_options, check_ray_address, ray_get, ray_session
 
 if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processes never load torch
     from cluster.spec import ClusterSpec
     from compgraph.ir import Grouping
     from compgraph.prepare import PreparedGraph
-    from placer.learner import Learner, LearnerConfig
-    from placer.reinforce import ReinforceConfig, SearchResult
-
-#: Environment of a local Ray started by :func:`ray_session`: no auth token written to ~/.ray
-#: (``RAY_AUTH_MODE=disabled``), listening on 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``:
-#: measured, ``_node_ip_address`` alone is overridden and Ray listens on 0.0.0.0), no usage statistics.
-LOCAL_RAY_ENV = {
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
-#: Ray keeps unix sockets under its temp dir (``<dir>/ray-XXXXXXXX/session_<date>_<time>_<us>_<pid>/sockets/
-#: plasma_store``), whose paths must stay within 107 bytes: longer parents fall back to the system temp folder.
-_MAX_TEMP_DIR_CHARS = 30
-
-
-# ----------------------------------------------------------------------------- Ray session
-
-
-def check_ray_address(address: str) -> tuple[str, int] | None:
-    """Validate ``address`` and return the ``(host, port)`` to probe (``None`` for ``"auto"``).
-
-    Accepted: ``"auto"`` (the cluster this machine's ``ray start`` made, or ``RAY_ADDRESS``),
-    ``"ray://host:port"`` (Ray Client, port 10001 by default) and ``"host:port"`` (the GCS
-    address of a cluster this machine belongs to).
-
-    Raises:
-        ValueError: anything else (names ``ray_address`` and the value).
-    """
-    if not isinstance(address, str) or not address.strip():
-        raise ValueError(f"ray_address: {address!r} is not an address; use 'auto', 'ray://host:port' or 'host:port'")
-    if address == "auto":
-        return None
-    parts = urlsplit(address if "://" in address else f"gcs://{address}")
-    if parts.scheme not in ("ray", "gcs") or not parts.hostname or parts.path not in ("", "/"):
-        raise ValueError(f"ray_address: {address!r} is not an address; use 'auto', 'ray://host:port' or 'host:port'")
-    try:
-        port = parts.port
-    except ValueError:
-        port = -1
-    if port is None and parts.scheme == "ray":
-        port = 10001
-    if port is None or not 0 < port < 65536:
-        raise ValueError(f"ray_address: {address!r} has no valid port; use 'ray://host:port' or 'host:port'")
-    return parts.hostname, port
-
-
-@contextlib.contextmanager
-def _loopback_only() -> Iterator[None]:
-    """Set :data:`LOCAL_RAY_ENV` (inherited by the processes Ray starts meanwhile) and Ray's own
-    flag for it: Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when imported, and with it
-    off takes 127.0.0.1 as this node's address, so a local Ray's servers listen there only and a
-    driver joins a cluster on 127.0.0.1 by that address. Restores both afterwards."""
-    from ray._private import ray_constants
-
-    saved = {k: os.environ.get(k) for k in LOCAL_RAY_ENV}
-    saved_flag = ray_constants.ENABLE_RAY_CLUSTER
-    os.environ.update(LOCAL_RAY_ENV)
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@contextlib.contextmanager
-def ray_session(
-    address: str | None = None,
-    num_cpus: int | None = None,
-    temp_dir: str | Path | None = None,
-    runtime_env: dict | None = None,
-    connect_timeout_s: float = 5.0,
-) -> Iterator[bool]:
-    """Run the body with Ray initialised in this process; yields True if this call initialised it
-    (started a local Ray or connected to ``address``; it shuts it down or disconnects after).
-
-    * ``address=None`` and Ray already initialised in this process (e.g. by a test
-      fixture, or an outer ``ray_session``): the body uses it, nothing is shut down.
-    * ``address=None`` otherwise: starts a local Ray with :data:`LOCAL_RAY_ENV` (listening
-      on 127.0.0.1 only, no dashboard), ``num_cpus`` CPUs (``None``: all), its files under
-      a fresh folder in ``temp_dir`` (``None`` or a path too long for Ray's unix sockets:
-      the system temp folder; that folder is deleted afterwards), and shuts it down after.
-    * ``address`` given (:func:`check_ray_address`): connects to that cluster and
-      disconnects after. Its nodes must be able to import this project (install it there,
-      or pass ``runtime_env={"working_dir": ...}``).
-
-    Ray's start takes ~2-5 s and ~1 GB of memory over about a dozen processes on a 2-core machine.
-
-    Raises:
-        ValueError: a malformed ``address``.
-        ConnectionError: nothing answers at ``address`` within ``connect_timeout_s`` seconds,
-            or Ray cannot connect to it (the message names the address).
-        RuntimeError: an ``address`` given while Ray is already initialised in this process.
-    """
-    import ray
-
-    if address is None and ray.is_initialized():
-        yield False
-        return
-    if address is not None:
-        target = check_ray_address(address)
-        if target is not None:
-            host, port = target
-            try:
-                socket.create_connection((host, port), timeout=connect_timeout_s).close()
-            except OSError as e:
-                raise ConnectionError(
-                    f"ray_address {address!r}: nothing answers at {host}:{port} ({e}); start a cluster "
-                    "(`ray start --head`) or pass ray_address=None for a local Ray"
-                ) from e
-        if ray.is_initialized():
-            raise RuntimeError(
-                f"ray_address {address!r}: Ray is already initialised in this process; call ray.shutdown() first "
-                "or pass ray_address=None to use the running Ray"
-            )
-        loopback = target is not None and (target[0] == "localhost" or target[0].startswith("127."))
-        try:
-            with _loopback_only() if loopback else contextlib.nullcontext():
-                ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING")
-        except Exception as e:  # ConnectionError, RuntimeError, gRPC errors: all mean "cannot connect"
-            raise ConnectionError(f"ray_address {address!r}: cannot connect to a Ray cluster: {e}") from e
-        try:
-            yield True
-        finally:
-            ray.shutdown()
-        return
-    parent = Path(temp_dir).resolve() if temp_dir is not None else None
-    if parent is None or len(str(parent)) > _MAX_TEMP_DIR_CHARS:
-        parent = Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="ray-", dir=parent)
-    with _loopback_only():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=folder, runtime_env=runtime_env,
-                 logging_level="WARNING")
-    try:
-        yield True
-    finally:
-        ray.shutdown()
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def _get(refs):
-    """``ray.get`` that re-raises an actor's exception as an instance of its own type (e.g.
-    ``ValueError``; Ray's ``as_instanceof_cause``), the remote traceback in its message."""
-    import ray
-
-    try:
-        return ray.get(refs)
-    except ray.exceptions.RayTaskError as e:
-        raise e.as_instanceof_cause() from None
-
+    from placer.learner import Learner, LearnerConfig, Samples
+    from placer.reinforce import ReinforceConfig
+    from placer.search import SearchResult
 
 # ----------------------------------------------------------------------------- actors
 
@@ -371,7 +215,7 @@ class ParameterServer:
                  env_kind: str = "sim", env_options: dict | None = None) -> None:
         self.params = {k: np.array(v) for k, v in params.items()}
         self.version = 0
-        self.learner = None
+        self.learner: Learner | None = None
         self.restored = False  # set by restore(): a server Ray restarted serves nothing until the driver restores it
         if learner_cls is not None:
             self.learner = _make_learner(learner_cls, config, prepared, spec, env_kind, env_options or {}, "cpu", True)
@@ -427,6 +271,8 @@ class ParameterServer:
         from placer.learner import Samples
 
         self._check()
+        if self.learner is None:
+            raise RuntimeError("parameter server: no pooled learner (the learner has no pooled step)")
         self.learner.load_policy_state(self.params)
         got = self.learner.pooled_update([
             (Samples(np.asarray(b["placements"], dtype=np.int64), np.asarray(b["log_prob"], dtype=np.float64)),
@@ -449,13 +295,13 @@ class Controller:
 
     def __init__(self, learner_cls, config, prepared, spec, env_kind, env_options, device: str, pooled: bool) -> None:
         self._args = (learner_cls, config, prepared, spec, env_kind, env_options, device, pooled)
-        self._learner = None
-        self.samples = None
+        self._learner: Learner | None = None
+        self.samples: Samples | None = None
         self.pulled: dict | None = None
         self.restored = False
 
     @property
-    def learner(self):
+    def learner(self) -> Learner:
         """The learner, built on first use (not in ``__init__``, so that its errors reach the
         caller as their own type rather than as Ray's ``ActorDiedError``)."""
         if self._learner is None:
@@ -503,7 +349,8 @@ class Controller:
         self.samples = None
         new = policy_state(self.learner)
         if as_delta:
-            new = {k: (v - self.pulled[k]) if np.issubdtype(v.dtype, np.floating) else v for k, v in new.items()}
+            pulled = self.pulled or {}
+            new = {k: (v - pulled[k]) if np.issubdtype(v.dtype, np.floating) else v for k, v in new.items()}
         return {k: float(v) for k, v in (diag or {}).items()}, new, self.learner.state_dict()
 
 
@@ -524,13 +371,14 @@ class Worker:
 
         if not ray.get_gpu_ids():
             os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        self._args = (prepared, spec, env_kind, env_options)
+        self._args: tuple | None = (prepared, spec, env_kind, env_options)
         self.delay_s = float(delay_s)
         self.env = None
 
     def ready(self) -> int:
         """Build the environment; returns the worker's pid."""
         if self.env is None:
+            assert self._args is not None
             prepared, spec, env_kind, env_options = self._args
             self.env = _environment(prepared, spec, env_kind, env_options, True)
             self._args = None
@@ -551,16 +399,9 @@ class Worker:
         self.ready()
         if self.delay_s:
             time.sleep(self.delay_s)
+        assert self.env is not None
         m = self.env.measure(np.asarray(placement, dtype=np.int64))
         return {"step_time_s": m.step_time_s, "oom": bool(m.oom)}
-
-
-def actor_options(role: Literal["server", "controller", "worker"], *, gpus: float = 0, cpus: float = 0) -> dict:
-    """The Ray ``.options`` of each actor: restartable server, controllers and workers (``max_restarts=-1``;
-    retries are the driver's: ``max_task_retries=0``), ``num_gpus``/``num_cpus`` as asked."""
-    opts: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus}
-    opts.update(max_restarts=-1, max_task_retries=0)  # the server too: the driver restores its last state
-    return opts
 
 
 # ----------------------------------------------------------------------------- the search
@@ -610,7 +451,7 @@ class _Pool:
         if ref in self.reviving:  # a restarting worker's ready(): back to work, or ask again
             w = self.reviving.pop(ref)
             try:
-                _get(ref)
+                ray_get(ref)
                 self.free.append(w)
             except ray.exceptions.RayActorError:
                 time.sleep(0.2)
@@ -618,7 +459,7 @@ class _Pool:
             return None
         w, job = self.inflight.pop(ref)
         try:
-            m = _get(ref)
+            m = ray_get(ref)
         except ray.exceptions.RayActorError as e:
             # it died (Ray: "restarted", "may or may not have been executed"): measured again elsewhere
             job.attempts += 1
@@ -691,7 +532,7 @@ def _revive(method, *args, what: str, timeout_s: float = 300.0):
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return _get(method.remote(*args))
+            return ray_get(method.remote(*args))
         except ray.exceptions.RayActorError as e:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{what}: not restarted within {timeout_s} s: {e}") from None
@@ -731,7 +572,7 @@ class _Run:
         attempts = 0
         while True:
             try:
-                return _get(getattr(self.server, method).remote(*args))
+                return ray_get(getattr(self.server, method).remote(*args))
             except (ray.exceptions.RayActorError, ServerRestarted) as e:
                 attempts += 1
                 self.server_restarts += 1
@@ -770,7 +611,7 @@ class _Run:
         ref = self.controllers[c].sample.remote(k, pulled) if ref is None else ref
         while True:
             try:
-                return _get(ref)
+                return ray_get(ref)
             except Exception as e:  # noqa: BLE001  (re-raised unless a controller fault)
                 attempts = self._failed(c, e, attempts)
                 ref = self.controllers[c].sample.remote(k, pulled)
@@ -784,7 +625,7 @@ class _Run:
             refs = self.controllers[c].update.options(num_returns=3).remote(times, oom, as_delta)
         while True:
             try:
-                diag = _get(refs[0])
+                diag = ray_get(refs[0])
                 self.states[c] = refs[2]
                 return diag, refs[1]
             except Exception as e:  # noqa: BLE001
@@ -793,7 +634,7 @@ class _Run:
                 again = ctl.sample.remote(k, pulled)
                 refs = ctl.update.options(num_returns=3).remote(times, oom, as_delta)
                 try:
-                    same = _get(again)["placements"] == placements
+                    same = ray_get(again)["placements"] == placements
                 except Exception as e2:  # noqa: BLE001  (died again: the update's get fails too)
                     same = True
                     del e2
@@ -957,7 +798,7 @@ def distributed_search(
             ``to(device)`` and a GPU for each controller).
         gpus_per_controller: GPUs each controller asks for; ``None``: 1 with ``cuda``, else 0.
         async_updates: 2017's asynchronous updates (not reproducible); default: synchronous rounds.
-        ray_address: ``None``: a local Ray on 127.0.0.1 (:func:`ray_session`; a Ray already
+        ray_address: ``None``: a local Ray on 127.0.0.1 (:func:`placer.ray_session.ray_session`; a Ray already
             initialised in this process is used as is); ``"auto"``, ``"ray://host:port"`` or
             ``"host:port"``: a running cluster (``ray start --head``).
         log_path: the placement log (JSON lines), each measurement appended as it arrives:
@@ -969,7 +810,7 @@ def distributed_search(
         measure_delay_s: seconds each worker sleeps per measurement (a stand-in for real
             execution, for benchmarks and tests).
         max_attempts: tries of a placement whose workers die, and of a controller step.
-        num_cpus, ray_temp_dir, runtime_env: of a local Ray / the Ray job (:func:`ray_session`;
+        num_cpus, ray_temp_dir, runtime_env: of a local Ray / the Ray job (:func:`placer.ray_session.ray_session`;
             ``ray_temp_dir=None``: the log's folder).
         start_timeout_s: seconds to wait for all actors to start (e.g. for GPUs to be free).
         on_update: called with each learning-curve point, one per controller update.
@@ -979,7 +820,7 @@ def distributed_search(
             groups ops itself places the colocation units
             (:func:`compgraph.grouping.colocation_grouping`), as in-process.
     Returns:
-        A :class:`placer.reinforce.SearchResult`: ``step_times`` batch by batch in the order
+        A :class:`placer.search.SearchResult`: ``step_times`` batch by batch in the order
         recorded (synchronous: sample-index order), one ``curve`` point per controller
         update; ``failing_signal`` the learner's (``failing_signal`` attribute; 0 if none);
         an extra attribute ``distributed``: ``{"controllers", "workers", "async_updates",
@@ -998,7 +839,7 @@ def distributed_search(
         Errors of the environments and learners, re-raised as their type.
     """
     from cluster.environment import ENVIRONMENTS
-    from placer.reinforce import PlacementLog, SearchResult
+    from placer.search import PlacementLog, SearchResult
 
     learner_cls = resolve_learner(learner)
     if controllers < 1:
@@ -1092,18 +933,18 @@ def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, co
     import ray
 
     ref = ray.put(_light_prepared(prepared, env_kind))
-    ctl_cls = ray.remote(Controller).options(**actor_options("controller", gpus=gpus_per_controller))
+    ctl_cls: Any = ray.remote(Controller).options(**actor_options("controller", gpus=gpus_per_controller))
     ctls = [ctl_cls.remote(learner_cls, config.model_copy(update={"seed": controller_seed(config.seed, c)}), ref,
                            spec, env_kind, env_options, policy_device, pooled) for c in range(controllers)]
-    every = list(ctls)
+    every: list[Any] = list(ctls)
     try:
         infos = _wait(ray, [c.info.remote() for c in ctls], start_timeout_s, "controllers", every)
         k = infos[0]["batch_size"]
         n_workers = workers if workers is not None else k * controllers
         srv_pooled = (learner_cls, config, ref, spec, env_kind, env_options) if pooled else ()
-        server = ray.remote(ParameterServer).options(**actor_options("server")).remote(infos[0]["params"], *srv_pooled)
+        server: Any = ray.remote(ParameterServer).options(**actor_options("server")).remote(infos[0]["params"], *srv_pooled)
         every.append(server)
-        w_cls = ray.remote(Worker).options(**actor_options("worker", gpus=gpus_per_worker, cpus=cpus_per_worker))
+        w_cls: Any = ray.remote(Worker).options(**actor_options("worker", gpus=gpus_per_worker, cpus=cpus_per_worker))
         ws = [w_cls.remote(ref, spec, env_kind, env_options, measure_delay_s) for _ in range(n_workers)]
         every += ws
         _wait(ray, [server.restore.remote(None), *(w.ready.remote() for w in ws), *(c.restore.remote(None) for c in ctls)],
@@ -1124,38 +965,6 @@ def _wait(ray, refs: list, timeout_s: float, what: str, every: list) -> list:
         raise TimeoutError(f"{len(waiting)} of {len(refs)} actor calls did not finish within start_timeout_s="
                            f"{timeout_s} ({what}); the cluster has {ray.cluster_resources()}")
     try:
-        return _get(refs)
+        return ray_get(refs)
     except ray.exceptions.RayActorError as e:  # a constructor failed: Ray keeps only the message
         raise RuntimeError(f"an actor of the distributed search failed to start: {e}") from None
-
-
-def distributed_reinforce_search(
-    prepared: PreparedGraph,
-    spec: ClusterSpec,
-    config: ReinforceConfig,
-    num_controllers: int = 2,
-    workers_per_controller: int | None = None,
-    env_kind: str = "sim",
-    ray_address: str | None = None,
-    log_path: str | Path | None = None,
-    *,
-    asynchronous: bool = False,
-    env_options: dict | None = None,
-    num_gpus_per_worker: float = 0,
-    num_cpus_per_worker: float = 0,
-    **kwargs,
-) -> SearchResult:
-    """The 2017 search distributed (kept for the current callers): :func:`distributed_search`
-    with the ``rl`` learner, ``num_controllers`` controllers and ``num_controllers *
-    workers_per_controller`` workers (``None``: K each).
-
-    Raises:
-        ValueError: ``workers_per_controller`` outside ``1..K``; those of :func:`distributed_search`.
-    """
-    if workers_per_controller is not None and not 1 <= workers_per_controller <= config.k:
-        raise ValueError(f"workers_per_controller: must be 1..k={config.k}, got {workers_per_controller}")
-    workers = None if workers_per_controller is None else workers_per_controller * max(num_controllers, 1)
-    return distributed_search("rl", config, prepared, spec, env_kind, controllers=num_controllers, workers=workers,
-                              gpus_per_worker=num_gpus_per_worker, cpus_per_worker=num_cpus_per_worker,
-                              async_updates=asynchronous, ray_address=ray_address, log_path=log_path,
-                              env_options=env_options, **kwargs)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 import torch
@@ -66,7 +66,7 @@ from compgraph.ir import Grouping, OpGraph
 from placer.attention import additive_scores
 from placer.features import op_features
 from placer.learner import Learner, LearnerConfig, Samples, register
-from placer.reinforce import serial_time
+from placer.search import serial_time
 
 FAILING_FACTOR = 10.0  #: OOM step time = FAILING_FACTOR x T_serial (as :mod:`placer.reinforce`)
 
@@ -216,7 +216,7 @@ class LinearGrouper(nn.Module):
         return torch.sqrt(sq / (num_ops * w.shape[1])).float()
 
 
-def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row of ``logits [..., C]`` (Gumbel-max): int64 ``[...]``."""
     u = torch.rand(logits.shape, generator=generator).clamp_(1e-20, 1.0)
     return torch.argmax(logits - torch.log(-torch.log(u)), dim=-1)
@@ -225,7 +225,7 @@ def sample_categorical(logits: torch.Tensor, generator: torch.Generator) -> torc
 def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, grad_clip: float | None) -> float:
     """Clip the gradients' global norm to ``grad_clip`` (``None``: no clipping), step; returns the norm before clipping."""
     if grad_clip is None:
-        norm = torch.sqrt(sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None))
+        norm = torch.sqrt(cast(torch.Tensor, sum((p.grad.detach() ** 2).sum() for p in params if p.grad is not None)))
     else:
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     optimizer.step()
@@ -325,7 +325,7 @@ class HierarchicalPlacer(nn.Module):
         mem, (h0, c0) = self.encode(x)
         k, g, _ = mem.shape
         h = self.h
-        dec = self.decoder
+        dec: Any = self.decoder  # nn.LSTM's weights: attributes torch's type stubs do not declare
         # the decoder's input is a device embedding: its input gates are a [D + 1, 4H] table
         emb_gates = torch.cat([self.device_embeddings, self.go]) @ dec.weight_ih_l0.T + dec.bias_ih_l0 + dec.bias_hh_l0
         w_h = torch.cat([dec.weight_hh_l0.T, self.attn_w2], dim=1)  # [H, 5H]: recurrence and attention query
@@ -455,9 +455,10 @@ class HierarchicalPlanner(Learner):
 
     name: ClassVar[str] = "hierarchical"
     Config: ClassVar[type[LearnerConfig]] = HierarchicalConfig
+    config: HierarchicalConfig
     paper: ClassVar[str] = ("Mirhoseini et al., A Hierarchical Model for Device Placement, ICLR 2018 "
                             "(EAGLE Sec. II-C, III-A; TensorFlow grappler/hierarchical_controller.py)")
-    units: ClassVar[str] = "colocation"
+    units: ClassVar[Literal["groups", "colocation"]] = "colocation"
 
     def __init__(self, env: Environment, config: HierarchicalConfig) -> None:
         super().__init__(env, config)

@@ -31,7 +31,7 @@ from pydantic import Field
 from cluster.environment import Environment
 from placer.features import group_features, static_memory_load
 from placer.learner import Learner, LearnerConfig, Samples, register
-from placer.search import PlacementLog, SearchResult, _measure_or_replay, run_search, serial_time  # noqa: F401  (old names)
+from placer.search import SearchResult, run_search, serial_time
 from placer.seq2seq import Seq2SeqPlacer
 
 
@@ -160,6 +160,8 @@ class ReinforceLearner(Learner):
 
     name = "rl"
     Config = ReinforceConfig
+    config: ReinforceConfig
+    failing_signal: float
     paper = "Mirhoseini et al., Device Placement Optimization with Reinforcement Learning, ICML 2017, Sec. 3.1-3.2, Eq. 3"
     units = "groups"
     policy_devices = ("cpu", "cuda")

@@ -255,11 +255,6 @@ def serial_time(env: Environment) -> float:
     return float(np.asarray(times).sum(axis=0).max())
 
 
-def _measure_or_replay(env: Environment, placement: np.ndarray, index: int, log: PlacementLog | None) -> Measurement:
-    """Measure ``placement`` (or take sample ``index`` from the log) and log it before returning."""
-    return measure_or_replay(env, np.asarray(placement)[None, :], index, log)[0]
-
-
 def measure_or_replay(env: Environment, placements: np.ndarray, start: int, log: PlacementLog | None) -> list[Measurement]:
     """Measurements of ``placements`` (``[K, num_units]``), samples ``start .. start + K - 1`` of a search.
 
@@ -292,8 +287,8 @@ def measure_or_replay(env: Environment, placements: np.ndarray, start: int, log:
         for j, m in zip(todo, ms):
             out[j] = m
         if log is not None:
-            log.extend([{"index": start + j, "placement": rows[j], "step_time_s": out[j].step_time_s, "oom": out[j].oom}
-                        for j in todo])
+            log.extend([{"index": start + j, "placement": rows[j], "step_time_s": m.step_time_s, "oom": m.oom}
+                        for j, m in zip(todo, ms)])
     return out  # type: ignore[return-value]
 
 

@@ -18,14 +18,12 @@ from placer.distributed import (  # noqa: E402
     ParameterServer,
     ServerRestarted,
     _make_learner,
-    actor_options,
     controller_seed,
-    distributed_reinforce_search,
     distributed_search,
     merge_parameters,
-    ray_session,
 )
 from placer.post import PostLearner  # noqa: E402
+from placer.ray_session import actor_options, ray_session  # noqa: E402
 from placer.post import PostConfig, post_search  # noqa: E402
 from placer.reinforce import ReinforceConfig, reinforce_search  # noqa: E402
 
@@ -94,8 +92,7 @@ def test_one_controller_equals_the_in_process_search_with_the_ppo_option(local_r
 def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=22, k=4, seed=3, hidden_size=32)
     log = tmp_path / "a.jsonl"
-    a = distributed_reinforce_search(rnnlm_small, k80x2, cfg, num_controllers=2, workers_per_controller=2,
-                                     log_path=log)
+    a = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=4, log_path=log)
     b = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
     _same(a, b)  # the same whatever the number of workers and the timing
     # 22 placements: two rounds of 2 x 4, then 4 for controller 0 and 2 for controller 1.
@@ -268,8 +265,6 @@ def test_bad_ray_address_is_a_clear_error(rnnlm_small, k80x2):
 
 def test_bad_arguments_are_refused_before_ray_starts(rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=4, seed=0, hidden_size=16)
-    with pytest.raises(ValueError, match="workers_per_controller: must be 1..k=4"):
-        distributed_reinforce_search(rnnlm_small, k80x2, cfg, workers_per_controller=5)
     with pytest.raises(ValueError, match="controllers: must be >= 1, got 0"):
         distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=0)
     with pytest.raises(ValueError, match="workers: must be >= 1, got 0"):
