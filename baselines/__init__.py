@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import cast
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,7 @@ from compgraph.grouping import unit_graph
 from compgraph.ir import Grouping, OpGraph
 from compgraph.models import Benchmark
 
-BaselineFn = Callable[["BaselineContext"], "np.ndarray | OpPlacement"]
+BaselineFn = Callable[["BaselineContext"], "np.ndarray | OpPlacement | None"]
 
 
 @dataclass(frozen=True)
@@ -233,23 +234,23 @@ def _scotch(ctx: BaselineContext, devices: list[int], level: str, seed: int = 0)
 def scotch(ctx: BaselineContext) -> OpPlacement:
     """Scotch static mapping of the op graph (colocation units whole) onto all devices (2017 Sec. 4.2
     "Scotch"); units with an op that has no GPU kernel on the CPU. ``[num_ops]``."""
-    return _scotch(ctx, list(range(len(ctx.spec.devices))), "op")
+    return cast(OpPlacement, _scotch(ctx, list(range(len(ctx.spec.devices))), "op"))
 
 
 def mincut(ctx: BaselineContext) -> OpPlacement:
     """Scotch static mapping of the op graph onto the GPUs only (2017 Sec. 4.2 "MinCut"); only units
     with an op that has no GPU kernel go to the CPU. ``[num_ops]``."""
-    return _scotch(ctx, ctx.gpus(), "op")
+    return cast(OpPlacement, _scotch(ctx, ctx.gpus(), "op"))
 
 
 def scotch_group(ctx: BaselineContext) -> np.ndarray:
     """:func:`scotch` on the co-location group graph (``[num_groups]``)."""
-    return _scotch(ctx, list(range(len(ctx.spec.devices))), "group")
+    return cast(np.ndarray, _scotch(ctx, list(range(len(ctx.spec.devices))), "group"))
 
 
 def mincut_group(ctx: BaselineContext) -> np.ndarray:
     """:func:`mincut` on the co-location group graph (``[num_groups]``)."""
-    return _scotch(ctx, ctx.gpus(), "group")
+    return cast(np.ndarray, _scotch(ctx, ctx.gpus(), "group"))
 
 
 def _metis(ctx: BaselineContext, level: str, seed: int = 0) -> np.ndarray | OpPlacement:
@@ -289,9 +290,10 @@ def _metis(ctx: BaselineContext, level: str, seed: int = 0) -> np.ndarray | OpPl
         from compgraph.grouping import _c_stdout_to_log
 
         with _c_stdout_to_log():
-            _, parts = pymetis.part_graph(
+            _, metis_parts = pymetis.part_graph(
                 len(gpus), adjacency=pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy), vweights=vweights.tolist(),
                 eweights=eweights, tpwgts=(peaks / peaks.sum()).tolist(), options=pymetis.Options(seed=int(seed)))
+        parts = np.asarray(metis_parts, dtype=np.int64)
     return ctx.from_vertices(part, np.asarray(gpus, dtype=np.int64)[np.asarray(parts, dtype=np.int64)])
 
 
@@ -302,12 +304,12 @@ def metis(ctx: BaselineContext) -> OpPlacement:
     Raises:
         ValueError: the cluster has no GPU.
     """
-    return _metis(ctx, "op")
+    return cast(OpPlacement, _metis(ctx, "op"))
 
 
 def metis_group(ctx: BaselineContext) -> np.ndarray:
     """:func:`metis` on the co-location group graph (``[num_groups]``)."""
-    return _metis(ctx, "group")
+    return cast(np.ndarray, _metis(ctx, "group"))
 
 
 def _baechi(name: str) -> BaselineFn:
@@ -326,7 +328,7 @@ m_etf = _baechi("m_etf")
 m_sct = _baechi("m_sct")
 
 
-def optimum(ctx: BaselineContext) -> np.ndarray:
+def optimum(ctx: BaselineContext) -> np.ndarray | None:
     """The best group placement :func:`baselines.optimum.optimum` finds (exact or time-limited);
     its bound and whether it is proven go to ``ctx.info["optimum"]``."""
     from baselines.optimum import optimum as solve
@@ -365,7 +367,7 @@ class Baseline:
     variant_of: str | None = None
     reference: bool = False
 
-    def __call__(self, ctx: BaselineContext) -> np.ndarray | OpPlacement:
+    def __call__(self, ctx: BaselineContext) -> np.ndarray | OpPlacement | None:
         """The placement (:attr:`place`)."""
         return self.place(ctx)
 

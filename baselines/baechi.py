@@ -353,8 +353,8 @@ def _memory_checked(p: _Problem, favorite: np.ndarray | None, rounds: int = 6) -
 
     capacity = p.capacity.copy()
     sim = FastSimulator(p.graph, p.spec, op_times=p.times)
-    place = None
-    for _ in range(rounds):
+    place = np.zeros(0, dtype=np.int64)
+    for _ in range(max(rounds, 1)):
         place = _ListScheduler(p, favorite).run()
         r = sim.run_arrays(place[None, :])
         if not r.oom[0]:

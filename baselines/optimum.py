@@ -54,6 +54,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 
 from cluster.cost_model import op_time_matrix
@@ -224,7 +226,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     # pool loads: sum over ops, for each placement device d of the op's group, the time on eff device
     load = np.zeros((P, G, D))
     for d in range(D):
-        np.add.at(load, (pools[eff[:, d]], og, d), t_eff[:, d])
+        np.add.at(load, (pools[eff[:, d]], og, d), t_eff[:, d])  # type: ignore[arg-type]  # numpy's stubs
     for p in range(P):
         nz = np.nonzero(load[p])
         add([int(g) * D + int(d) for g, d in zip(*nz)] + [oc], list(load[p][nz]) + [-1.0], -np.inf, 0.0)
@@ -232,7 +234,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     cap = np.array([dev.memory_bytes for dev in spec.devices], dtype=np.float64)
     mem = np.zeros((D, G, D))
     for d in range(D):
-        np.add.at(mem, (eff[:, d], og, d), param)
+        np.add.at(mem, (eff[:, d], og, d), param)  # type: ignore[arg-type]  # numpy's stubs
     for m in range(D):
         nz = np.nonzero(mem[m])
         if len(nz[0]):
@@ -290,7 +292,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     ub = np.full(V, np.inf)
     ub[: nx_ + Y] = 1.0
     ub[oc + 1:] = 1.0
-    options = {"node_limit": int(node_limit), "disp": False}
+    options: dict[str, Any] = {"node_limit": int(node_limit), "disp": False}
     if time_limit_s is not None:
         options["time_limit"] = max(0.75 * time_limit_s - (time.perf_counter() - start), 1.0)  # the rest for the polish
     res = milp(cost, constraints=LinearConstraint(A, np.array(lo), np.array(hi)), integrality=integrality,

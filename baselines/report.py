@@ -8,6 +8,7 @@ per-method ``x_lower_bound`` / ``x_optimum`` columns) and by ``placement baselin
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
         ratio to them means something only for step times measured in the simulator).
     """
     lb = lower_bound(graph, spec, op_times)
-    out = {"reference_environment": REFERENCE_ENVIRONMENT,
+    out: dict[str, Any] = {"reference_environment": REFERENCE_ENVIRONMENT,
            "lower_bound_s": lb.value_s if np.isfinite(lb.value_s) else None, "lower_bound": lb.as_dict(),
            "optimum_s": None, "optimum_proven": None, "optimum_bound_s": None, "optimum_method": None,
            "optimum_seconds": None, "optimum_placement": None, "optimum_deterministic": None}
@@ -128,7 +129,8 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
         if m not in BASELINES:
             raise ValueError(f"unknown method {m!r}; valid: {', '.join(BASELINES)}")
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
-    placements, seconds = {}, {}
+    placements: dict[str, Any] = {}
+    seconds: dict[str, float | None] = {}
     for m in methods:
         if BASELINES[m].reference:  # computed with the lower bound, below
             continue

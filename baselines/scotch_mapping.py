@@ -104,7 +104,7 @@ from __future__ import annotations
 import ctypes
 import numbers
 import threading
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -171,6 +171,7 @@ def _check_positive(arr: np.ndarray, name: str) -> None:
 
 def _parse_edges(edges, n: int):
     """Return (u, v, w) int64 arrays after validation (self loops kept; dropped later)."""
+    edge_list: Any
     if isinstance(edges, np.ndarray):
         edge_list = edges
     else:
@@ -241,7 +242,7 @@ def _build_graph(sp, verttab, velotab, edgetab, edlotab):
 
 
 def scotch_static_map(
-    vertex_weights: Sequence[int],
+    vertex_weights: Sequence[int] | np.ndarray,
     edges: Iterable[tuple[int, int, int]],
     device_weights: Sequence[int],
     link_costs,

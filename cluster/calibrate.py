@@ -166,7 +166,7 @@ def kind_placements(prepared, spec: ClusterSpec) -> dict[str, np.ndarray]:
     measured there only). Returns kind -> ``[num_groups]`` device indices.
     """
     ok = group_gpu_ok(prepared.graph, prepared.grouping)
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for kind in dict.fromkeys(d.kind for d in spec.devices):
         first = next(i for i, d in enumerate(spec.devices) if d.kind == kind)
         gp = np.full(prepared.grouping.num_groups, first, dtype=np.int64)
@@ -198,6 +198,7 @@ def calibrate(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray] | N
         cluster.real.PlacementError: a placement TensorFlow cannot run.
     """
     from cluster.environment import make_environment
+    from cluster.real import RealEnvironment
     from cluster.real import trace_devices
 
     if steps < 2:
@@ -205,8 +206,9 @@ def calibrate(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray] | N
     tf = import_tensorflow()
     env = make_environment("real", prepared, spec, {"steps": steps, "warmup": 1, "soft_placement": True,
                                                     "seed": seed, "devices": devices})
+    assert isinstance(env, RealEnvironment)
     placements = kind_placements(prepared, spec) if placements is None else placements
-    short_to_kind = {}
+    short_to_kind: dict[str, str] = {}
     for i, d in enumerate(spec.devices):
         short_to_kind.setdefault(env.devices[i], d.kind)
     samples: dict[str, dict[str, list[float]]] = {}

@@ -16,6 +16,7 @@ implementations may import :class:`Measurement` from here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -65,7 +66,7 @@ class Environment(Protocol):
         """
         ...
 
-    def measure_batch(self, group_placements: np.ndarray) -> list[Measurement]:
+    def measure_batch(self, group_placements: np.ndarray) -> Sequence[Measurement]:
         """Measure ``K`` placements (``[K, num_groups]`` device indices) -> ``K`` measurements,
         the same as ``[measure(p) for p in group_placements]``.
 

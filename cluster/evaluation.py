@@ -41,13 +41,14 @@ def evaluate_placements(
             continue
         menv = (envs or {}).get(method, env)
         m = measure_placement(menv, placement)  # a group placement or an OpPlacement (cluster.op_placement)
-        op_level = is_op_placement(placement)
+        if is_op_placement(placement):
+            units, devices = [op.name for op in menv.graph.ops], placement.ops
+        else:
+            units, devices = menv.grouping.names, placement
         out[method] = {
             "step_time_s": m.step_time_s,
             "oom": m.oom,
-            "placement": {g: names[int(d)] for g, d in zip(
-                [op.name for op in menv.graph.ops] if op_level else menv.grouping.names,
-                placement.ops if op_level else placement)},
+            "placement": {g: names[int(d)] for g, d in zip(units, devices)},
             "compute_s": dict(zip(names, m.compute_s)),
             "transfer_s": dict(zip(names, m.transfer_s)),
             "peak_memory_bytes": dict(zip(names, m.peak_memory_bytes)),

@@ -903,7 +903,7 @@ class FastSimulator:
         if stalled.any():
             raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
         over = peak > self.capacity[None, :]
-        return BatchResult(step, over.any(axis=1), compute, xfer, peak, over)
+        return BatchResult(step, np.asarray(over.any(axis=1)), compute, xfer, peak, over)
 
     def run_arrays(self, op_placements: np.ndarray) -> BatchResult:
         """Simulate ``K`` placements, results as arrays (the fastest form).

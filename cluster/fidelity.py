@@ -15,6 +15,8 @@ reports OOM (its capacity model is not what is compared here).
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 
 import numpy as np
@@ -97,7 +99,7 @@ def fidelity(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray], cos
     env = make_environment(against, prepared, spec, {"steps": steps, "warmup": warmup, "seed": seed,
                                                      "soft_placement": soft_placement})
     gpus = set(spec.gpu_indices)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, gp in placements.items():
         gp = np.asarray(gp, dtype=np.int64)
         if gp.shape != (grouping.num_groups,):

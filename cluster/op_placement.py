@@ -10,6 +10,8 @@ measures either in an environment built for the group placements.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +39,7 @@ class OpPlacement:
         return out
 
 
-def is_op_placement(placement) -> bool:
+def is_op_placement(placement) -> TypeGuard[OpPlacement]:
     """True for an :class:`OpPlacement` (a per-op placement), False for a group placement array."""
     return isinstance(placement, OpPlacement)
 

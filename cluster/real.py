@@ -32,6 +32,8 @@ is only taken on GPUs or when an allocation cannot be satisfied at all.
 
 from __future__ import annotations
 
+from typing import Any
+
 import re
 import statistics
 import time
@@ -49,6 +51,18 @@ from compgraph.ir import Grouping, OpGraph
 from compgraph.tf_env import import_tensorflow
 
 _DEVICE_RE = re.compile(r"^/(?:device:)?(CPU|GPU|cpu|gpu):(\d+)$")
+
+
+def _device_parts(name: str) -> tuple[str, int]:
+    """``("CPU" | "GPU", index)`` of a TensorFlow device name (``/device:GPU:0``, ``/cpu:0``).
+
+    Raises:
+        ValueError: not such a name.
+    """
+    m = _DEVICE_RE.match(name)
+    if m is None:
+        raise ValueError(f"device {name!r}: expected /device:CPU:N or /device:GPU:N")
+    return m.group(1).upper(), int(m.group(2))
 
 
 class PlacementError(ValueError):
@@ -115,8 +129,8 @@ def tf_devices(spec: ClusterSpec, num_gpus: int | None = None) -> list[str]:
     out: list[str] = [""] * len(spec.devices)
     for i, d in enumerate(spec.devices):
         if d.tf_device is not None:
-            m = _DEVICE_RE.match(d.tf_device)
-            out[i] = f"/device:{m.group(1).upper()}:{m.group(2)}"
+            kind, index = _device_parts(d.tf_device)
+            out[i] = f"/device:{kind}:{index}"
     for k, i in enumerate(cpus):
         out[i] = f"/device:CPU:{k}"
     if gpus:
@@ -137,9 +151,8 @@ def tf_devices(spec: ClusterSpec, num_gpus: int | None = None) -> list[str]:
 def _device_counts(devices: list[str]) -> dict[str, int]:
     counts = {"CPU": 1, "GPU": 0}
     for d in devices:
-        m = _DEVICE_RE.match(d)
-        kind = m.group(1).upper()
-        counts[kind] = max(counts[kind], int(m.group(2)) + 1)
+        kind, index = _device_parts(d)
+        counts[kind] = max(counts[kind], index + 1)
     return counts
 
 
@@ -210,7 +223,7 @@ def missing_kernels(
     out = []
     for i, op in enumerate(graph.ops):
         d = int(op_placement[i])
-        need = {"GPU" if spec.devices[d].kind == "gpu" else "CPU", _DEVICE_RE.match(devices[d]).group(1).upper()}
+        need = {"GPU" if spec.devices[d].kind == "gpu" else "CPU", _device_parts(devices[d])[0]}
         node = nodes.get(op.name)
         if node is None:
             continue
@@ -255,7 +268,7 @@ class SyntheticInputs:
         self.placeholders = [
             op for op in tf_graph.get_operations() if op.type in ("Placeholder", "PlaceholderV2") and op.name in needed
         ]
-        self.specs = []  # (tensor, shape, kind, bound)
+        self.specs: list[tuple[Any, tuple[int, ...], str, int | None]] = []  # (tensor, shape, kind, bound)
         int_bounds = int_bounds or {}
         for op in self.placeholders:
             t = op.outputs[0]
@@ -280,7 +293,7 @@ class SyntheticInputs:
 
     def bounds(self) -> dict[str, int]:
         """Placeholder name -> exclusive upper bound of the ids fed to it (int placeholders)."""
-        return {t.op.name: b for t, _, kind, b in self.specs if kind == "int"}
+        return {t.op.name: b for t, _, kind, b in self.specs if kind == "int" and b is not None}
 
     def feed(self, step: int) -> dict:
         """The feed dict of step ``step`` (a tensor -> numpy array mapping)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,7 @@ def paper_cells(models=MODELS) -> list[tuple[str, int, str, float | None]]:
 class ModelData:
     """One model's paper-size graph, groups and op features (FLOP, bytes, op class)."""
 
-    prepared: object
+    prepared: Any  # a compgraph.prepare.PreparedGraph
     features: tuple[np.ndarray, np.ndarray, np.ndarray]
     overhead_factor: float = 1.0  # per-op overhead factor: the paper's op count over ours (cluster.tables.op_count_factor)
 
@@ -98,10 +99,14 @@ def scaled_overhead(spec: ClusterSpec, factor: float) -> ClusterSpec:
     return ClusterSpec.model_validate(data)
 
 
-Placer = Callable[[object, ClusterSpec], dict]
+Placer = Callable[[Any, ClusterSpec], dict]
 """``place(prepared, spec) -> {method: [num_groups] device indices}``: the baselines of the table
 (:data:`BASELINE_METHODS`) on one prepared graph under one spec (e.g.
-``functools.partial(baselines.place_baselines, BASELINE_METHODS)``)."""
+``functools.partial(baselines.place_baselines, BASELINE_METHODS)``), for the fit."""
+
+RowPlacer = Callable[[Any, ClusterSpec, list[str]], dict]
+"""``place(prepared, spec, methods) -> {method: placement}``: the baselines ``methods`` of a table row
+(e.g. ``tasks.reproduce.table_placer``), for :func:`reproduce_rows`."""
 
 
 @dataclass
@@ -338,7 +343,7 @@ def experiment_command(row: PaperRow, method: str, size: str | None = None) -> s
 
 def _winner(values: dict[str, float | None]) -> str | None:
     ok = {m: v for m, v in values.items() if v is not None}
-    return min(ok, key=ok.get) if ok else None
+    return min(ok, key=lambda m: ok[m]) if ok else None
 
 
 def row_specs(row: PaperRow, fits: dict | None) -> tuple[ClusterSpec, ClusterSpec | None, str]:
@@ -364,14 +369,14 @@ def _measure(prepared, spec: ClusterSpec, placements: dict) -> dict[str, dict]:
     return simulate(ModelData(prepared, op_features(prepared.graph)), spec, placements)
 
 
-def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fits: dict | None = None,
+def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: RowPlacer, fits: dict | None = None,
                    learned: dict | None = None, size: str | None = None, log=lambda s: None) -> list[dict]:
     """Every row measured beside the paper.
 
     Args:
         rows: the table rows (:data:`cluster.tables.ROWS`).
         prepare_fn: ``(model, size) -> PreparedGraph`` (e.g. :func:`compgraph.prepare.prepare` with a cache).
-        place: the baseline placer (:data:`Placer`).
+        place: the baseline placer (:data:`RowPlacer`).
         fits: the stored fits (:func:`load_fit`) for 2017's held-out column.
         learned: ``(table, model, gpus) -> learner -> placement`` found by searches (measured beside).
         size: a size that replaces every row's (e.g. ``small`` for a quick check; not comparable).
@@ -412,7 +417,7 @@ def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fi
                         "held_out_ratio": (hv / pv) if hv is not None and pv is not None else None,
                         "counted": m in row.cells, "command": experiment_command(row, m, size)}
         order = list(paper)
-        rec = {"table": row.table, "model": row.model, "size": size or row.size, "gpus": row.gpus,
+        rec: dict[str, Any] = {"table": row.table, "model": row.model, "size": size or row.size, "gpus": row.gpus,
                "cluster": row.cluster, "label": row.label, "source": row.source, "heldout_kind": held_kind,
                "op_overhead_factor": factor,
                "cells": cells,
@@ -485,7 +490,7 @@ def parameters(spec: ClusterSpec) -> list[dict]:
             for p in FIT_PARAMS]
 
 
-def reproduce_tables(rows: list[PaperRow], prepare_fn: Callable, place: Placer, fits: dict | None = None,
+def reproduce_tables(rows: list[PaperRow], prepare_fn: Callable, place: RowPlacer, fits: dict | None = None,
                      learned: dict | None = None, size: str | None = None, log=lambda s: None) -> dict:
     """The whole comparison with the papers (what ``placement reproduce`` prints and writes as JSON).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from cluster.cost_model import op_time_matrix
@@ -45,6 +47,8 @@ class SimulatedEnvironment:
             raise ValueError(f"engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
         self.graph, self.grouping, self.spec, self.engine = graph, grouping, spec, engine
         self._unit_group = grouping.op_group  # group of each simulated unit (op or cluster)
+        # the fast engines' run_batch or the reference's run (critical path), chosen by engine below
+        self.simulator: Any
         if engine == "fast":
             self.simulator = FastSimulator(graph, spec, op_times=op_times)
         elif engine == "reference":

@@ -182,8 +182,8 @@ class Simulator:
             self.out_edges[e.src].append((e.dst, out, e.bytes))
             self.in_edges[e.dst].append((e.src, out))
             self.indegree[e.dst] += 1
-        for out in self.out_edges:
-            out.sort()  # successors made ready by one event enter the queue in op-index order
+        for succs in self.out_edges:
+            succs.sort()  # successors made ready by one event enter the queue in op-index order
         self.alloc = [int(op.alloc_bytes) for op in graph.ops]
         self.param = [int(op.param_bytes) for op in graph.ops]
         self.output_bytes = [list(op.output_bytes) for op in graph.ops]
@@ -224,7 +224,7 @@ class Simulator:
         times, out_edges, in_edges = self.op_times, self.out_edges, self.in_edges
         alloc, links, pool = self.alloc, self.links, self.pool
         pending = list(self.indegree)
-        queues = [deque() for _ in range(self.num_pools)]  # one FIFO of ready ops per compute pool
+        queues: list[deque[int]] = [deque() for _ in range(self.num_pools)]  # one FIFO of ready ops per compute pool
         busy = [False] * self.num_pools  # one op at a time per pool
         link_q: dict[tuple[int, int], deque] = {}
         link_busy: dict[tuple[int, int], bool] = {}

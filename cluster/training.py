@@ -87,6 +87,7 @@ def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: i
     import time
 
     from cluster.environment import make_environment
+    from cluster.real import RealEnvironment
     from cluster.op_placement import is_op_placement
 
     if steps < 1:
@@ -96,18 +97,21 @@ def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: i
     env = make_environment("real", prepared, spec, {"steps": 2, "warmup": 1, "seed": seed,
                                                     "soft_placement": soft_placement, "devices": devices},
                            grouping=grouping)
+    assert isinstance(env, RealEnvironment)
     t0 = time.perf_counter()
-    times, losses = [], []
+    times: list[float] = []
+    losses: list[float] = []
     with env.session(group_placement) as sess:
         if sess.loss is None:
             raise ValueError(f"fetches {list(prepared.fetches)}: none has a scalar float output to use as the loss")
         setup = time.perf_counter() - t0
         for k in range(steps):
             r = sess.run_step()
+            loss = math.nan if r.loss is None else float(r.loss)  # the session has a loss: always set
             times.append(r.seconds)
-            losses.append(r.loss)
+            losses.append(loss)
             if on_step is not None:
-                on_step(k, r.seconds, r.loss)
+                on_step(k, r.seconds, loss)
     return TrainingResult(times, losses, float(sum(times)), setup, list(env.devices))
 
 

@@ -246,8 +246,8 @@ def estimate_flops(
         k = a[0] if attrs.get("transpose_a") else a[1]
         return 2.0 * n_out * max(k, 1)
     if op_type.startswith("BatchMatMul") and input_shapes and input_shapes[0] is not None and len(input_shapes[0]) >= 2:
-        a = input_shapes[0]
-        k = a[-2] if attrs.get("adj_x") else a[-1]
+        x = input_shapes[0]
+        k = x[-2] if attrs.get("adj_x") else x[-1]
         return 2.0 * n_out * max(k, 1)
     if op_type in ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropFilterV2") and len(input_shapes) >= 2:
         # forward: input, filter -> out. filter grad: input, filter_sizes, out_grad -> filter.

@@ -512,6 +512,7 @@ def group(
         raise ValueError(f"seed={seed!r}: must be an integer")
     if not GROUPERS[grouper].automatic:
         return group_ops(graph, model_rule if GROUPERS[grouper].needs_model_rule else None, grouper=grouper)
+    assert k is not None  # an automatic grouper's target group count (check_grouper)
     return _automatic(graph, grouper, int(k), int(seed))
 
 

@@ -516,7 +516,7 @@ def materialize_variables(graph_def, variables: dict | None = None, init_name: s
                     variables[name] = (consumer.inputs[1].dtype, tuple(consumer.inputs[1].shape.as_list()))
                     break
     unknown = []
-    assigns = []
+    assigns: list = []
     init = init_name
     k = 0
     while init in names:

@@ -149,7 +149,7 @@ class EaglePlacer(nn.Module):
         prev = torch.full((k,), self.d, dtype=torch.long)
         chosen, logps, ent = [], [], x.new_zeros(k)
         if self.attention == "after":
-            dec = self.decoder
+            dec: Any = self.decoder  # nn.LSTM's weights: attributes torch's type stubs do not declare
             emb_gates = self.device_embedding.weight @ dec.weight_ih_l0.T + dec.bias_ih_l0 + dec.bias_hh_l0
             w_h = torch.cat([dec.weight_hh_l0, self.attn_dec.weight], dim=0).T  # [H, 5H]
         else:
@@ -275,8 +275,9 @@ class Eagle(Learner):
 
     name: ClassVar[str] = "eagle"
     Config: ClassVar[type[LearnerConfig]] = EagleConfig
+    config: EagleConfig
     paper: ClassVar[str] = "Lan, Chen, Li, EAGLE, IPDPS 2021, Sec. III, IV-C (Eq. 1-4)"
-    units: ClassVar[str] = "colocation"
+    units: ClassVar[Literal["groups", "colocation"]] = "colocation"
 
     def __init__(self, env: Environment, config: EagleConfig) -> None:
         super().__init__(env, config)
@@ -373,7 +374,7 @@ class Eagle(Learner):
             # batch fewer than measuring after the step (a tenth of the update's time)
             kl = float((old - logp.detach()).mean())
             self.updates += 1
-            out = {"loss": float(loss.detach()), "entropy": float(ent.detach().mean()), "kl": kl, "baseline": float(self.baseline),
+            out = {"loss": float(loss.detach()), "entropy": float(ent.detach().mean()), "kl": kl, "baseline": float(b[-1]),
                    "advantage": float(adv.mean()), "clip_fraction": float(((ratio - 1).abs() > c.ppo_clip).float().mean()),
                    "grad_norm": grad_norm}
             self._remember_elites(samples, t, oom)

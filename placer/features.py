@@ -112,8 +112,8 @@ def group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 6, max
     shapes = np.zeros((g, max_outputs * max_rank), dtype=np.float32)
     for gi in range(g):
         tensors = sorted(leaving[gi].items(), key=lambda kv: (-kv[1], kv[0]))[:max_outputs]
-        for j, ((op, out), _) in enumerate(tensors):
-            dims = graph.ops[op].output_shapes[out][:max_rank]
+        for j, ((src, out), _) in enumerate(tensors):
+            dims = graph.ops[src].output_shapes[out][:max_rank]
             for k, dim in enumerate(dims):
                 shapes[gi, j * max_rank + k] = np.log1p(max(dim, 0))
     return GroupFeatures(counts, shapes, adjacency, types)

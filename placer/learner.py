@@ -87,6 +87,9 @@ class Learner(ABC):
     pools: ClassVar[bool] = False
     #: The learner's failing signal (its stand-in for an OOM placement), ``None`` if it has none.
     failing_signal: float | None = None
+    #: The policy's parameters as one module, for learners that have one (the default
+    #: :meth:`policy_state` reads it); set in ``__init__``.
+    policy: Any
 
     def __init__(self, env: Environment, config: LearnerConfig) -> None:
         self.env, self.config = env, config

@@ -79,6 +79,7 @@ class LocalSearch(Learner):
 
     name = "local_search"
     Config = LocalSearchConfig
+    config: LocalSearchConfig
     paper = "the project's reference: first-improvement hill climbing over group and block moves (issue 21)"
     units = "groups"
 
@@ -93,7 +94,8 @@ class LocalSearch(Learner):
         else:
             self.current = self.rng.integers(0, self.num_devices, self.num_groups).astype(np.int64)
         self.score: tuple[int, float] | None = None  # (1 if OOM, seconds or memory load); None: not measured yet
-        self.best, self.best_score = self.current.copy(), None
+        self.best = self.current.copy()
+        self.best_score: tuple[int, float] | None = None
         self.accepted, self.stale, self.restarts = 0, 0, 0
         self.patience = config.patience or max(4, -(-self.num_groups * (self.num_devices - 1) // config.k))
 
@@ -146,6 +148,7 @@ class LocalSearch(Learner):
             self.current, self.score, self.stale = kicked, None, 0
             self.restarts += 1
         current = self.score if self.score is not None else self.best_score
+        assert current is not None  # the start is measured in the first batch
         return {"accepted": float(self.accepted), "restarts": float(self.restarts), "current_oom": float(current[0]),
                 "current": current[1]}
 

@@ -125,6 +125,8 @@ class PostLearner(Learner):
 
     name = "post"
     Config = PostConfig
+    config: PostConfig
+    failing_signal: float
     paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.2-3.3, Eq. 2-3, 10-11, Algorithm 1"
     units = "groups"
     pools = True  # the CE step pools every controller's placements (pooled_update)

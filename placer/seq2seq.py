@@ -34,6 +34,8 @@ graphs fast.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -52,6 +54,11 @@ class Seq2SeqPlacer(nn.Module):
         attention_size: width A of the attention's hidden layer (``None``: ``hidden_size``; a
             named speed option, module docstring).
     """
+
+    # buffers (register_buffer), declared for the type checker
+    type_counts: torch.Tensor
+    shapes: torch.Tensor
+    adjacency: torch.Tensor
 
     def __init__(
         self, features: GroupFeatures, num_devices: int, hidden_size: int = 256, embedding_size: int = 32,
@@ -121,8 +128,9 @@ class Seq2SeqPlacer(nn.Module):
         g, h = enc.shape
         keys = self.attn_enc(enc)  # [G, A]
         v = self.attn_v.weight[0]
-        w_x, w_h = self.decoder.weight_ih_l0, self.decoder.weight_hh_l0
-        bias = self.decoder.bias_ih_l0 + self.decoder.bias_hh_l0
+        dec: Any = self.decoder  # nn.LSTM's weights: attributes torch's type stubs do not declare
+        w_x, w_h = dec.weight_ih_l0, dec.weight_hh_l0
+        bias = dec.bias_ih_l0 + dec.bias_hh_l0
         emb = self.device_embedding.weight @ w_x[:, : self.device_embedding.embedding_dim].T  # [D + 1, 4H]
         enc_x = torch.addmm(bias, enc, w_x[:, self.device_embedding.embedding_dim :].T)  # [G, 4H]
         hx, cx = enc.new_zeros(batch, h), enc.new_zeros(batch, h)

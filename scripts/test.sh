@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 ruff check --quiet .   # pyflakes' checks (pyproject.toml [tool.ruff]): an undefined name fails here, not mid-run
+mypy                   # types of the core packages (pyproject.toml [tool.mypy]: placer, baselines, compgraph, cluster)
 exec python -m pytest -q "$@"

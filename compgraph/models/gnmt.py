@@ -140,7 +140,7 @@ def build_training_graph(config: GNMTConfig):
             with v1.variable_scope("encoder"):
                 with v1.variable_scope("embedding"):
                     enc_embedding = v1.get_variable("embedding", [c.source_vocab_size, h])
-                enc_vars = {}
+                enc_vars: dict[str | int, tuple] = {}  # by direction (layer 0), then by layer
                 with v1.variable_scope("layer_0"):
                     for direction in ("fw", "bw"):
                         with v1.variable_scope(direction):
@@ -181,7 +181,7 @@ def build_training_graph(config: GNMTConfig):
                     bw_out[step] = state[0]
             final_states = [state]  # the decoder's layer 0 starts from the backward layer's final state
             enc_state = [(zeros, zeros) for _ in range(n)]
-            top_outputs = []
+            top_outputs: list = []
             for step in range(c.source_length):
                 inputs = [fw_out[step], bw_out[step]]
                 for layer in range(1, n):

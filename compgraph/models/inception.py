@@ -269,6 +269,7 @@ def build_training_graph(config: InceptionV3Config):
             aux_loss = None
             if c.aux_logits:
                 with v1.variable_scope("AuxLogits"):
+                    assert aux_input is not None, "the auxiliary head reads Mixed_6e's output"
                     side = int(aux_input.shape[1])
                     k = min(5, side)
                     a = L.avg_pool(aux_input, k, 3, "VALID", "AvgPool_1a_5x5")
