@@ -12,27 +12,28 @@ import time
 
 import typer
 
-from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option
+from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, max_graph_mb_option
+from cli.options import CacheDir, Cluster, GraphDef, Grouper, Json, Keras, Model, NumGroups, OutDir, SavedModel, Signature, Size
 
 
 @app.command("baselines")
 def baselines_command(
-    model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
-    cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
+    model: Model = "rnnlm",
+    size: Size = "small",
+    cluster: Cluster = "k80x2",
     methods: str = typer.Option(None, help="comma-separated baselines (default: every one that applies, optimum included)"),
-    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
-    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
-    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
+    graph_def: GraphDef = None,
+    keras: Keras = None,
+    saved_model: SavedModel = None,
+    signature: Signature = None,
     max_graph_mb: int = max_graph_mb_option(),
-    grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
-    num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
-    cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
-    out_dir: str = typer.Option("placement-runs", help="folder for the graph cache"),
+    grouper: Grouper = None,
+    num_groups: NumGroups = None,
+    cache_dir: CacheDir = None,
+    out_dir: OutDir = "placement-runs",
     node_limit: int = typer.Option(50, help="the optimum's MILP: branch-and-bound nodes at most (a work limit: the same value on any machine load)"),
     time_limit: float = typer.Option(None, help="an optional wall-clock cap on the optimum (seconds); with it the value may depend on machine load"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
+    json_path: Json = None,
 ) -> None:
     """Run every baseline (and the optimum) on one graph and cluster; measure them in the simulator."""
     from pathlib import Path

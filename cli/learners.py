@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import typer
 
-from cli.common import _check_model, _fail, _write_json, app, check_json_path
+from cli.common import _check_model, _fail, _write_json, app
+from cli.options import Cluster, Grouper, Json, LearnerOption, OutDir, Resume, Size, TrackingUri
 
 
 def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
@@ -46,18 +47,18 @@ def parse_learner_options(items: list[str] | None, methods: list[str], budget: i
 @app.command("compare-learners")
 def compare_learners(
     model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
-    cluster: str = typer.Option("k80x2", help="preset name or a YAML cluster spec"),
+    size: Size = "small",
+    cluster: Cluster = "k80x2",
     learners: str = typer.Option(None, help="comma-separated learners (default: every learner of placer.LEARNERS)"),
     seeds: str = typer.Option("0,1,2", help="comma-separated seeds; every learner runs once per seed"),
     budget: int = typer.Option(1000, help="placements per learner and seed"),
     env: str = typer.Option("sim", help="measurement environment: sim | real"),
-    grouper: str = typer.Option(None, help="grouper of the groups (default 2017)"),
-    learner_option: list[str] = typer.Option(None, "--learner-option", help="METHOD.FIELD=VALUE (repeatable)"),
-    resume: bool = typer.Option(False, "--resume", help="continue interrupted searches from their logs and checkpoints"),
-    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
+    grouper: Grouper = None,
+    learner_option: LearnerOption = None,
+    resume: Resume = False,
+    out_dir: OutDir = "placement-runs",
+    tracking_uri: TrackingUri = None,
+    json_path: Json = None,
 ) -> None:
     """Every learner on the same graph, cluster, environment and budget over several seeds:
     best step time (median, spread), placements to within 5% of its own best, wall time;

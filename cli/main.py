@@ -13,6 +13,7 @@ import time
 import typer
 
 from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
+from cli.options import CacheDir, Cluster, Env, GraphDef, Grouper, IntBound, Json, Keras, LearnerOption, Model, NumGroups, OutDir, Resume, SavedModel, Signature, Size, TrackingUri
 from cli.runtime import preflight, run_flow
 
 
@@ -36,17 +37,17 @@ def clusters() -> None:
 
 @app.command("graph-stats")
 def graph_stats(
-    model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
-    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of a benchmark"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of a benchmark"),
-    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of a benchmark"),
+    model: Model = "rnnlm",
+    size: Size = "small",
+    graph_def: GraphDef = None,
+    keras: Keras = None,
+    saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
-    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
-    grouper: str = typer.Option(None, help="grouper of the reported grouping: heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
-    num_groups: int = typer.Option(256, help="target number of groups of the automatic groupers (metis, fluid)"),
-    cache_dir: str = typer.Option(None, help="folder of the preprocessed-graph cache (read if it matches, else written)"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the stats as JSON to PATH ('-': stdout)"),
+    signature: Signature = None,
+    grouper: Grouper = None,
+    num_groups: NumGroups = 256,
+    cache_dir: CacheDir = None,
+    json_path: Json = None,
 ) -> None:
     """Op count, groups per grouper, total FLOPs, parameter bytes and op types without a FLOPs rule."""
     from compgraph.grouping import GROUPERS, grouping_stats
@@ -71,19 +72,19 @@ def graph_stats(
 
 @app.command()
 def experiment(
-    model: str = typer.Option("rnnlm", help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 (Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each"),
-    cluster: str = typer.Option("k80x2", help="preset name (see `placement clusters`) or a YAML cluster spec"),
+    model: Model = "rnnlm",
+    size: Size = "small",
+    cluster: Cluster = "k80x2",
     methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce); default: every baseline that applies but optimum, rl and post"),
-    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
-    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
+    graph_def: GraphDef = None,
+    keras: Keras = None,
+    saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
-    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
-    int_bound: list[str] = typer.Option(None, "--int-bound", help="NAME=N: a user graph's integer input NAME takes ids in [0, N) when run for real (repeatable; default: the size of the table it indexes)"),
-    grouper: str = typer.Option(None, help="heuristic | 2017 | metis | fluid (default: 2017 for benchmarks, heuristic for users' graphs)"),
-    num_groups: int = typer.Option(None, help="target number of groups for metis and fluid (default 256)"),
-    cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
+    signature: Signature = None,
+    int_bound: IntBound = None,
+    grouper: Grouper = None,
+    num_groups: NumGroups = None,
+    cache_dir: CacheDir = None,
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real: move ops that have no kernel on their device to the CPU instead of failing"),
     controllers: int = typer.Option(0, help="every learner on Ray: this many controllers, workers and a parameter server (2017 Sec. 3.4); 0: in-process"),
     workers: int = typer.Option(0, help="with --controllers: measuring worker actors, one placement each at a time (0: K per controller)"),
@@ -95,12 +96,12 @@ def experiment(
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
     k: int = typer.Option(8, help="placements per policy update (K) of rl; post uses its paper's 12"),
     seed: int = typer.Option(0, help="seed of the search"),
-    env: str = typer.Option("sim", help="measurement environment: sim (simulator) | real (TensorFlow on this machine's devices) | grappler (TensorFlow's cost model)"),
-    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and placement logs"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
-    learner_option: list[str] = typer.Option(None, "--learner-option", help="METHOD.FIELD=VALUE: a setting of one learner's config (repeatable; VALUE as JSON, else a string), e.g. rl.hidden_size=64"),
-    resume: bool = typer.Option(False, "--resume", help="continue an interrupted run with the same settings from its placement logs and checkpoints (nothing measured twice)"),
+    env: Env = "sim",
+    out_dir: OutDir = "placement-runs",
+    tracking_uri: TrackingUri = None,
+    json_path: Json = None,
+    learner_option: LearnerOption = None,
+    resume: Resume = False,
     spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
 ) -> None:
     """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""

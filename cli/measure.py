@@ -12,7 +12,8 @@ import time
 
 import typer
 
-from cli.common import _check_model, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option, parse_int_bounds
+from cli.common import _check_model, _fail, _prepare_graph, _write_json, app, max_graph_mb_option, parse_int_bounds
+from cli.options import GraphDef, IntBound, Json, Keras, Model, OutDir, SavedModel, Signature, Size, TrackingUri
 from cli.runtime import preflight, run_flow
 
 
@@ -64,12 +65,12 @@ def _mlflow_lines(console, result: dict) -> None:
 @app.command()
 def calibrate(
     model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
+    size: Size = "small",
     cluster: str = typer.Option(..., help="preset name (see `placement clusters`) or a YAML cluster spec"),
     steps: int = typer.Option(5, help="traced steps per device kind; the first is dropped (>= 2)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs"),
     out: str = typer.Option(None, help="cost-table file (default placement-runs/cost-tables/<model>-<size>-<cluster>.json)"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
+    json_path: Json = None,
 ) -> None:
     """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table."""
     _check_model(model, size)
@@ -137,7 +138,7 @@ def _print_fidelity(result: dict, json_path: str | None) -> None:
 @app.command()
 def fidelity(
     model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
-    size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
+    size: Size = "small",
     cluster: str = typer.Option(..., help="preset name or YAML spec; placements run for real on this machine's devices"),
     random: int = typer.Option(8, help="random placements (seeded) besides the baselines and learners"),
     steps: int = typer.Option(10, help="real steps per placement; the first is dropped (2017 Sec. 3.4; >= 2)"),
@@ -145,9 +146,9 @@ def fidelity(
     cost_table: str = typer.Option(None, help="a saved cost table (`placement calibrate`); default: calibrate first"),
     calibrate_steps: int = typer.Option(5, help="traced steps per device kind when calibrating first (>= 2)"),
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples in the calibrated simulator"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
-    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts, cost tables and logs"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
+    json_path: Json = None,
+    out_dir: OutDir = "placement-runs",
+    tracking_uri: TrackingUri = None,
     against: str = typer.Option("real", help="reference: real (TensorFlow on this machine) | grappler (TensorFlow's "
                                 "cost model, VirtualCluster; adds GPU-only random placements, calibrates nothing)"),
 ) -> None:
@@ -179,8 +180,8 @@ def fidelity(
 
 @app.command()
 def train(
-    model: str = typer.Option(None, help="benchmark name (see `placement models`), or give a user's graph"),
-    size: str = typer.Option("small", help="benchmark size (small | paper | ...)"),
+    model: Model = None,
+    size: Size = "small",
     cluster: str = typer.Option(..., help="preset name or YAML spec"),
     method: str = typer.Option(..., help="a baseline (single_cpu | single_gpu | expert | scotch | mincut | metis | m_topo | m_etf | m_sct | optimum) or a learner (rl | post | ppo | ce | pg | hierarchical | eagle | eagle_ce)"),
     steps: int = typer.Option(20, help="training steps (>= 1)"),
@@ -188,15 +189,15 @@ def train(
     env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time) | grappler (projected from TensorFlow's cost model)"),
     budget: int = typer.Option(1000, help="placements a learner samples in the simulator"),
     cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)"),
-    out_dir: str = typer.Option("placement-runs", help="folder for the MLflow store, artifacts and logs"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
-    graph_def: str = typer.Option(None, "--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model"),
-    keras: str = typer.Option(None, "--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 model or (keras model, input specs), instead of --model"),
-    saved_model: str = typer.Option(None, "--saved-model", help="a SavedModel folder whose --signature is a tf.function training step, instead of --model"),
+    json_path: Json = None,
+    out_dir: OutDir = "placement-runs",
+    tracking_uri: TrackingUri = None,
+    graph_def: GraphDef = None,
+    keras: Keras = None,
+    saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
-    signature: str = typer.Option(None, "--signature", help="the SavedModel signature of the training step (default: its only one)"),
-    int_bound: list[str] = typer.Option(None, "--int-bound", help="NAME=N: a user graph's integer input NAME takes ids in [0, N) (repeatable; default: the size of the table it indexes)"),
+    signature: Signature = None,
+    int_bound: IntBound = None,
 ) -> None:
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
     from baselines import BASELINES

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import _fail, _write_json, app, check_json_path
+from cli.common import _fail, _write_json, app
+from cli.options import CacheDir, Json, OutDir, TrackingUri
 
 
 def _s(v, oom=False) -> str:
@@ -78,11 +79,11 @@ def reproduce(
     gpus: list[int] = typer.Option(None, help="only rows with these GPU counts (repeatable; default: every row)"),
     seed: int = typer.Option(0, help="seed of the searches"),
     size: str = typer.Option(None, help="a benchmark size for every row instead of the table's (e.g. small: a quick check, not comparable)"),
-    out_dir: str = typer.Option("placement-runs", help="output folder (MLflow store, graph cache, logs)"),
-    cache_dir: str = typer.Option(None, help="preprocessed-graph cache (default: <out-dir>/graph-cache)"),
-    tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: sqlite:///<out-dir>/mlflow.db)"),
+    out_dir: OutDir = "placement-runs",
+    cache_dir: CacheDir = None,
+    tracking_uri: TrackingUri = None,
     fit: str = typer.Option(None, help="stored fits for 2017's held-out column (default: cluster/presets/k80_fit.json)"),
-    json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the result as JSON to PATH (- for stdout)"),
+    json_path: Json = None,
 ) -> None:
     """Reproduce the papers' tables of step times (2017 Table 2, Post Table 1, EAGLE Table IV): every
     row's baselines at the table's settings on its machine, beside the paper, logged to MLflow."""
