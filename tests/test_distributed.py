@@ -154,23 +154,30 @@ def test_the_cross_entropy_step_runs_at_the_server_over_pooled_samples(rnnlm_sma
     np.testing.assert_allclose(server.params["u"], np.log(np.clip(freq, 1e-6, None)))
 
 
-def _kill_when_measuring(log, target, min_records=1, after_s=0.05):
+def _kill_when_measuring(log, target, stop: threading.Event, min_records=1, after_s=0.05):
     """Kill ``target()`` (a Ray actor) from a thread once ``log`` has ``min_records`` records,
-    ``after_s`` later (while the next placements are being measured)."""
+    ``after_s`` later (while the next placements are being measured). The thread waits on the
+    log, however long the actors take to start on a loaded machine, until ``stop`` is set
+    (after the search): no deadline of its own."""
     import ray
 
     def run():
-        deadline = time.time() + 120
-        while time.time() < deadline:
+        while not stop.is_set():
             if log.exists() and len(log.read_text().splitlines()) > min_records:
                 time.sleep(after_s)
                 ray.kill(target(), no_restart=False)
                 return
-            time.sleep(0.02)
+            stop.wait(0.02)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def _stop(stop: threading.Event, *threads) -> None:
+    stop.set()
+    for t in threads:
+        t.join()
 
 
 @pytest.mark.slow
@@ -182,11 +189,13 @@ def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_s
     clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
     actors: dict = {}
     log = tmp_path / "faults.jsonl"
-    killers = [_kill_when_measuring(log, lambda: actors["workers"][0], min_records=1),
-               _kill_when_measuring(log, lambda: actors["controllers"][1], min_records=6)]
-    faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
-    for t in killers:
-        t.join(timeout=5)
+    stop = threading.Event()
+    killers = [_kill_when_measuring(log, lambda: actors["workers"][0], stop, min_records=1),
+               _kill_when_measuring(log, lambda: actors["controllers"][1], stop, min_records=6)]
+    try:
+        faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+    finally:
+        _stop(stop, *killers)
     _same(faulty, clean)
     _, recs = _records(log)
     assert sorted(r["index"] for r in recs) == list(range(16))  # every sample once
@@ -199,12 +208,14 @@ def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rn
     cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=32)
     actors: dict = {}
     log = tmp_path / "async.jsonl"
-    killers = [_kill_when_measuring(log, lambda: actors["workers"][1], min_records=1),
-               _kill_when_measuring(log, lambda: actors["controllers"][0], min_records=8)]
-    res = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
-                             measure_delay_s=0.3, log_path=log, on_start=actors.update)
-    for t in killers:
-        t.join(timeout=5)
+    stop = threading.Event()
+    killers = [_kill_when_measuring(log, lambda: actors["workers"][1], stop, min_records=1),
+               _kill_when_measuring(log, lambda: actors["controllers"][0], stop, min_records=8)]
+    try:
+        res = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+                                 measure_delay_s=0.3, log_path=log, on_start=actors.update)
+    finally:
+        _stop(stop, *killers)
     header, recs = _records(log)
     assert header["distributed"]["async_updates"] is True
     assert len(res.step_times) == 24 and sorted(r["index"] for r in recs) == list(range(24))
@@ -375,9 +386,12 @@ def test_killed_parameter_server_synchronous_same_result(local_ray, rnnlm_small,
     clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
     actors: dict = {}
     log = tmp_path / "server.jsonl"
-    killer = _kill_when_measuring(log, lambda: actors["server"], min_records=9)
-    faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
-    killer.join(timeout=5)
+    stop = threading.Event()
+    killer = _kill_when_measuring(log, lambda: actors["server"], stop, min_records=9)
+    try:
+        faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+    finally:
+        _stop(stop, killer)
     _same(faulty, clean)
     assert faulty.distributed["server_restarts"] >= 1
     _, recs = _records(log)
