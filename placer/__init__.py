@@ -47,10 +47,5 @@ def policy_device_problem(methods, device: str) -> str | None:
         return None
     from placer import LEARNERS
 
-    for method in methods:
-        cls = LEARNERS.get(method)
-        if cls is not None and device not in cls.policy_devices:
-            able = [name for name, c in LEARNERS.items() if device in c.policy_devices]
-            return (f"policy_device {device!r}: learner {method!r} runs its policy on {', '.join(cls.policy_devices)} "
-                    f"only (on {device}: {', '.join(able) or 'none'}); use policy_device 'cpu' or leave {method} out")
-    return None
+    problems = (LEARNERS[m].policy_device_problem(device) for m in methods if m in LEARNERS)
+    return next((p for p in problems if p), None)

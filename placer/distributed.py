@@ -854,11 +854,9 @@ def distributed_search(
             raise ValueError(f"{name}: must be >= 0, got {value}")
     if policy_device not in ("cpu", "cuda"):
         raise ValueError(f"policy_device: {policy_device!r}; valid: cpu, cuda")
-    if policy_device not in learner_cls.policy_devices:
-        from placer import policy_device_problem
-
-        raise ValueError(policy_device_problem([learner_cls.name], policy_device)
-                         or f"policy_device {policy_device!r}: learner {learner_cls.name!r} cannot run on it")
+    problem = learner_cls.policy_device_problem(policy_device)
+    if problem:
+        raise ValueError(problem)
     if gpus_per_controller is None:
         gpus_per_controller = 1.0 if policy_device == "cuda" else 0.0
     if env_kind not in ENVIRONMENTS:

@@ -156,16 +156,26 @@ class Learner(ABC):
         current = self.policy.state_dict()
         self.policy.load_state_dict({k: torch.from_numpy(np.array(v)).to(current[k].device) for k, v in state.items()})
 
+    @classmethod
+    def policy_device_problem(cls, device: str) -> str | None:
+        """Why the policy cannot run on ``device`` (not in :attr:`policy_devices`), as one line
+        naming the learners that can; ``None`` if it can."""
+        if device in cls.policy_devices:
+            return None
+        able = [name for name, c in LEARNERS.items() if device in c.policy_devices]
+        return (f"policy_device {device!r}: learner {cls.name!r} runs its policy on {', '.join(cls.policy_devices)} "
+                f"only (on {device}: {', '.join(able) or 'none'}); use policy_device 'cpu' or leave {cls.name} out")
+
     def to(self, device: str) -> Learner:
         """Run the policy on ``device`` (``cpu`` or ``cuda``); returns ``self``.
 
         Raises:
-            ValueError: ``device`` is not in :attr:`policy_devices` (the default learner runs on
-                the CPU only).
+            ValueError: ``device`` is not in :attr:`policy_devices` (:meth:`policy_device_problem`;
+                the default learner runs on the CPU only).
         """
-        if device not in self.policy_devices:
-            raise ValueError(f"policy_device: learner {self.name!r} runs its policy on "
-                             f"{', '.join(self.policy_devices)} only, not {device!r}")
+        problem = self.policy_device_problem(device)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def pooled_update(self, batches: list[tuple[Samples, np.ndarray, np.ndarray]]) -> dict[str, float] | None:
