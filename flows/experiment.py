@@ -121,8 +121,8 @@ def placement_experiment(
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
     env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
     ray = RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
-    if controllers and policy_device_problem(methods, policy_device):  # before anything runs
-        raise ValueError(policy_device_problem(methods, policy_device))
+    if controllers and (problem := policy_device_problem(methods, policy_device)):  # before anything runs
+        raise ValueError(problem)
     settings = {"model": model, "size": size, "cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
                 "env": env, "graph_def": graph_def, "keras": keras, "saved_model": saved_model, "signature": signature,
                 "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options,
