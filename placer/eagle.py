@@ -70,10 +70,10 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
 from torch import nn
 
 from cluster.environment import Environment
+from placer.configs import EagleCEConfig, EagleConfig
 from placer.attention import additive_scores
 from placer.hierarchical import (
     LinearGrouper,
@@ -198,70 +198,6 @@ class EaglePlacer(nn.Module):
         context = torch.softmax(additive_scores(keys, self.attn_dec(out), self.attn_v.weight[0]), dim=2) @ enc
         lp_all = torch.log_softmax(self.out(torch.cat([out, context], dim=2)), dim=2)  # [K, G, D]
         return lp_all.gather(2, actions.unsqueeze(2)).squeeze(2), -(lp_all.exp() * lp_all).sum(dim=(1, 2))
-
-
-class EagleConfig(LearnerConfig):
-    """EAGLE's settings; defaults are Sec. IV-C's where the paper gives them.
-
-    Attributes:
-        k: placements per mini-batch (10).
-        ppo_epochs: updates per mini-batch (4).
-        ppo_clip: PPO's clip ratio epsilon (0.3).
-        entropy_coef: weight of the entropy bonus (0.01).
-        learning_rate: Adam's step size (0.01).
-        grad_clip: clip the gradients' global norm to this (1.0).
-        num_groups: the grouper's groups (256).
-        grouping_hidden_size: the grouper's hidden units (64).
-        hidden_size: encoder (both directions together) and decoder LSTM width (512).
-        attention: ``before`` the decoder (Fig. 4a, the paper's) or ``after`` it (Fig. 4b; a
-            named option, EAGLE Table II compares both): scoring placements is then one
-            LSTM call and batched attention instead of a step-by-step pass.
-        attention_size: width of the attention's hidden layer (``None``: ``hidden_size``, the
-            paper gives none); a named speed option: the attention costs ``O(K G^2 A)`` a pass.
-        link_hidden_size: width of the RNN from grouper parameters to placer inputs (64: ours).
-        baseline_decay: decay of the reward's exponential moving average (0.9: ours).
-        max_num_outputs, max_output_size, adj_embed_dim: op/group inputs as the grappler code (5, 5, 20).
-        ce_interval: placements between cross-entropy updates (``None``: PPO only; ``eagle_ce``: 50).
-        ce_elites: elites per cross-entropy update (5).
-        ce_epochs: Adam steps per cross-entropy update (4: ours).
-        failing_time_s: step time of an OOM placement; ``None``: ``10 x T_serial``.
-        input_scaling, unit_pooling: the grouper's inputs (:func:`placer.hierarchical.unit_inputs`):
-            ``column_max`` and ``mean`` (ours: the paper says only that EAGLE optimised the
-            network inputs; with the grappler's raw ``sum`` the grouper's logits are in the
-            thousands and every PPO ratio is clipped); ``raw``/``sum`` is the grappler's.
-        threads: torch intra-op threads while sampling and updating
-            (:func:`placer.hierarchical.policy_compute`).
-    """
-
-    k: int = Field(10, ge=1)
-    ppo_epochs: int = Field(4, ge=1)
-    ppo_clip: float = Field(0.3, gt=0)
-    entropy_coef: float = Field(0.01, ge=0)
-    learning_rate: float = Field(0.01, gt=0)
-    grad_clip: float | None = Field(1.0, gt=0)
-    num_groups: int = Field(256, ge=1)
-    grouping_hidden_size: int = Field(64, ge=1)
-    hidden_size: int = Field(512, ge=2, multiple_of=2)
-    attention: Literal["before", "after"] = "before"
-    attention_size: int | None = Field(None, ge=1)
-    link_hidden_size: int = Field(64, ge=1)
-    baseline_decay: float = Field(0.9, ge=0, lt=1)
-    max_num_outputs: int = Field(5, ge=1)
-    max_output_size: int = Field(5, ge=1)
-    adj_embed_dim: int = Field(20, ge=2, multiple_of=2)
-    ce_interval: int | None = Field(None, ge=1)
-    ce_elites: int = Field(5, ge=1)
-    ce_epochs: int = Field(4, ge=1)
-    failing_time_s: float | None = Field(None, gt=0)
-    input_scaling: Literal["raw", "column_max"] = "column_max"
-    unit_pooling: Literal["sum", "mean"] = "mean"
-    threads: int = Field(1, ge=1)
-
-
-class EagleCEConfig(EagleConfig):
-    """``eagle_ce``: EAGLE's settings plus cross-entropy every 50 placements with 5 elites (Sec. IV-C)."""
-
-    ce_interval: int | None = Field(50, ge=1)
 
 
 @register

@@ -58,11 +58,11 @@ from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 import torch
-from pydantic import Field
 from torch import nn
 
 from cluster.environment import Environment
 from compgraph.ir import Grouping, OpGraph
+from placer.configs import HierarchicalConfig
 from placer.attention import additive_scores
 from placer.features import op_features
 from placer.learner import Learner, LearnerConfig, Samples, register
@@ -376,71 +376,6 @@ def _noise(logits: torch.Tensor, std_factor: float, generator: torch.Generator) 
 # --------------------------------------------------------------------------------------
 # the learner
 # --------------------------------------------------------------------------------------
-
-
-class HierarchicalConfig(LearnerConfig):
-    """Hierarchical Planner settings; defaults are ``hierarchical_controller_hparams`` of the grappler code.
-
-    Attributes:
-        k: placements per update (the code's ``num_children``: 1).
-        num_groups: ``None``: ``min(256, 20 x devices)`` (the code's default).
-        grouping_hidden_size: the grouper's hidden width (64).
-        hidden_size: the placer's LSTM width (512; the bi-LSTM encoder has 256 per direction).
-        attention_size: width of the attention memory (``None``: ``hidden_size``, as the code; a
-            named speed option).
-        max_num_outputs, max_output_size: outputs and dims per output in the op/group inputs (5, 5).
-        adj_embed_dim: adjacency width of the op input (20: 10 neighbours).
-        forget_bias_init: initial forget-gate bias (1.0).
-        temperature, tanh_constant: placer logits are ``tanh(l / temperature) x tanh_constant`` (1.0, 1.0).
-        logits_std_noise: std of the logit noise relative to the logits' RMS (0.5) ...
-        stop_noise_step: ... added until this many updates (750).
-        learning_rate: Adam's initial step size (the code: 0.1; default here 0.01, see below) ...
-        lr_dec, start_decay_step, decay_steps: ... times ``lr_dec`` (0.95) every ``decay_steps``
-            (50) updates after ``start_decay_step`` (400), staircase.
-        grad_bound: clip the gradients' global norm to this (1.0).
-        bl_dec: baseline decay (0.9).
-        stop_updating_after_steps: after this many updates, only placements that ran count (1000).
-        failing_time_s: step time of an OOM placement (the code: 100 s); ``None``: ``10 x
-            T_serial`` (every op back to back on the slowest device), the project's rule for
-            all learners, since simulated steps range from milliseconds to seconds.
-        input_scaling, unit_pooling: the grouper's inputs (:func:`unit_inputs`): the code's
-            ``raw`` and ``sum``, or the named options ``column_max`` and ``mean`` (the defaults here).
-        threads: torch intra-op threads while sampling and updating (:func:`policy_compute`).
-
-    **Defaults that differ from the code** (named options, issue 21; the code's values are
-    ``learning_rate=0.1, input_scaling="raw", unit_pooling="sum"``): with raw inputs (op
-    indices and shapes in the thousands) the linear grouper's logits reach the thousands, so
-    its distribution is one-hot from the start and Adam at 0.1 keeps it so. Measured on
-    small rnnlm, k80x2 (550 units), grouper entropy after 0, 3, 10 and 20 updates: the
-    code's settings 5.87, 1.10, 0.13, 0.00 nats (gradient norm 0 from update 20 on);
-    ``column_max`` + ``mean`` at 0.1: 2228, 816, 82, 42; at 0.01: 2228, 2204, 2118, 1893.
-    EAGLE's own defaults (:mod:`placer.eagle`) are the same three.
-    """
-
-    k: int = Field(1, ge=1)
-    num_groups: int | None = Field(None, ge=1)
-    grouping_hidden_size: int = Field(64, ge=1)
-    hidden_size: int = Field(512, ge=2, multiple_of=2)
-    attention_size: int | None = Field(None, ge=1)
-    max_num_outputs: int = Field(5, ge=1)
-    max_output_size: int = Field(5, ge=1)
-    adj_embed_dim: int = Field(20, ge=2, multiple_of=2)
-    forget_bias_init: float = 1.0
-    temperature: float = Field(1.0, gt=0)
-    tanh_constant: float = Field(1.0, ge=0)
-    logits_std_noise: float = Field(0.5, ge=0)
-    stop_noise_step: int = Field(750, ge=0)
-    learning_rate: float = Field(0.01, gt=0)
-    lr_dec: float = Field(0.95, gt=0, le=1)
-    start_decay_step: int = Field(400, ge=0)
-    decay_steps: int = Field(50, ge=1)
-    grad_bound: float | None = Field(1.0, gt=0)
-    bl_dec: float = Field(0.9, ge=0, lt=1)
-    stop_updating_after_steps: int = Field(1000, ge=0)
-    failing_time_s: float | None = Field(None, gt=0)
-    input_scaling: Literal["raw", "column_max"] = "column_max"
-    unit_pooling: Literal["sum", "mean"] = "mean"
-    threads: int = Field(1, ge=1)
 
 
 @register

@@ -15,9 +15,9 @@ environment whose grouping is the graph's TensorFlow colocation units
 (:func:`compgraph.grouping.colocation_units`: the finest grouping that never splits a
 colocation group), and its placements are over those units.
 
-Adding a learner: one module under ``placer/`` with a pydantic config (defaults = the
-paper's) and a ``Learner`` subclass decorated with :func:`register`; import the module in
-``placer/__init__.py``.
+Adding a learner: its pydantic config (defaults = the paper's) in :mod:`placer.configs` (listed
+in ``CONFIGS``), one module under ``placer/`` with a ``Learner`` subclass decorated with
+:func:`register`; add the module to ``LEARNER_MODULES`` in ``placer/__init__.py``.
 """
 
 from __future__ import annotations

@@ -36,37 +36,14 @@ never worse than the start.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from cluster.environment import Environment
-from placer.learner import Learner, LearnerConfig, Samples, register
+from placer.configs import LocalSearchConfig
+from placer.learner import Learner, Samples, register
 from placer.features import static_memory_load
-
-
-class LocalSearchConfig(LearnerConfig):
-    """Hill-climbing settings (not from a paper: this is the project's reference search).
-
-    Attributes:
-        budget: placements measured in all (as the learners': 2,400 is Post's).
-        k: candidate moves measured per round (one batch).
-        block_prob: probability that a move is a block move.
-        max_block: the longest block (groups).
-        start: ``single_gpu`` or ``random`` (module docstring).
-        patience: rounds without improvement before a restart (``None``: ``max(4, ceil(G (D-1) / k))``).
-        kick: random moves applied to the best placement at a restart.
-        seed: seeds the moves.
-    """
-
-    budget: int = Field(2400, ge=1)
-    k: int = Field(16, ge=1)
-    block_prob: float = Field(0.5, ge=0, le=1)
-    max_block: int = Field(30, ge=2)
-    start: Literal["single_gpu", "random"] = "single_gpu"
-    patience: int | None = Field(None, ge=1)
-    kick: int = Field(3, ge=1)
 
 
 @register

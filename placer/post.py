@@ -42,71 +42,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from cluster.environment import Environment
-from placer.learner import Learner, LearnerConfig, Samples, register
+from placer.configs import PostConfig
+from placer.learner import Learner, Samples, register
 from placer.search import SearchResult, run_search, serial_time
-
-
-class PostConfig(LearnerConfig):
-    """Post's settings; defaults are the paper's (Sec. 4 "Setup").
-
-    Attributes:
-        budget: placements sampled (and measured) in all (the paper: 2,400).
-        k: placements per PPO iteration (12 workers).
-        n_ce: placements between cross-entropy updates (60: five iterations).
-        rho: fraction of a CE period's placements kept as elites (0.1).
-        epsilon: initial weight of the uniform distribution mixed in after CE (0.1, to 0 linearly).
-        ppo_steps: gradient-ascent steps per PPO iteration (10).
-        ppo_learning_rate: their step size (1).
-        kl_target: target KL divergence per group for the adaptive penalty (0.03).
-        beta: initial KL penalty coefficient (1).
-        baseline_decay: ``b <- decay * b + (1 - decay) * mean(T)`` after each iteration.
-        failing_time_s: step time given to an OOM placement; ``None``: ``10 * T_serial``.
-        advantage: ``seconds`` (``b - T``, Eq. 11) or ``relative`` (``(b - T) / b``, an option).
-        seed: seeds sampling.
-        torch_threads: CPU threads torch uses (process-wide, set when the learner is built; the
-            ``[G, D]`` updates are small, so one thread is fastest: inside ``placement
-            experiment`` on a loaded 2-core machine the default threads made the search's CPU
-            time exceed its wall time); ``None``: leave torch's setting.
-        cross_entropy: apply the cross-entropy update every ``n_ce`` placements (Eq. 10).
-        policy_update: the update of the other iterations: ``ppo`` (Eq. 11), ``pg`` (one
-            gradient-ascent step on ``1/K sum_n A_n log f(d_n)``, the policy gradient method
-            on the softmax distributions; learning rate ``ppo_learning_rate``) or ``none``.
-
-    Named option for the start (not in the Post paper, whose distributions start uniform,
-    Algorithm 1 line 1): with groups in the hundreds and a CPU ten times slower than a GPU,
-    a uniform start puts a third of the groups on the CPU, and 2,400 placements do not
-    learn that away (measured: rnnlm paper k80x2, 84 groups of 253 on the CPU at the start,
-    74 after 2,400 placements, best 4.1x expert).
-        init: ``uniform`` (the paper) or ``single_gpu``: each group's distribution starts as
-            if a cross-entropy step had picked the single-GPU placement (every group on the
-            first GPU) as the elite: ``(1 - epsilon)`` on that GPU plus ``epsilon`` uniform,
-            Algorithm 1 line 12's mixing. The local-search reference starts there too.
-    """
-
-    budget: int = Field(2400, ge=1)
-    k: int = Field(12, ge=1)
-    n_ce: int = Field(60, ge=1)
-    rho: float = Field(0.1, gt=0, le=1)
-    epsilon: float = Field(0.1, ge=0, le=1)
-    ppo_steps: int = Field(10, ge=0)
-    ppo_learning_rate: float = Field(1.0, gt=0)
-    kl_target: float = Field(0.03, gt=0)
-    beta: float = Field(1.0, ge=0)
-    baseline_decay: float = Field(0.9, ge=0, lt=1)
-    failing_time_s: float | None = Field(None, gt=0)
-    advantage: Literal["seconds", "relative"] = "seconds"
-    seed: int = 0
-    cross_entropy: bool = True
-    policy_update: Literal["ppo", "pg", "none"] = "ppo"
-    init: Literal["uniform", "single_gpu"] = "uniform"
-    torch_threads: int | None = Field(1, ge=1)
 
 
 def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:

@@ -16,31 +16,10 @@ Each is :class:`placer.post.PostLearner` with other defaults of its switches
 
 from __future__ import annotations
 
-from typing import Literal
 
+from placer.configs import CEConfig, PGConfig, PPOConfig
 from placer.learner import register
-from placer.post import PostConfig, PostLearner
-
-
-class PPOConfig(PostConfig):
-    """Post's settings without the cross-entropy update."""
-
-    cross_entropy: bool = False
-    policy_update: Literal["ppo", "pg", "none"] = "ppo"
-
-
-class CEConfig(PostConfig):
-    """Post's settings without the PPO iterations."""
-
-    cross_entropy: bool = True
-    policy_update: Literal["ppo", "pg", "none"] = "none"
-
-
-class PGConfig(PostConfig):
-    """Post's settings with a policy-gradient step instead of PPO and no cross-entropy update."""
-
-    cross_entropy: bool = False
-    policy_update: Literal["ppo", "pg", "none"] = "pg"
+from placer.post import PostLearner
 
 
 @register

@@ -22,88 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from cluster.environment import Environment
+from placer.configs import ReinforceConfig
 from placer.features import group_features, static_memory_load
-from placer.learner import Learner, LearnerConfig, Samples, register
+from placer.learner import Learner, Samples, register
 from placer.search import SearchResult, run_search, serial_time
 from placer.seq2seq import Seq2SeqPlacer
-
-
-class ReinforceConfig(LearnerConfig):
-    """Search settings; defaults follow 2017 Sec. 3.1 where the paper gives them.
-
-    Attributes:
-        budget: placements sampled (and measured) in all.
-        k: placements per policy update (K in Eq. 3; the paper's workers per controller: 4 or 8).
-        seed: seeds the policy's initialisation and sampling.
-        learning_rate: Adam's step size (not given in the paper). 0.001: at 0.01 (our earlier
-            default) the policy collapses within tens of placements, because every placement
-            that ran has a large negative advantage against the baseline's failing-signal start.
-            Measured at 2,400 placements (``benchmarks/learners.py``), 0.01 against 0.001: nmt
-            paper k80x4 5.516 s (collapsed onto one OOM placement by sample 28) against 1.921 s;
-            inception_v3 paper k80x4, median of seeds 0-2, 2.927 s (seed 1 collapsed at 5.411 s)
-            against 2.894 s; rnnlm paper k80x2 1.460 s against 1.446 s.
-        baseline_decay: ``B <- decay * B + (1 - decay) * mean(R)`` after each update.
-        failing_signal: R of an OOM placement; ``None``: ``sqrt(10 * T_serial)``, with
-            ``T_serial`` the sum of all op times on the slowest device (seconds).
-        valid_only_after: after this many updates, update only on placements that ran (5,000).
-        hidden_size: the placer's LSTM width.
-        torch_threads: CPU threads torch uses (process-wide, set when the learner is built):
-            the policy's matrices are small, so one thread is fastest (a 7-group search of
-            800 placements: 0.97 CPU-s on 1 thread, 23 CPU-s on the default 2 of a loaded
-            2-core machine); ``None``: leave torch's setting.
-
-    Named improvements, not in the 2017 paper, off by default (measured on the default run of
-    an earlier preset, small rnnlm on k80x2, 1,000 placements, learning rate 0.01; faithful:
-    0.01413 s, expert 0.01048 s):
-        entropy_coef: weight of an entropy bonus on the sampled placements' policy entropy.
-        normalize_advantage: use ``(R - mean(R)) / std(R)`` over the K placements instead
-            of ``R - B`` (0.0128 s with learning rate 0.001).
-        ppo_epochs: instead of one REINFORCE step, this many Adam steps on PPO's clipped
-            surrogate (Schulman et al. 2017) per batch, re-scoring the batch's placements;
-            EAGLE Sec. IV-C trains its placer so (4 epochs, 10 placements, clip 0.3, entropy
-            0.01, gradient clip 1.0). With those and normalized advantages at learning rate
-            0.003: seed 0 0.01025 s (below expert), seeds 1-4 0.0129-0.0139 s.
-        ppo_clip: PPO's clip range epsilon (0.3, EAGLE).
-        grad_clip: clip the gradient's global norm to this (``None``: no clipping).
-
-    Named options for out-of-memory placements (the paper's failing signal is one constant,
-    Sec. 3.1; with ``B`` initialised to it, a batch in which every placement runs out of
-    memory gives ``R - B = 0`` and no gradient, and a policy that has collapsed onto an OOM
-    placement drags ``B`` to that constant and stays there: measured on nmt paper k80x4,
-    samples 28 to 300 all the same OOM placement):
-        oom_reward: ``constant`` (the paper) or ``memory_scaled``: the failing signal times
-            the placement's static memory load, ``max(1, max_d bytes_d / memory_d)``
-            (:func:`placer.features.static_memory_load`), so that among OOM placements the one that
-            overflows least is the least bad, and an all-OOM batch still has a gradient.
-        baseline_samples: ``all`` (the paper: ``B`` moves with the mean reward of every
-            sample) or ``ran``: ``B`` moves only with placements that ran (it stays where it
-            is after an all-OOM batch), so OOM placements keep a positive ``R - B``.
-    """
-
-    budget: int = Field(400, ge=1)
-    k: int = Field(8, ge=1)
-    seed: int = 0
-    learning_rate: float = Field(0.001, gt=0)
-    baseline_decay: float = Field(0.9, ge=0, lt=1)
-    failing_signal: float | None = Field(None, gt=0)
-    valid_only_after: int = Field(5000, ge=0)
-    hidden_size: int = Field(256, ge=1)
-    attention_size: int | None = Field(None, ge=1)
-    torch_threads: int | None = Field(1, ge=1)
-    entropy_coef: float = Field(0.0, ge=0)
-    normalize_advantage: bool = False
-    ppo_epochs: int = Field(0, ge=0)
-    ppo_clip: float = Field(0.3, gt=0)
-    grad_clip: float | None = Field(None, gt=0)
-    oom_reward: Literal["constant", "memory_scaled"] = "constant"
-    baseline_samples: Literal["all", "ran"] = "all"
 
 
 def batch_advantage(
@@ -146,7 +75,6 @@ FAILING_FACTOR = 10.0
 def default_failing_signal(env: Environment) -> float:
     """``sqrt(10 * T_serial)`` (:func:`serial_time`): the reward of a placement that ran out of memory."""
     return float(math.sqrt(FAILING_FACTOR * serial_time(env)))
-
 
 
 @register

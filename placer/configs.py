@@ -1,0 +1,333 @@
+"""The learners' configs: their settings, with the papers' hyperparameters as defaults.
+
+They live here, apart from the learners (which import torch), so that a config can be built and
+validated without torch: the experiment config (:class:`tasks.config.ExperimentConfig`) types each
+learner's options with them, and the CLI checks a bad option before any model loads. Each learner
+module re-exports its own (``placer.reinforce.ReinforceConfig`` ...). The fields' sources (paper,
+section) are in each class's docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from placer.learner import LearnerConfig
+
+
+# placer.reinforce
+class ReinforceConfig(LearnerConfig):
+    """Search settings; defaults follow 2017 Sec. 3.1 where the paper gives them.
+
+    Attributes:
+        budget: placements sampled (and measured) in all.
+        k: placements per policy update (K in Eq. 3; the paper's workers per controller: 4 or 8).
+        seed: seeds the policy's initialisation and sampling.
+        learning_rate: Adam's step size (not given in the paper). 0.001: at 0.01 (our earlier
+            default) the policy collapses within tens of placements, because every placement
+            that ran has a large negative advantage against the baseline's failing-signal start.
+            Measured at 2,400 placements (``benchmarks/learners.py``), 0.01 against 0.001: nmt
+            paper k80x4 5.516 s (collapsed onto one OOM placement by sample 28) against 1.921 s;
+            inception_v3 paper k80x4, median of seeds 0-2, 2.927 s (seed 1 collapsed at 5.411 s)
+            against 2.894 s; rnnlm paper k80x2 1.460 s against 1.446 s.
+        baseline_decay: ``B <- decay * B + (1 - decay) * mean(R)`` after each update.
+        failing_signal: R of an OOM placement; ``None``: ``sqrt(10 * T_serial)``, with
+            ``T_serial`` the sum of all op times on the slowest device (seconds).
+        valid_only_after: after this many updates, update only on placements that ran (5,000).
+        hidden_size: the placer's LSTM width.
+        torch_threads: CPU threads torch uses (process-wide, set when the learner is built):
+            the policy's matrices are small, so one thread is fastest (a 7-group search of
+            800 placements: 0.97 CPU-s on 1 thread, 23 CPU-s on the default 2 of a loaded
+            2-core machine); ``None``: leave torch's setting.
+
+    Named improvements, not in the 2017 paper, off by default (measured on the default run of
+    an earlier preset, small rnnlm on k80x2, 1,000 placements, learning rate 0.01; faithful:
+    0.01413 s, expert 0.01048 s):
+        entropy_coef: weight of an entropy bonus on the sampled placements' policy entropy.
+        normalize_advantage: use ``(R - mean(R)) / std(R)`` over the K placements instead
+            of ``R - B`` (0.0128 s with learning rate 0.001).
+        ppo_epochs: instead of one REINFORCE step, this many Adam steps on PPO's clipped
+            surrogate (Schulman et al. 2017) per batch, re-scoring the batch's placements;
+            EAGLE Sec. IV-C trains its placer so (4 epochs, 10 placements, clip 0.3, entropy
+            0.01, gradient clip 1.0). With those and normalized advantages at learning rate
+            0.003: seed 0 0.01025 s (below expert), seeds 1-4 0.0129-0.0139 s.
+        ppo_clip: PPO's clip range epsilon (0.3, EAGLE).
+        grad_clip: clip the gradient's global norm to this (``None``: no clipping).
+
+    Named options for out-of-memory placements (the paper's failing signal is one constant,
+    Sec. 3.1; with ``B`` initialised to it, a batch in which every placement runs out of
+    memory gives ``R - B = 0`` and no gradient, and a policy that has collapsed onto an OOM
+    placement drags ``B`` to that constant and stays there: measured on nmt paper k80x4,
+    samples 28 to 300 all the same OOM placement):
+        oom_reward: ``constant`` (the paper) or ``memory_scaled``: the failing signal times
+            the placement's static memory load, ``max(1, max_d bytes_d / memory_d)``
+            (:func:`placer.features.static_memory_load`), so that among OOM placements the one that
+            overflows least is the least bad, and an all-OOM batch still has a gradient.
+        baseline_samples: ``all`` (the paper: ``B`` moves with the mean reward of every
+            sample) or ``ran``: ``B`` moves only with placements that ran (it stays where it
+            is after an all-OOM batch), so OOM placements keep a positive ``R - B``.
+    """
+
+    budget: int = Field(400, ge=1)
+    k: int = Field(8, ge=1)
+    seed: int = 0
+    learning_rate: float = Field(0.001, gt=0)
+    baseline_decay: float = Field(0.9, ge=0, lt=1)
+    failing_signal: float | None = Field(None, gt=0)
+    valid_only_after: int = Field(5000, ge=0)
+    hidden_size: int = Field(256, ge=1)
+    attention_size: int | None = Field(None, ge=1)
+    torch_threads: int | None = Field(1, ge=1)
+    entropy_coef: float = Field(0.0, ge=0)
+    normalize_advantage: bool = False
+    ppo_epochs: int = Field(0, ge=0)
+    ppo_clip: float = Field(0.3, gt=0)
+    grad_clip: float | None = Field(None, gt=0)
+    oom_reward: Literal["constant", "memory_scaled"] = "constant"
+    baseline_samples: Literal["all", "ran"] = "all"
+
+
+# placer.post
+class PostConfig(LearnerConfig):
+    """Post's settings; defaults are the paper's (Sec. 4 "Setup").
+
+    Attributes:
+        budget: placements sampled (and measured) in all (the paper: 2,400).
+        k: placements per PPO iteration (12 workers).
+        n_ce: placements between cross-entropy updates (60: five iterations).
+        rho: fraction of a CE period's placements kept as elites (0.1).
+        epsilon: initial weight of the uniform distribution mixed in after CE (0.1, to 0 linearly).
+        ppo_steps: gradient-ascent steps per PPO iteration (10).
+        ppo_learning_rate: their step size (1).
+        kl_target: target KL divergence per group for the adaptive penalty (0.03).
+        beta: initial KL penalty coefficient (1).
+        baseline_decay: ``b <- decay * b + (1 - decay) * mean(T)`` after each iteration.
+        failing_time_s: step time given to an OOM placement; ``None``: ``10 * T_serial``.
+        advantage: ``seconds`` (``b - T``, Eq. 11) or ``relative`` (``(b - T) / b``, an option).
+        seed: seeds sampling.
+        torch_threads: CPU threads torch uses (process-wide, set when the learner is built; the
+            ``[G, D]`` updates are small, so one thread is fastest: inside ``placement
+            experiment`` on a loaded 2-core machine the default threads made the search's CPU
+            time exceed its wall time); ``None``: leave torch's setting.
+        cross_entropy: apply the cross-entropy update every ``n_ce`` placements (Eq. 10).
+        policy_update: the update of the other iterations: ``ppo`` (Eq. 11), ``pg`` (one
+            gradient-ascent step on ``1/K sum_n A_n log f(d_n)``, the policy gradient method
+            on the softmax distributions; learning rate ``ppo_learning_rate``) or ``none``.
+
+    Named option for the start (not in the Post paper, whose distributions start uniform,
+    Algorithm 1 line 1): with groups in the hundreds and a CPU ten times slower than a GPU,
+    a uniform start puts a third of the groups on the CPU, and 2,400 placements do not
+    learn that away (measured: rnnlm paper k80x2, 84 groups of 253 on the CPU at the start,
+    74 after 2,400 placements, best 4.1x expert).
+        init: ``uniform`` (the paper) or ``single_gpu``: each group's distribution starts as
+            if a cross-entropy step had picked the single-GPU placement (every group on the
+            first GPU) as the elite: ``(1 - epsilon)`` on that GPU plus ``epsilon`` uniform,
+            Algorithm 1 line 12's mixing. The local-search reference starts there too.
+    """
+
+    budget: int = Field(2400, ge=1)
+    k: int = Field(12, ge=1)
+    n_ce: int = Field(60, ge=1)
+    rho: float = Field(0.1, gt=0, le=1)
+    epsilon: float = Field(0.1, ge=0, le=1)
+    ppo_steps: int = Field(10, ge=0)
+    ppo_learning_rate: float = Field(1.0, gt=0)
+    kl_target: float = Field(0.03, gt=0)
+    beta: float = Field(1.0, ge=0)
+    baseline_decay: float = Field(0.9, ge=0, lt=1)
+    failing_time_s: float | None = Field(None, gt=0)
+    advantage: Literal["seconds", "relative"] = "seconds"
+    seed: int = 0
+    cross_entropy: bool = True
+    policy_update: Literal["ppo", "pg", "none"] = "ppo"
+    init: Literal["uniform", "single_gpu"] = "uniform"
+    torch_threads: int | None = Field(1, ge=1)
+
+
+# placer.post_ablations
+class PPOConfig(PostConfig):
+    """Post's settings without the cross-entropy update."""
+
+    cross_entropy: bool = False
+    policy_update: Literal["ppo", "pg", "none"] = "ppo"
+
+
+# placer.post_ablations
+class CEConfig(PostConfig):
+    """Post's settings without the PPO iterations."""
+
+    cross_entropy: bool = True
+    policy_update: Literal["ppo", "pg", "none"] = "none"
+
+
+# placer.post_ablations
+class PGConfig(PostConfig):
+    """Post's settings with a policy-gradient step instead of PPO and no cross-entropy update."""
+
+    cross_entropy: bool = False
+    policy_update: Literal["ppo", "pg", "none"] = "pg"
+
+
+# placer.hierarchical
+class HierarchicalConfig(LearnerConfig):
+    """Hierarchical Planner settings; defaults are ``hierarchical_controller_hparams`` of the grappler code.
+
+    Attributes:
+        k: placements per update (the code's ``num_children``: 1).
+        num_groups: ``None``: ``min(256, 20 x devices)`` (the code's default).
+        grouping_hidden_size: the grouper's hidden width (64).
+        hidden_size: the placer's LSTM width (512; the bi-LSTM encoder has 256 per direction).
+        attention_size: width of the attention memory (``None``: ``hidden_size``, as the code; a
+            named speed option).
+        max_num_outputs, max_output_size: outputs and dims per output in the op/group inputs (5, 5).
+        adj_embed_dim: adjacency width of the op input (20: 10 neighbours).
+        forget_bias_init: initial forget-gate bias (1.0).
+        temperature, tanh_constant: placer logits are ``tanh(l / temperature) x tanh_constant`` (1.0, 1.0).
+        logits_std_noise: std of the logit noise relative to the logits' RMS (0.5) ...
+        stop_noise_step: ... added until this many updates (750).
+        learning_rate: Adam's initial step size (the code: 0.1; default here 0.01, see below) ...
+        lr_dec, start_decay_step, decay_steps: ... times ``lr_dec`` (0.95) every ``decay_steps``
+            (50) updates after ``start_decay_step`` (400), staircase.
+        grad_bound: clip the gradients' global norm to this (1.0).
+        bl_dec: baseline decay (0.9).
+        stop_updating_after_steps: after this many updates, only placements that ran count (1000).
+        failing_time_s: step time of an OOM placement (the code: 100 s); ``None``: ``10 x
+            T_serial`` (every op back to back on the slowest device), the project's rule for
+            all learners, since simulated steps range from milliseconds to seconds.
+        input_scaling, unit_pooling: the grouper's inputs (:func:`unit_inputs`): the code's
+            ``raw`` and ``sum``, or the named options ``column_max`` and ``mean`` (the defaults here).
+        threads: torch intra-op threads while sampling and updating (:func:`policy_compute`).
+
+    **Defaults that differ from the code** (named options, issue 21; the code's values are
+    ``learning_rate=0.1, input_scaling="raw", unit_pooling="sum"``): with raw inputs (op
+    indices and shapes in the thousands) the linear grouper's logits reach the thousands, so
+    its distribution is one-hot from the start and Adam at 0.1 keeps it so. Measured on
+    small rnnlm, k80x2 (550 units), grouper entropy after 0, 3, 10 and 20 updates: the
+    code's settings 5.87, 1.10, 0.13, 0.00 nats (gradient norm 0 from update 20 on);
+    ``column_max`` + ``mean`` at 0.1: 2228, 816, 82, 42; at 0.01: 2228, 2204, 2118, 1893.
+    EAGLE's own defaults (:mod:`placer.eagle`) are the same three.
+    """
+
+    k: int = Field(1, ge=1)
+    num_groups: int | None = Field(None, ge=1)
+    grouping_hidden_size: int = Field(64, ge=1)
+    hidden_size: int = Field(512, ge=2, multiple_of=2)
+    attention_size: int | None = Field(None, ge=1)
+    max_num_outputs: int = Field(5, ge=1)
+    max_output_size: int = Field(5, ge=1)
+    adj_embed_dim: int = Field(20, ge=2, multiple_of=2)
+    forget_bias_init: float = 1.0
+    temperature: float = Field(1.0, gt=0)
+    tanh_constant: float = Field(1.0, ge=0)
+    logits_std_noise: float = Field(0.5, ge=0)
+    stop_noise_step: int = Field(750, ge=0)
+    learning_rate: float = Field(0.01, gt=0)
+    lr_dec: float = Field(0.95, gt=0, le=1)
+    start_decay_step: int = Field(400, ge=0)
+    decay_steps: int = Field(50, ge=1)
+    grad_bound: float | None = Field(1.0, gt=0)
+    bl_dec: float = Field(0.9, ge=0, lt=1)
+    stop_updating_after_steps: int = Field(1000, ge=0)
+    failing_time_s: float | None = Field(None, gt=0)
+    input_scaling: Literal["raw", "column_max"] = "column_max"
+    unit_pooling: Literal["sum", "mean"] = "mean"
+    threads: int = Field(1, ge=1)
+
+
+# placer.eagle
+class EagleConfig(LearnerConfig):
+    """EAGLE's settings; defaults are Sec. IV-C's where the paper gives them.
+
+    Attributes:
+        k: placements per mini-batch (10).
+        ppo_epochs: updates per mini-batch (4).
+        ppo_clip: PPO's clip ratio epsilon (0.3).
+        entropy_coef: weight of the entropy bonus (0.01).
+        learning_rate: Adam's step size (0.01).
+        grad_clip: clip the gradients' global norm to this (1.0).
+        num_groups: the grouper's groups (256).
+        grouping_hidden_size: the grouper's hidden units (64).
+        hidden_size: encoder (both directions together) and decoder LSTM width (512).
+        attention: ``before`` the decoder (Fig. 4a, the paper's) or ``after`` it (Fig. 4b; a
+            named option, EAGLE Table II compares both): scoring placements is then one
+            LSTM call and batched attention instead of a step-by-step pass.
+        attention_size: width of the attention's hidden layer (``None``: ``hidden_size``, the
+            paper gives none); a named speed option: the attention costs ``O(K G^2 A)`` a pass.
+        link_hidden_size: width of the RNN from grouper parameters to placer inputs (64: ours).
+        baseline_decay: decay of the reward's exponential moving average (0.9: ours).
+        max_num_outputs, max_output_size, adj_embed_dim: op/group inputs as the grappler code (5, 5, 20).
+        ce_interval: placements between cross-entropy updates (``None``: PPO only; ``eagle_ce``: 50).
+        ce_elites: elites per cross-entropy update (5).
+        ce_epochs: Adam steps per cross-entropy update (4: ours).
+        failing_time_s: step time of an OOM placement; ``None``: ``10 x T_serial``.
+        input_scaling, unit_pooling: the grouper's inputs (:func:`placer.hierarchical.unit_inputs`):
+            ``column_max`` and ``mean`` (ours: the paper says only that EAGLE optimised the
+            network inputs; with the grappler's raw ``sum`` the grouper's logits are in the
+            thousands and every PPO ratio is clipped); ``raw``/``sum`` is the grappler's.
+        threads: torch intra-op threads while sampling and updating
+            (:func:`placer.hierarchical.policy_compute`).
+    """
+
+    k: int = Field(10, ge=1)
+    ppo_epochs: int = Field(4, ge=1)
+    ppo_clip: float = Field(0.3, gt=0)
+    entropy_coef: float = Field(0.01, ge=0)
+    learning_rate: float = Field(0.01, gt=0)
+    grad_clip: float | None = Field(1.0, gt=0)
+    num_groups: int = Field(256, ge=1)
+    grouping_hidden_size: int = Field(64, ge=1)
+    hidden_size: int = Field(512, ge=2, multiple_of=2)
+    attention: Literal["before", "after"] = "before"
+    attention_size: int | None = Field(None, ge=1)
+    link_hidden_size: int = Field(64, ge=1)
+    baseline_decay: float = Field(0.9, ge=0, lt=1)
+    max_num_outputs: int = Field(5, ge=1)
+    max_output_size: int = Field(5, ge=1)
+    adj_embed_dim: int = Field(20, ge=2, multiple_of=2)
+    ce_interval: int | None = Field(None, ge=1)
+    ce_elites: int = Field(5, ge=1)
+    ce_epochs: int = Field(4, ge=1)
+    failing_time_s: float | None = Field(None, gt=0)
+    input_scaling: Literal["raw", "column_max"] = "column_max"
+    unit_pooling: Literal["sum", "mean"] = "mean"
+    threads: int = Field(1, ge=1)
+
+
+# placer.eagle
+class EagleCEConfig(EagleConfig):
+    """``eagle_ce``: EAGLE's settings plus cross-entropy every 50 placements with 5 elites (Sec. IV-C)."""
+
+    ce_interval: int | None = Field(50, ge=1)
+
+
+# placer.local_search
+class LocalSearchConfig(LearnerConfig):
+    """Hill-climbing settings (not from a paper: this is the project's reference search).
+
+    Attributes:
+        budget: placements measured in all (as the learners': 2,400 is Post's).
+        k: candidate moves measured per round (one batch).
+        block_prob: probability that a move is a block move.
+        max_block: the longest block (groups).
+        start: ``single_gpu`` or ``random`` (module docstring).
+        patience: rounds without improvement before a restart (``None``: ``max(4, ceil(G (D-1) / k))``).
+        kick: random moves applied to the best placement at a restart.
+        seed: seeds the moves.
+    """
+
+    budget: int = Field(2400, ge=1)
+    k: int = Field(16, ge=1)
+    block_prob: float = Field(0.5, ge=0, le=1)
+    max_block: int = Field(30, ge=2)
+    start: Literal["single_gpu", "random"] = "single_gpu"
+    patience: int | None = Field(None, ge=1)
+    kick: int = Field(3, ge=1)
+
+
+CONFIGS: dict[str, type[LearnerConfig]] = {
+    "rl": ReinforceConfig, "post": PostConfig, "ppo": PPOConfig, "ce": CEConfig, "pg": PGConfig,
+    "hierarchical": HierarchicalConfig, "eagle": EagleConfig, "eagle_ce": EagleCEConfig, "local_search": LocalSearchConfig,
+}
+"""Learner name -> its config, known without torch (``tests/test_learners.py`` checks it is each
+learner's :attr:`placer.learner.Learner.Config`)."""
