@@ -42,8 +42,9 @@ MARK = "PLACEMENT_SWEEP_LOAD"
 CHILD = """
 import json, sys
 from flows.sweep import placement_sweep
-rows = placement_sweep(models={models!r}, size={size!r}, clusters={clusters!r}, seeds=[{seed}], budget={budget},
-                       methods={methods!r}, out_dir={out!r})
+base = {{"source": {{"kind": "benchmark", "size": {size!r}}}, "budget": {budget}, "methods": {methods!r},
+        "tracking": {{"out_dir": {out!r}}}}}
+rows = placement_sweep(base=base, models={models!r}, clusters={clusters!r}, seeds=[{seed}])
 print("ROWS " + json.dumps(rows))
 """
 

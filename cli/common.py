@@ -125,12 +125,13 @@ def max_graph_mb_option():
                         help="largest user graph read, in MB: a GraphDef file or a SavedModel folder (default 1000)")
 
 
-def parse_int_bounds(values: list[str] | None, user_graph: bool) -> dict[str, int] | None:
-    """``--int-bound NAME=N`` options -> ``{NAME: N}`` (``None`` when none given); one without a
-    user's graph, a malformed one, or ``N`` not an integer >= 1, is one line, exit 2."""
+def parse_int_bounds(values: list[str] | None, user_graph: bool | None = None) -> dict[str, int] | None:
+    """``--int-bound NAME=N`` options -> ``{NAME: N}`` (``None`` when none given); a malformed one,
+    or ``N`` not an integer >= 1, is one line, exit 2; so is one without a user's graph when
+    ``user_graph`` is ``False`` (``None``: the caller's config checks that)."""
     if not values:
         return None
-    if not user_graph:
+    if user_graph is False:
         _fail("--int-bound is for a user's graph (--graph-def, --saved-model, --keras); a benchmark's integer inputs "
               "are bounded by its own tables")
     out = {}
@@ -146,6 +147,74 @@ def parse_int_bounds(values: list[str] | None, user_graph: bool) -> dict[str, in
             _fail(f"--int-bound {v!r}: N must be an integer >= 1, got {n!r}")
         out[name.strip()] = bound
     return out
+
+
+def flag_words(message: str, flags: dict[str, str]) -> str:
+    """``message`` in the command line's words: each dotted config path of ``flags`` (flag -> path,
+    e.g. ``"--workers": "ray.workers"``) replaced by its flag, ``learners.M`` by ``--learner-option M``,
+    and a top-level field that opens the message (``methods: ...``) by its flag."""
+    import re
+
+    words: dict[str, str] = {}
+    for flag, path in flags.items():
+        words.setdefault(path, flag)
+    for path in sorted((p for p in words if "." in p), key=len, reverse=True):  # ray.workers, not workers alone
+        message = re.sub(rf"(?<![\w.-]){re.escape(path)}(?!\w)", words[path], message)
+    message = re.sub(r"(?<![\w.-])learners\.(\w+)", r"--learner-option \1", message)
+    head, sep, rest = message.partition(": ")
+    return f"{words[head]}: {rest}" if sep and head in words else message
+
+
+def config_error(exc, flags: dict[str, str]) -> str:
+    """The first error of a pydantic ``ValidationError`` of a config built from flags, as one line
+    naming the flag (``flags``: flag -> config path) and the value."""
+    err = exc.errors()[0]
+    loc = [str(x) for x in err["loc"]]
+    if loc[:1] == ["source"] and len(loc) > 2:  # a discriminated union's member: source.<kind>.<field>
+        loc = ["source", *loc[2:]]
+    path = ".".join(loc)
+    words = {}
+    for flag, p in flags.items():
+        words.setdefault(p, flag)
+    if path in words:
+        flag = words[path]
+    elif loc[:1] == ["learners"] and len(loc) >= 2:
+        flag = f"--learner-option {'.'.join(loc[1:])}" if len(loc) > 2 else f"--learner-option {loc[1]}"
+    else:
+        flag = next((words[".".join(loc[:k])] for k in range(len(loc), 0, -1) if ".".join(loc[:k]) in words), path)
+    kind, value, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == "value_error" or not loc:
+        message = flag_words(str(err["msg"]).removeprefix("Value error, "), flags)
+        return message if not loc or message.startswith(("--", flag)) else f"{flag}: {message}"
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = ctx.get("ge", ctx.get("gt"))
+        return f"{flag} must be {'at least' if kind == 'greater_than_equal' else 'more than'} {bound:g}, got {value!r}"
+    if kind == "literal_error":
+        return f"unknown {flag} value {value!r}; valid: {ctx.get('expected')}"
+    if kind == "extra_forbidden":
+        valid = ""
+        if loc[:1] == ["learners"]:  # a learner, or one of its options
+            from tasks.config import LEARNER_OPTIONS
+
+            if len(loc) == 2:
+                return f"{flag}: unknown learner {loc[1]!r}; valid: {', '.join(LEARNER_OPTIONS)}"
+            if loc[1] in LEARNER_OPTIONS:
+                valid = f"; valid: {', '.join(LEARNER_OPTIONS[loc[1]].model_fields)}"
+        return f"{flag}: unknown setting {loc[-1]!r}{valid}"
+    return f"{flag}: {str(err['msg']).lower()} (got {value!r})"
+
+
+def build_config(settings: dict, flags: dict[str, str]):
+    """:class:`tasks.config.ExperimentConfig` of ``settings`` (nested dicts, the config's shape); an
+    invalid one is one line naming the flag (:func:`config_error`), exit 2."""
+    from pydantic import ValidationError
+
+    from tasks.config import ExperimentConfig
+
+    try:
+        return ExperimentConfig.model_validate(settings)
+    except ValidationError as exc:
+        _fail(config_error(exc, flags))
 
 
 def _choose_methods(methods: str | None, valid: list[str], default: list[str], spec, user_graph: bool) -> list[str]:

@@ -1,38 +1,16 @@
-"""Checks of the distributed-search options of ``placement experiment`` (one line each, for exit code 2)."""
+"""Checks of ``placement experiment``'s distributed search against the world (CUDA here, a Ray
+address answering), one line each, for exit code 2; the settings themselves are checked by
+:class:`tasks.config.RayOptions`."""
 
 from __future__ import annotations
 
 
-def check_distributed_options(controllers: int, workers: int, gpus_per_worker: float, policy_device: str,
-                              async_updates: bool) -> str | None:
-    """The first problem with the options of :func:`placer.distributed.distributed_search`, or ``None``."""
-    if workers < 0:
-        return f"--workers must be at least 0, got {workers}"
-    if gpus_per_worker < 0:
-        return f"--gpus-per-worker must be at least 0, got {gpus_per_worker}"
-    if policy_device not in ("cpu", "cuda"):
-        return f"--policy-device: unknown device {policy_device!r}; valid: cpu, cuda"
-    if controllers == 0:
-        for name, given in (("--workers", workers), ("--gpus-per-worker", gpus_per_worker),
-                            ("--policy-device cuda", policy_device == "cuda"), ("--async", async_updates)):
-            if given:
-                return f"{name} needs --controllers 1 or more (the distributed search)"
-    return None
-
-
-def check_policy_device(policy_device: str, ray_address: str | None, methods: list[str] = ()) -> str | None:
-    """``--policy-device cuda`` needs every learner of ``methods`` to run its policy there
-    (:func:`placer.policy_device_problem`), and on a local Ray CUDA here
-    (``torch.cuda.is_available()``); on a Ray cluster (``ray_address``) the controllers' nodes
-    decide, and Ray reports a missing GPU itself."""
-    if policy_device == "cpu":
-        return None
-    from placer import policy_device_problem
-
-    problem = policy_device_problem(methods, policy_device)
-    if problem:
-        return f"--{problem.replace('_', '-', 1)}"
-    if ray_address is not None:
+def check_policy_device(policy_device: str, ray_address: str | None) -> str | None:
+    """``--policy-device cuda`` on a local Ray needs CUDA here (``torch.cuda.is_available()``); on
+    a Ray cluster (``ray_address``) the controllers' nodes decide, and Ray reports a missing GPU
+    itself. (Whether the learners can run there is the config's check:
+    :class:`tasks.config.ExperimentConfig`.)"""
+    if policy_device == "cpu" or ray_address is not None:
         return None
     import torch
 

@@ -12,27 +12,37 @@ from cli.common import _check_model, _fail, _write_json, app
 from cli.options import Cluster, Grouper, Json, LearnerOption, OutDir, Resume, Size, TrackingUri
 
 
-def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
-                          fail: Callable[[str], None]) -> dict[str, dict]:
-    """``METHOD.FIELD=VALUE`` strings -> ``{method: {field: value}}``, each validated by the
-    learner's config (VALUE parsed as JSON, else kept as a string); a bad item -> ``fail(one line)``."""
-    from placer import LEARNER_NAMES as LEARNERS  # names only: torch loads if an option is given
-
+def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -> dict[str, dict]:
+    """``METHOD.FIELD=VALUE`` strings -> ``{method: {field: value}}`` (VALUE parsed as JSON, else
+    kept as a string); a malformed item -> ``fail(one line)``. The values are checked by whoever
+    takes them (:class:`tasks.config.ExperimentConfig`, :func:`parse_learner_options`)."""
     out: dict[str, dict] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
         method, dot, name = key.partition(".")
         if not sep or not dot or not name:
             fail(f"--learner-option {item!r}: expected METHOD.FIELD=VALUE, e.g. rl.hidden_size=64")
-        if method not in LEARNERS:
-            fail(f"--learner-option {item!r}: unknown learner {method!r}; valid: {', '.join(LEARNERS)}")
-        if method not in methods:
-            fail(f"--learner-option {item!r}: learner {method!r} is not in --methods")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
         out.setdefault(method, {})[name] = value
+    return out
+
+
+def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
+                          fail: Callable[[str], None]) -> dict[str, dict]:
+    """:func:`learner_option_items`, each validated by the learner's config (a learner not among
+    ``methods``, an unknown field or a bad value -> ``fail(one line)``); for the commands without an
+    experiment config (``compare-learners``, the benchmarks)."""
+    from placer import LEARNER_NAMES as LEARNERS  # names only: torch loads if an option is given
+
+    out = learner_option_items(items, fail)
+    for method in out:
+        if method not in LEARNERS:
+            fail(f"--learner-option {method}: unknown learner {method!r}; valid: {', '.join(LEARNERS)}")
+        if method not in methods:
+            fail(f"--learner-option {method}: learner {method!r} is not in --methods")
     if out:
         from tasks.search import learner_config
     for method, options in out.items():

@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, check_json_path, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
+from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, build_config, check_json_path, flag_words, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
 from cli.options import CacheDir, Cluster, Env, GraphDef, Grouper, IntBound, Json, Keras, LearnerOption, Model, NumGroups, OutDir, Resume, SavedModel, Signature, Size, TrackingUri
 from cli.runtime import preflight, run_flow
 
@@ -70,12 +70,37 @@ def graph_stats(
             typer.echo(f"{k}: {v}")
 
 
+EXPERIMENT_FLAGS = {
+    "--model": "source.model", "--size": "source.size", "--graph-def": "source.path", "--saved-model": "source.path",
+    "--signature": "source.signature", "--keras": "source.spec",
+    "--cluster": "cluster", "--env": "env", "--methods": "methods", "--budget": "budget", "--seed": "seed",
+    "--train-steps": "train_steps",
+    "--grouper": "grouping.grouper", "--num-groups": "grouping.num_groups",
+    "--k": "learners.rl.k", "--learner-option": "learners.*",
+    "--controllers": "ray.controllers", "--workers": "ray.workers", "--gpus-per-worker": "ray.gpus_per_worker",
+    "--policy-device": "ray.policy_device", "--async": "ray.async_updates", "--ray-address": "ray.address",
+    "--soft-placement": "real.soft_placement", "--int-bound": "real.int_bounds",
+    "--out-dir": "tracking.out_dir", "--tracking-uri": "tracking.tracking_uri", "--cache-dir": "tracking.cache_dir",
+    "--spool": "tracking.spool", "--resume": "tracking.resume",
+}
+"""``placement experiment``'s flags -> the :class:`tasks.config.ExperimentConfig` field each sets
+(:func:`tasks.config.experiment_fields`' paths; ``learners.*``: any learner's field,
+``METHOD.FIELD=VALUE``). ``tests/test_config.py`` checks that they and :data:`NOT_EXPERIMENT_FLAGS`
+cover the config, and that the flow's form and the sweep are built from it too."""
+
+NOT_EXPERIMENT_FLAGS = {
+    "source.fetches": "a GraphDef's fetches are found by the front end (its sinks); set them in the flow's form",
+    "tracking.parent_run_id": "internal: set by the sweep",
+}
+"""Config fields without a flag of their own, and why."""
+
+
 @app.command()
 def experiment(
     model: Model = "rnnlm",
     size: Size = "small",
     cluster: Cluster = "k80x2",
-    methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce); default: every baseline that applies but optimum, rl and post"),
+    methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce, local_search); default: every baseline that applies but optimum, rl and post"),
     graph_def: GraphDef = None,
     keras: Keras = None,
     saved_model: SavedModel = None,
@@ -93,8 +118,8 @@ def experiment(
     async_updates: bool = typer.Option(False, "--async", help="with --controllers: 2017's asynchronous updates (not reproducible); default: synchronous rounds"),
     ray_address: str = typer.Option(None, help="an existing Ray cluster (auto, host:port or ray://host:port); default: a local Ray on 127.0.0.1"),
     train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
-    budget: int = typer.Option(1000, help="placements each learner (rl, post) samples"),
-    k: int = typer.Option(8, help="placements per policy update (K) of rl; post uses its paper's 12"),
+    budget: int = typer.Option(1000, help="placements each learner samples"),
+    k: int = typer.Option(None, help="placements per policy update (K) of rl (default: 2017's 8); the same as --learner-option rl.k=N"),
     seed: int = typer.Option(0, help="seed of the search"),
     env: Env = "sim",
     out_dir: OutDir = "placement-runs",
@@ -104,86 +129,60 @@ def experiment(
     resume: Resume = False,
     spool: bool = typer.Option(False, "--spool", help="log nothing to MLflow now: keep the results in the run folder, log them later with `placement log-run DIR`"),
 ) -> None:
-    """Run the placement-experiment flow: baselines and RL search, measured and logged to MLflow."""
-    from baselines import BASELINES, applicable_baselines
-    from cli.learners import parse_learner_options
-    from cluster.environment import ENVIRONMENTS
-    from cluster.spec import load_cluster
-    from placer import DEFAULT_LEARNERS, LEARNER_NAMES  # names only: torch is not loaded to check a typo
+    """Run the placement-experiment flow: baselines and learners' searches, measured and logged to MLflow.
 
-    user_graph = graph_def is not None or keras is not None or saved_model is not None
-    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
-        _fail("give one of --graph-def, --saved-model and --keras, not several")
-    int_bounds = parse_int_bounds(int_bound, user_graph)
-    if not user_graph:
-        _check_model(model, size)
+    The flags build one :class:`tasks.config.ExperimentConfig` (:data:`EXPERIMENT_FLAGS`), which
+    checks them all; its first error is one line naming the flag and the value (exit 2)."""
+    from cli.learners import learner_option_items
+    from compgraph.frontends import graph_source
+
     try:
-        spec = load_cluster(cluster)
+        source = graph_source(model, size, graph_def, keras, saved_model, signature)
     except ValueError as exc:
-        _fail(str(exc))
-    default = [*applicable_baselines(spec, user_graph, optimum=False), *DEFAULT_LEARNERS]  # the optimum when asked for
-    chosen = _choose_methods(methods, [*BASELINES, *LEARNER_NAMES], default, spec, user_graph)
-    if budget < 1:
-        _fail(f"--budget must be at least 1, got {budget}")
-    if k < 1:
-        _fail(f"--k must be at least 1, got {k}")
-    if controllers < 0:
-        _fail(f"--controllers must be at least 0, got {controllers}")
-    if ray_address is not None and controllers == 0:
-        _fail("--ray-address needs --controllers 1 or more (the distributed search)")
-    from cli.distributed import check_distributed_options, check_policy_device, probe_ray_address
-
-    problem = check_distributed_options(controllers, workers, gpus_per_worker, policy_device, async_updates)
-    if problem:
-        _fail(problem)
-    if train_steps < 0:
-        _fail(f"--train-steps must be at least 0, got {train_steps}")
-    if env not in ENVIRONMENTS:
-        _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
-    from compgraph.grouping import GROUPERS
-
-    if grouper is not None and grouper not in GROUPERS:
-        _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
-    if num_groups is not None and num_groups < 1:
-        _fail(f"--num-groups must be at least 1, got {num_groups}")
-    options = parse_learner_options(learner_option, chosen, budget, seed, _fail)
-    if "rl" in chosen:  # --k is rl's K (2017 Eq. 3), a field of its config; --learner-option rl.k=N wins
-        options.setdefault("rl", {}).setdefault("k", k)
-    if resume and not user_graph:  # the logs are named by the settings; the learner's own settings must match too
+        _fail(flag_words(str(exc), EXPERIMENT_FLAGS))
+    learner_settings = learner_option_items(learner_option, _fail)
+    if k is not None and (methods is None or "rl" in methods.split(",")):  # rl's K (2017 Eq. 3); rl.k=N wins
+        learner_settings.setdefault("rl", {}).setdefault("k", k)
+    settings = {
+        "source": source, "cluster": cluster, "env": env, "budget": budget, "seed": seed, "train_steps": train_steps,
+        "methods": None if methods is None else [m.strip() for m in methods.split(",") if m.strip()],
+        "grouping": {"grouper": grouper, "num_groups": num_groups}, "learners": learner_settings,
+        "ray": {"controllers": controllers, "workers": workers, "gpus_per_worker": gpus_per_worker,
+                "policy_device": policy_device, "async_updates": async_updates, "address": ray_address},
+        "real": {"soft_placement": soft_placement, "int_bounds": parse_int_bounds(int_bound)},
+        "tracking": {"out_dir": out_dir, "tracking_uri": tracking_uri, "cache_dir": cache_dir, "spool": spool,
+                     "resume": resume},
+    }
+    config = build_config(settings, EXPERIMENT_FLAGS)
+    chosen = config.resolved_methods
+    if resume and not config.user_graph:  # the logs are named by the settings; the learner's own settings must match too
         from pathlib import Path
 
         from tasks.search import resume_problem
 
-        problem = resume_problem(Path(out_dir), model, size, spec.name, grouper or "2017",
-                                 chosen, seed, budget, options)
+        problem = resume_problem(Path(out_dir), model, size, config.spec().name, grouper or "2017",
+                                 chosen, seed, budget, config.learner_options)
         if problem:
             _fail(problem)
-    for problem in (check_policy_device(policy_device, ray_address, chosen), probe_ray_address(ray_address)):
+    from cli.distributed import check_policy_device, probe_ray_address
+
+    for problem in (check_policy_device(policy_device, ray_address), probe_ray_address(ray_address)):
         if problem:
             _fail(problem)
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
-    if user_graph:
+    if config.user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
-                       int_bounds, env)
+                       config.real.int_bounds, env)
 
     from tracking.progress import say
 
-    say(f"experiment: {'a user graph' if user_graph else f'{model} ({size})'} on {spec.name}, env {env}, "
+    say(f"experiment: {'a user graph' if config.user_graph else f'{model} ({size})'} on {config.spec().name}, env {env}, "
         f"methods {','.join(chosen)}, budget {budget}, seed {seed}; out-dir {out_dir}")
     from flows.experiment import placement_experiment
 
     start = time.perf_counter()
-    result = run_flow(
-        placement_experiment, _fail,
-        model=model, size=size, cluster=cluster, methods=chosen, budget=budget, seed=seed, env=env,
-        out_dir=out_dir, tracking_uri=tracking_uri, graph_def=graph_def, keras=keras, grouper=grouper,
-        num_groups=num_groups, cache_dir=cache_dir, train_steps=train_steps, controllers=controllers,
-        ray_address=ray_address, soft_placement=soft_placement, learner_options=options, resume=resume, spool=spool,
-        workers=workers, gpus_per_worker=gpus_per_worker, policy_device=policy_device, async_updates=async_updates,
-        **({"saved_model": saved_model, "signature": signature} if saved_model is not None else {}),
-        **({"int_bounds": int_bounds} if int_bounds else {}),
-    )
+    result = run_flow(placement_experiment, _fail, **dict(config))
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")
     if json_path:

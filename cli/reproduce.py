@@ -89,7 +89,7 @@ def reproduce(
     row's baselines at the table's settings on its machine, beside the paper, logged to MLflow."""
     from rich.console import Console
 
-    from flows.choices import TABLE_MODELS
+    from tasks.choices import TABLE_MODELS
     from flows.reproduce import METHODS, TABLES
 
     if table not in TABLES:

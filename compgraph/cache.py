@@ -82,12 +82,12 @@ def cache_key(model: str, size: str, grouper: str, num_groups: int | None, seed:
 
 def entry_dir(cache_dir: str | Path, key: dict) -> Path:
     """The folder of ``key``'s entry under ``cache_dir`` (names reduced to safe path components,
-    :func:`tracking.paths.slug`).
+    :func:`compgraph.paths.slug`).
 
     Raises:
-        tracking.paths.UnsafePath: the folder resolves outside ``cache_dir``.
+        compgraph.paths.UnsafePath: the folder resolves outside ``cache_dir``.
     """
-    from tracking.paths import named_path
+    from compgraph.paths import named_path
 
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     k = "auto" if key["num_groups"] is None else key["num_groups"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from compgraph.prepare import PreparedGraph, prepare, prepare_user_step
 
@@ -34,12 +34,30 @@ class _Source(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _benchmark_names() -> list[JsonValue]:
+    from compgraph.models import BENCHMARKS
+
+    return list(BENCHMARKS)
+
+
+def _size_names() -> list[JsonValue]:
+    from compgraph.models import BENCHMARKS
+
+    return list(dict.fromkeys(s for b in BENCHMARKS.values() for s in b.sizes))
+
+
 class BenchmarkSource(_Source):
-    """A registered benchmark (:data:`compgraph.models.BENCHMARKS`) at one of its sizes."""
+    """A registered benchmark (:data:`compgraph.models.BENCHMARKS`) at one of its sizes. The
+    names are offered as choices in a form's schema (``enum``); an unknown one is refused where
+    the source is used (:class:`tasks.config.ExperimentConfig`, :func:`compgraph.prepare.prepare`)
+    with the valid ones listed."""
 
     kind: Literal["benchmark"] = "benchmark"
-    model: str = "rnnlm"
-    size: str = "small"
+    model: str = Field("rnnlm", json_schema_extra={"enum": _benchmark_names()},
+                       description="a benchmark of `placement models`")
+    size: str = Field("small", json_schema_extra={"enum": _size_names()},
+                      description="small (a demo in seconds), paper (the 2017 sizes), or a table's settings; not "
+                                  "every model has every size")
 
 
 class GraphDefSource(_Source):

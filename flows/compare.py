@@ -10,8 +10,9 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
-import tasks
-from flows.choices import ClusterName, Count, EnvName, GrouperName, LearnerName, ModelName, NonNegative, SizeName
+from tasks import stages
+from tasks.choices import ClusterName, Count, EnvName, GrouperName, LearnerName, ModelName, NonNegative, SizeName
+from compgraph.frontends import BenchmarkSource
 from placer import LEARNERS
 from placer.compare import summarize_runs
 from placer.search import run_name
@@ -70,8 +71,8 @@ def compare_learners(
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     chosen = list(learners or LEARNERS)
-    prepared = tasks.preprocess(model, size, grouper, None, cache_dir or str(out / "graph-cache"), 0)
-    spec = tasks.load_cluster_spec(cluster)
+    prepared = stages.preprocess(BenchmarkSource(model=model, size=size), grouper, None, cache_dir or str(out / "graph-cache"))
+    spec = stages.load_cluster_spec(cluster)
     runs: dict = {}
     for method in chosen:
         for seed in seeds:

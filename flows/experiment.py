@@ -9,19 +9,18 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
-import tasks
+from tasks import stages
 from baselines import BASELINES
-from flows.choices import ClusterName, Count, EnvName, GrouperName, MethodName, ModelName, NonNegative, NonNegativeFloat, SizeName
-from placer import DEFAULT_LEARNERS, policy_device_problem
+from compgraph.frontends import BenchmarkSource, GraphSource
+from tasks.choices import ClusterName, Count, EnvName, MethodName, NonNegative
+from tasks.config import ExperimentConfig, GroupingOptions, LearnerOptions, RayOptions, RealOptions, TrackingOptions
 from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params
 from tasks.measure import train_best
 from tasks.publish import search_progress_artifact, tag_flow_run
-from tasks.search import RaySettings, evaluate, learner_searches
+from tasks.search import evaluate, learner_searches
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import ExperimentRecorder, mark_failed, mark_killed
 from tracking.progress import chain, say, stage
-
-METHODS = (*(n for n, b in BASELINES.items() if b.default), *DEFAULT_LEARNERS)  # the default run's methods
 
 
 def run_name() -> str:
@@ -29,11 +28,14 @@ def run_name() -> str:
     (a user graph: its file or Keras spec for the model and ``user`` for the size; a spec file: its
     stem for the cluster)."""
     p = flow_run.parameters
-    source = next((Path(str(p[k])).name for k in ("graph_def", "saved_model", "keras") if p.get(k)), p.get("model"))
-    cluster = str(p.get("cluster", ""))
+    src = p.get("source") or {}
+    src = src.model_dump() if hasattr(src, "model_dump") else dict(src)
+    kind = src.get("kind", "benchmark")
+    source = src.get("model", "rnnlm") if kind == "benchmark" else Path(str(src.get("path") or src.get("spec"))).name
+    size = src.get("size", "small") if kind == "benchmark" else "user"
+    cluster = str(p.get("cluster", "k80x2"))
     cluster = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
-    size = "user" if any(p.get(k) for k in ("graph_def", "saved_model", "keras")) else p.get("size")
-    return f"{source}-{size}-{cluster}-{p.get('env')}-seed{p.get('seed')}"
+    return f"{source}-{size}-{cluster}-{p.get('env', 'sim')}-seed{p.get('seed', 0)}"
 
 
 def _flow_run_id() -> str | None:
@@ -42,133 +44,119 @@ def _flow_run_id() -> str | None:
 
 @flow(name="placement-experiment", flow_run_name=run_name, on_failure=[mark_failed], on_crashed=[mark_killed], on_cancellation=[mark_killed])
 def placement_experiment(
-    model: ModelName = "rnnlm",
-    size: SizeName = "small",
+    source: GraphSource = BenchmarkSource(),
     cluster: ClusterName = "k80x2",
-    methods: list[MethodName] = list(METHODS),
+    env: EnvName = "sim",
+    methods: list[MethodName] | None = None,
     budget: Count = 1000,
     seed: NonNegative = 0,
-    env: EnvName = "sim",
-    out_dir: str = "placement-runs",
-    tracking_uri: str | None = None,
-    graph_def: str | None = None,
-    keras: str | None = None,
-    grouper: GrouperName | None = None,
-    num_groups: Count | None = None,
-    cache_dir: str | None = None,
     train_steps: NonNegative = 100,
-    controllers: NonNegative = 0,
-    ray_address: str | None = None,
-    soft_placement: bool = False,
-    learner_options: dict[str, dict] | None = None,
-    resume: bool = False,
-    saved_model: str | None = None,
-    signature: str | None = None,
-    spool: bool = False,
-    mlflow_parent_run_id: str | None = None,
-    workers: NonNegative = 0,
-    gpus_per_worker: NonNegativeFloat = 0,
-    policy_device: str = "cpu",
-    async_updates: bool = False,
-    int_bounds: dict[str, int] | None = None,
+    grouping: GroupingOptions = GroupingOptions(),
+    learners: LearnerOptions = LearnerOptions(),  # type: ignore[valid-type]
+    ray: RayOptions = RayOptions(),
+    real: RealOptions = RealOptions(),
+    tracking: TrackingOptions = TrackingOptions(),
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
+    The parameters are the fields of :class:`tasks.config.ExperimentConfig` (a test keeps them
+    equal), validated together by it before anything runs.
+
     Args:
-        model: benchmark model (2017 Table 2: rnnlm, nmt, inception_v3); ignored with graph_def or keras.
-        size: benchmark size: small (a demo in seconds) or paper (the 2017 sizes).
+        source: the graph: a benchmark (kind benchmark: model, size: small for a demo in seconds, paper for
+            the 2017 sizes), or a user's training step (kind graph_def: a .pb/.pbtxt path; saved_model: a folder
+            and its signature; keras: MODULE:FUNCTION returning (keras model, input specs)).
         cluster: preset cluster (k80x2: 2 K80 GPUs and a CPU, as in 2017) or the path of a YAML cluster spec.
-        methods: baselines (baselines.BASELINES: single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo,
-            m_etf, m_sct, optimum) and learners (placer.LEARNERS: rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce).
-        budget: placements each learner samples.
-        seed: seed of the searches.
         env: where placements are measured: sim (simulator), real (TensorFlow on this machine) or grappler
             (TensorFlow's own cost model).
-        out_dir: folder of the run folders, the MLflow store (when tracking_uri is empty) and the graph cache.
-        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
-        graph_def: path of a user's training-step GraphDef (.pb/.pbtxt) instead of a benchmark.
-        keras: MODULE:FUNCTION returning (keras model, input specs) instead of a benchmark.
-        grouper: how ops are grouped (empty: 2017 for benchmarks, heuristic for users' graphs).
-        num_groups: target number of groups of metis and fluid (empty: 256).
-        cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
+        methods: baselines (baselines.BASELINES: single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo,
+            m_etf, m_sct, optimum) and learners (placer.LEARNERS: rl, post, ppo, ce, pg, hierarchical, eagle,
+            eagle_ce, local_search); empty: every baseline that applies but optimum, then rl and post.
+        budget: placements each learner samples.
+        seed: seed of the searches.
         train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
-        ray_address: an existing Ray cluster; empty: a local Ray.
-        soft_placement: with env real, move ops without a kernel on their device to the CPU.
-        learner_options: per learner, fields of its config overriding the paper defaults (placer.LEARNERS),
-            e.g. {"rl": {"k": 8, "hidden_size": 64}} (rl's k: placements per policy update, 2017's K).
-        resume: continue an interrupted run with the same settings from its placement logs and
-            checkpoints (named by the settings; nothing measured twice).
-        saved_model: a user's SavedModel folder instead of a benchmark.
-        signature: the SavedModel signature holding the training step.
-        spool: log nothing to MLflow; the run folder is logged later with `placement log-run DIR`.
-        mlflow_parent_run_id: internal, set by the sweep to nest this run under its own; leave empty.
-        controllers: with more than 0, every learner searches on Ray (over its own units).
-        workers: measuring workers on Ray (0: K per controller, 2017 Sec. 3.4).
-        gpus_per_worker: GPUs each Ray worker asks for (real execution on GPU nodes).
-        policy_device: where controllers run the policy: cpu or cuda (rl only; refused for the others).
-        async_updates: 2017's asynchronous updates instead of synchronous rounds (not reproducible).
-        int_bounds: a user's graph: integer input name -> exclusive bound of the ids real execution
-            feeds it (default: the size of the table it indexes), e.g. {"tokens": 32000}.
+        grouping: how ops are grouped: the grouper (empty: 2017 for benchmarks, heuristic for users' graphs) and
+            the target number of groups of metis and fluid (empty: 256).
+        learners: each learner's options, its paper's defaults pre-filled (e.g. rl's k: placements per policy
+            update, 2017's K); a field left at its default is no override.
+        ray: the distributed search (2017 Sec. 3.4): with controllers above 0 every learner searches on Ray;
+            workers (0: K per controller), GPUs per worker, the policy's device (cuda: rl only), asynchronous
+            updates (not reproducible), the address of an existing Ray cluster (empty: a local Ray).
+        real: with env real: soft placement (ops without a kernel on their device move to the CPU) and a user
+            graph's integer input bounds, e.g. {"tokens": 32000}.
+        tracking: out_dir (run folders, MLflow store, graph cache, placement logs), the MLflow tracking URI
+            (empty: SQLite in out_dir), the graph cache, spool (nothing to MLflow now; `placement log-run DIR`
+            later), resume (continue an interrupted run from its logs and checkpoints) and parent_run_id
+            (internal, set by the sweep).
 
     Returns the result object of ``placement experiment --json`` (see the README).
     The MLflow runs are created at the start and the searches logged as they go
     (:class:`tracking.live.ExperimentRecorder`); the results are written to the run folder
-    ``<out_dir>/runs/...`` before MLflow; ``spool``: nothing goes to MLflow (``placement log-run``
-    logs the folder later). ``mlflow_parent_run_id``: nest the experiment's run under it (a sweep).
+    ``<out_dir>/runs/...`` before MLflow.
+
+    Raises:
+        pydantic.ValidationError: settings that do not fit together (:class:`tasks.config.ExperimentConfig`).
     """
-    out, uri, flow_run_id = Path(out_dir), tracking_uri or default_tracking_uri(Path(out_dir)), _flow_run_id()
+    config = ExperimentConfig(source=source, cluster=cluster, env=env, methods=methods, budget=budget, seed=seed,
+                              train_steps=train_steps, grouping=grouping, learners=learners, ray=ray, real=real,
+                              tracking=tracking)
+    return run_experiment(config)
+
+
+def run_experiment(config: ExperimentConfig) -> dict:
+    """The body of :func:`placement_experiment` on a validated config (inside its flow run)."""
+    c, track = config, config.tracking
+    methods, learner_options = c.resolved_methods, c.learner_options
+    out, flow_run_id = Path(track.out_dir), _flow_run_id()
+    uri = track.tracking_uri or default_tracking_uri(out)
     stamp = time.strftime("%Y%m%d-%H%M%S")  # the run folder's name: when the run started
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
-    env_options = {"soft_placement": True} if env == "real" and soft_placement else {}
-    ray = RaySettings(controllers, ray_address, workers, gpus_per_worker, policy_device, async_updates)
-    if controllers and (problem := policy_device_problem(methods, policy_device)):  # before anything runs
-        raise ValueError(problem)
-    settings = {"model": model, "size": size, "cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
-                "env": env, "graph_def": graph_def, "keras": keras, "saved_model": saved_model, "signature": signature,
-                "grouper": grouper, "num_groups": num_groups, "learner_options": learner_options,
-                **({"int_bounds": int_bounds} if int_bounds else {})}
-    recorder = ExperimentRecorder(uri, artifact_root(out), start_params(methods, budget, seed, env, learner_options),
-                                  methods, spool, mlflow_parent_run_id, flow_run_id, settings, resume)
+    env_options = {"soft_placement": True} if c.env == "real" and c.real.soft_placement else {}
+    settings = {"source": c.source.model_dump(), "cluster": c.cluster, "methods": methods, "budget": c.budget,
+                "seed": c.seed, "env": c.env, "grouper": c.grouping.grouper, "num_groups": c.grouping.num_groups,
+                "learner_options": learner_options, **({"int_bounds": c.real.int_bounds} if c.real.int_bounds else {})}
+    recorder = ExperimentRecorder(uri, artifact_root(out), start_params(methods, c.budget, c.seed, c.env, learner_options),
+                                  methods, track.spool, track.parent_run_id, flow_run_id, settings, track.resume)
     # preprocess
     with stage("preprocess") as st:
-        prepared = tasks.preprocess(model, size, grouper, num_groups, cache_dir or str(out / "graph-cache"), seed,
-                                    graph_def, keras, saved_model, signature, int_bounds)
-        spec = tasks.load_cluster_spec(cluster)
+        prepared = stages.preprocess(c.source, c.grouping.grouper, c.grouping.num_groups, track.graph_cache, c.seed,
+                                    c.real.int_bounds)
+        spec = stages.load_cluster_spec(c.cluster)
         st["result"] = f"{prepared.name}: {prepared.graph.num_ops} ops, {prepared.grouping.num_groups} groups; {spec.name}"
-    size = prepared.size  # "user" for a user's graph (its size parameter means nothing)
-    if env == "real" and prepared.int_bound_problem():
+    size = prepared.size  # "user" for a user's graph
+    if c.env == "real" and prepared.int_bound_problem():
         raise ValueError(prepared.int_bound_problem())
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
-    tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{env}")  # filters in the UI
-    recorder.log_params(graph_params(prepared, size, spec, num_groups))
+    tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{c.env}")  # filters in the UI
+    recorder.log_params(graph_params(prepared, size, spec, c.grouping.num_groups))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
     # baselines, then the learners' searches (in-process or on Ray)
     with stage("baselines") as st:
-        placements = tasks.baseline_placements(methods, prepared, spec)
+        placements = stages.baseline_placements(methods, prepared, spec)
         st["result"] = ", ".join(placements) or "none"
     def on_update(method: str, budget: int):  # MLflow metrics, progress lines and the Prefect progress artifact
         return chain(recorder.callback(method, budget, get_run_logger()), search_progress_artifact(method, budget))
 
-    searches = learner_searches(methods, prepared, size, spec, env, out, budget, seed, learner_options, resume,
-                                env_options, on_update, ray)
+    searches = learner_searches(methods, prepared, size, spec, c.env, out, c.budget, c.seed, learner_options,
+                                track.resume, env_options, on_update, c.ray)
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for (a reference method)
     with stage("lower bound" + "".join(f" and {m}" for m in methods if m in BASELINES and BASELINES[m].reference)):
-        refs = tasks.reference_points(quote(prepared), spec, quote(placements), list(methods))
+        refs = stages.reference_points(quote(prepared), spec, quote(placements), list(methods))
     placements.update(refs.pop("placements"))
     # evaluation: every placement in one kind of environment
-    with stage(f"evaluation ({env})") as st:
-        results, summary = evaluate(quote(prepared), spec, env, quote(placements), env_options,
+    with stage(f"evaluation ({c.env})") as st:
+        results, summary = evaluate(quote(prepared), spec, c.env, quote(placements), env_options,
                                     quote(searches.groupings))
         st["result"] = "; ".join(f"{m} {'OOM' if r['oom'] else format(r['step_time_s'], '.5g') + ' s'}"
                                  for m, r in results.items())
     # end-to-end training of the best learned and best baseline placements (real, or projected with sim)
     with stage("end-to-end training"):
-        training = train_best(prepared, spec, env, summary, placements, searches.groupings, train_steps, seed)
+        training = train_best(prepared, spec, c.env, summary, placements, searches.groupings, c.train_steps, c.seed)
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect
     with stage("record"):
-        record, result = experiment_outcome(prepared, size, spec, env, methods, budget, seed, learner_options,
+        record, result = experiment_outcome(prepared, size, spec, c.env, methods, c.budget, c.seed, learner_options,
                                             searches, results, summary, refs, training, uri, flow_run_id)
-        return save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, spool)
+        return save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, track.spool)

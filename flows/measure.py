@@ -22,14 +22,15 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
-import tasks
+from tasks import stages
 import tasks.measure as mt
 from cluster.op_placement import is_op_placement
-from flows.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
+from compgraph.frontends import BenchmarkSource, graph_source
+from tasks.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
 from placer import LEARNERS
 from tasks.search import learner_grouping
 from tracking import artifact_root, default_tracking_uri
-from tracking.paths import named_path
+from compgraph.paths import named_path
 from tracking.progress import say
 
 FIDELITY_LEARNERS = ("rl", "post")  #: learners whose best placements the fidelity flow adds (as before the registry)
@@ -68,8 +69,8 @@ def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cl
         ``coverage`` the fraction of ops with a measured time (0..1), ``path`` the table's file,
         ``devices`` kind -> TensorFlow device it was measured on.
     """
-    prepared = tasks.preprocess(model, size)
-    spec = tasks.load_cluster_spec(cluster)
+    prepared = stages.preprocess(BenchmarkSource(model=model, size=size))
+    spec = stages.load_cluster_spec(cluster)
     path = Path(out) if out else default_cost_table_path(model, size, spec.name)
     table = mt.calibrate_costs(quote(prepared), spec, steps, seed, path)
     return {
@@ -135,8 +136,8 @@ def placement_fidelity(
     """
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
-    prepared = tasks.preprocess(model, size)
-    spec = tasks.load_cluster_spec(cluster)
+    prepared = stages.preprocess(BenchmarkSource(model=model, size=size))
+    spec = stages.load_cluster_spec(cluster)
     table = table_path = None
     if cost_table:
         table_path = Path(cost_table)
@@ -151,7 +152,7 @@ def placement_fidelity(
         placements.update(gpu_only)
         kinds.update(dict.fromkeys(gpu_only, "random-gpu"))
     for name in mt.applicable_baselines(prepared, spec, group_level=True):  # fidelity compares group placements
-        placements[name] = tasks.baseline_placement(name, quote(prepared), spec)
+        placements[name] = stages.baseline_placement(name, quote(prepared), spec)
         kinds[name] = "baseline"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     searched = {}
@@ -264,8 +265,8 @@ def placement_train(
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     user_graph = graph_def is not None or keras is not None or saved_model is not None
-    prepared = tasks.preprocess(model, size, graph_def=graph_def, keras=keras, saved_model=saved_model,
-                                signature=signature, int_bounds=int_bounds)
+    prepared = stages.preprocess(graph_source(model, size, graph_def, keras, saved_model, signature),
+                                int_bounds=int_bounds)
     if user_graph:
         model, size = prepared.name, "user"
         if method == "expert":
@@ -274,7 +275,7 @@ def placement_train(
             raise ValueError(prepared.int_bound_problem())
         if prepared.cost_warning():
             say(prepared.cost_warning())
-    spec = tasks.load_cluster_spec(cluster)
+    spec = stages.load_cluster_spec(cluster)
     table = mt.load_cost_table(Path(cost_table)) if cost_table else None
     grouping = None  # the units of the placement: the prepared groups unless a learner places its own
     if method in LEARNERS:
@@ -286,7 +287,7 @@ def placement_train(
             raise ValueError(f"method {method!r}: every placement the search sampled ran out of memory")
         gp, grouping = found.best_placement, learner_grouping(method, prepared)
     else:
-        gp = tasks.baseline_placement(method, quote(prepared), spec)
+        gp = stages.baseline_placement(method, quote(prepared), spec)
     result = mt.train_placement(quote(prepared), spec, env, gp, steps, seed, cost_table=table, grouping=grouping)
     placement = mt.named_placement(prepared, spec, gp, grouping)
     units = "ops" if is_op_placement(gp) else (grouping or prepared.grouping).grouper

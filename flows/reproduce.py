@@ -23,10 +23,10 @@ from cluster.op_placement import OpPlacement
 from cluster.spec import load_cluster
 from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
-from flows.choices import TABLE_METHODS, TABLES, GpuCount, NonNegative, SizeName, TableMethod, TableModel, TableName
+from tasks.choices import TABLE_METHODS, TABLES, GpuCount, NonNegative, SizeName, TableMethod, TableModel, TableName
 from tasks.search import learner_config, learner_search
 from tracking import artifact_root, default_tracking_uri
-from tracking.paths import named_path
+from compgraph.paths import named_path
 
 METHODS = TABLE_METHODS  # the learners a row can search; the table's baselines always run
 

@@ -13,59 +13,57 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.choices import ClusterName, Count, MethodName, ModelName, NonNegative, SizeName
+from compgraph.frontends import BenchmarkSource
 from flows.experiment import placement_experiment
+from tasks.choices import ClusterName, ModelName, NonNegative
+from tasks.config import ExperimentConfig
 from tasks.publish import publish_sweep
 from tracking import artifact_root, default_tracking_uri
 from tracking.live import finish_sweep, start_sweep
 
+NIGHTLY_BASE = ExperimentConfig(source=BenchmarkSource(size="paper"))
+"""The sweep's default base: the default experiment at the paper sizes."""
+
 
 @flow(name="placement-sweep")
 def placement_sweep(
+    base: ExperimentConfig = NIGHTLY_BASE,
     models: list[ModelName] = ["rnnlm", "nmt", "inception_v3"],
-    size: SizeName = "paper",
     clusters: list[ClusterName] = ["k80x2", "k80x4"],
     seeds: list[NonNegative] = [0],
-    budget: Count = 1000,
-    methods: list[MethodName] | None = None,
-    out_dir: str = "placement-runs",
-    tracking_uri: str | None = None,
-    learner_options: dict[str, dict] | None = None,
 ) -> list[dict]:
-    """Run :func:`flows.experiment.placement_experiment` for every (model, cluster, seed).
+    """Run :func:`flows.experiment.placement_experiment` with ``base`` for every (model, cluster, seed).
 
     Args:
-        models: benchmark models (2017 Table 2: rnnlm, nmt, inception_v3).
-        size: benchmark size of every model (paper: the 2017 sizes; small: a quick check).
+        base: the experiment every run starts from (tasks.config.ExperimentConfig: the graph's size, methods,
+            budget, learner options, Ray, tracking...); the grid below sets its benchmark model, cluster and seed.
+        models: benchmark models (2017 Table 2: rnnlm, nmt, inception_v3), each at the base's size.
         clusters: preset clusters or paths of YAML cluster specs.
         seeds: one experiment per seed; the comparison table gives the median and spread over them.
-        budget: placements each learner samples.
-        methods: methods of every experiment (empty: every method that applies).
-        out_dir: folder of the run folders, the MLflow store (when tracking_uri is empty) and the graph cache.
-        tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
-        learner_options: per learner, fields of its config overriding the paper defaults in every experiment,
-            e.g. {"rl": {"k": 8}} (rl's K, 2017 Eq. 3).
 
     Returns:
         One summary per run: ``model``, ``cluster``, ``seed``, ``best_baseline``,
         ``best_learned``, ``speedup_over_best_baseline`` and ``mlflow_run_id``; a run that
         fails is reported with its ``error`` and the sweep goes on.
+    Raises:
+        ValueError: a base whose source is not a benchmark (the grid sets the benchmark model).
     """
-    uri = tracking_uri or default_tracking_uri(out_dir)
+    if base.source.kind != "benchmark":
+        raise ValueError(f"base.source: the sweep runs benchmarks (models x clusters x seeds), got kind {base.source.kind!r}")
+    out_dir, size = base.tracking.out_dir, base.source.size
+    uri = base.tracking.tracking_uri or default_tracking_uri(out_dir)
     sweep_id = start_sweep(uri, artifact_root(out_dir), {"models": ",".join(models), "size": size, "clusters": ",".join(clusters),
-                                                         "seeds": ",".join(map(str, seeds)), "budget": budget})
+                                                         "seeds": ",".join(map(str, seeds)), "budget": base.budget})
     rows = []
     for model in models:
         for cluster in clusters:
             for seed in seeds:
-                kwargs = dict(model=model, size=size, cluster=cluster, budget=budget, seed=seed, out_dir=out_dir,
-                              tracking_uri=tracking_uri, mlflow_parent_run_id=sweep_id)
-                if methods is not None:
-                    kwargs["methods"] = methods
-                if learner_options is not None:
-                    kwargs["learner_options"] = learner_options
-                try:
-                    r = placement_experiment(**kwargs)
+                try:  # the grid's settings on the base, validated together (an unknown cluster fails this run only)
+                    config = ExperimentConfig.model_validate({
+                        **base.model_dump(), "source": BenchmarkSource(model=model, size=size),
+                        "cluster": cluster, "seed": seed,
+                        "tracking": base.tracking.model_copy(update={"parent_run_id": sweep_id})})
+                    r = placement_experiment(**dict(config))
                 except Exception as exc:  # one bad combination must not stop the nightly sweep
                     rows.append({"model": model, "cluster": cluster, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                     continue

@@ -306,8 +306,8 @@ def log_header(env: Environment, search: dict) -> dict:
 
 def run_name(model: str, size: str, cluster: str, grouper: str, learner: str, seed: int, budget: int) -> str:
     """The file stem of a run's placement log and checkpoint, named by its settings (not the clock);
-    each setting reduced to a safe path component (:func:`tracking.paths.slug`)."""
-    from tracking.paths import slug
+    each setting reduced to a safe path component (:func:`compgraph.paths.slug`)."""
+    from compgraph.paths import slug
 
     parts = [model, size, cluster, grouper or "none", learner, f"seed{seed}", f"budget{budget}"]
     return "-".join(slug(p) for p in parts)

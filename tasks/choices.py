@@ -34,9 +34,9 @@ GrouperName = Literal[tuple(GROUPERS)]  # type: ignore[valid-type]
 
 def _method_names() -> tuple[str, ...]:
     from baselines import BASELINES
-    from placer import LEARNERS
+    from placer import LEARNER_NAMES  # names only: torch is not loaded for a form or a typo
 
-    return (*BASELINES, *LEARNERS)
+    return (*BASELINES, *LEARNER_NAMES)
 
 
 MethodName = Literal[_method_names()]  # type: ignore[valid-type]
@@ -44,9 +44,9 @@ MethodName = Literal[_method_names()]  # type: ignore[valid-type]
 
 
 def _learner_names() -> tuple[str, ...]:
-    from placer import LEARNERS
+    from placer import LEARNER_NAMES
 
-    return tuple(LEARNERS)
+    return LEARNER_NAMES
 
 
 LearnerName = Literal[_learner_names()]  # type: ignore[valid-type]
@@ -70,9 +70,9 @@ GpuCount = Literal[tuple(sorted({r.gpus for r in ROWS}))]  # type: ignore[valid-
 
 
 def _table_methods() -> tuple[str, ...]:
-    from placer import LEARNERS
+    from placer import LEARNER_NAMES
 
-    return tuple(LEARNERS)
+    return LEARNER_NAMES
 
 
 TABLE_METHODS = _table_methods()

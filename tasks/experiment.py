@@ -107,7 +107,7 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     Returns:
         ``result`` with ``run_dir`` and ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
     """
-    import tasks
+    from tasks import stages
     from tasks.publish import publish_experiment
     from tracking import artifact_root
     from tracking.live import run_folder, save_run_folder
@@ -117,7 +117,7 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
     if not spool:
         # quote: Prefect would otherwise visit every element of the results (op-level placements) to look for futures
-        result["mlflow_run_id"] = tasks.record(tracking_uri=tracking_uri, artifact_location=artifact_root(out),
+        result["mlflow_run_id"] = stages.record(tracking_uri=tracking_uri, artifact_location=artifact_root(out),
                                                run_ids=recorder.run_ids, run_dir=run_dir,
                                                **{k: quote(v) for k, v in record.items()})
     recorder.finish(result["mlflow_run_id"] if not spool else "spooled")

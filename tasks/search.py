@@ -21,6 +21,7 @@ from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
 from placer.learner import LearnerConfig
 from placer.search import SearchResult, run_name, run_search
+from tasks.config import RayOptions
 from tracking.progress import say
 
 
@@ -59,7 +60,7 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
 def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, method: str, seed: int,
               budget: int) -> tuple[Path, Path]:
     """``(placement log, checkpoint)`` of a run, named by its settings (:func:`placer.search.run_name`)."""
-    from tracking.paths import inside
+    from compgraph.paths import inside
 
     name = run_name(model, size, cluster, grouper, method, seed, budget)
     log, ckpt = out / "placement-logs" / f"{name}.jsonl", out / "checkpoints" / f"{name}.pt"
@@ -166,27 +167,6 @@ def evaluate(
 
 
 @dataclass
-class RaySettings:
-    """Where the learners search: in-process (``controllers == 0``) or on Ray (2017 Sec. 3.4,
-    :func:`placer.distributed.distributed_search`) with ``controllers`` controllers, ``workers``
-    measuring workers (0: K per controller), ``gpus_per_worker`` GPUs each, the policy on
-    ``policy_device`` (cpu or cuda), synchronous rounds unless ``async_updates``; ``ray_address``:
-    an existing Ray cluster (``None``: a local Ray)."""
-
-    controllers: int = 0
-    ray_address: str | None = None
-    workers: int = 0
-    gpus_per_worker: float = 0
-    policy_device: str = "cpu"
-    async_updates: bool = False
-
-    def distributes(self, method: str) -> bool:
-        """True if ``method`` searches on Ray: ``controllers > 0`` (every learner, over its own
-        units: :func:`learner_grouping`)."""
-        return self.controllers > 0 and method in LEARNERS
-
-
-@dataclass
 class LearnerSearches:
     """What the learner searches of one experiment found.
 
@@ -215,10 +195,10 @@ def learner_setting(method: str, name: str, learner_options: dict[str, dict] | N
 
 def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spec: ClusterSpec, env_kind: str,
                      out: Path, budget: int, seed: int, learner_options: dict[str, dict] | None = None, resume: bool = False,
-                     env_options: dict | None = None, progress=None, ray: RaySettings | None = None) -> LearnerSearches:
+                     env_options: dict | None = None, progress=None, ray: RayOptions | None = None) -> LearnerSearches:
     """Every learner of ``methods`` (those in :data:`placer.LEARNERS`, in order) searches ``budget``
     placements: in-process (task ``search-<method>``, :func:`learner_search`) or on Ray
-    (:func:`distributed_placement_search`, see :class:`RaySettings`), with its placement log and
+    (:func:`tasks.stages.distributed_placement_search`, see :class:`tasks.config.RayOptions`), with its placement log and
     checkpoint under ``out`` named by the run's settings (:func:`run_paths`; ``-ray<N>`` in the
     log's name on Ray), resumed from them with ``resume``.
 
@@ -230,7 +210,7 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
     Raises:
         ValueError: an option a learner's config refuses (:func:`learner_config`).
     """
-    ray = ray or RaySettings()
+    ray = ray or RayOptions()
     dist = {"workers": ray.workers or None, "gpus_per_worker": ray.gpus_per_worker, "policy_device": ray.policy_device,
             "async_updates": ray.async_updates}
     found_all = LearnerSearches()
@@ -247,13 +227,13 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                                                               else "") + (", resuming" if resume else "") + " ...")
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if distributed:
-            from tasks import distributed_placement_search
+            from tasks.stages import distributed_placement_search
 
             log_path = log_path.with_name(log_path.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
             if not resume:
                 log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
             found = distributed_placement_search(quote(prepared), spec, env_kind, config, log_path, ray.controllers,
-                                                 ray.ray_address, env_options, on_update, method, **dist,
+                                                 ray.address, env_options, on_update, method, **dist,
                                                  grouping=quote(units))
         else:
             found = learner_search(method, quote(prepared), spec, env_kind, config, log_path, ckpt_path, resume, env_options,
@@ -270,7 +250,7 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                   "placements_per_cpu_s": round(found.measured / cpu, 2) if cpu > 0 and found.measured else None}
         if distributed:
             params.update({**dist, "workers": ray.workers or "K per controller", **getattr(found, "distributed", {}),
-                           "ray_address": ray.ray_address or "local"})
+                           "ray_address": ray.address or "local"})
         found_all.method_params[method] = params
         found_all.placements[method] = found.best_placement
         found_all.curves[method] = found.curve

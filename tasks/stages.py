@@ -1,4 +1,4 @@
-"""Prefect tasks: thin wrappers around the stages; the algorithms live in the packages."""
+"""Prefect tasks of the experiment's stages: the graph, the cluster, the baselines, the reference points, the record."""
 
 from __future__ import annotations
 
@@ -12,31 +12,19 @@ from prefect.utilities.annotations import quote
 from baselines import BASELINES, BaselineContext
 from cluster.spec import ClusterSpec, load_cluster
 from compgraph.ir import Grouping
-from compgraph.frontends import graph_source, prepare_source
+from compgraph.frontends import GraphSource, prepare_source
 from compgraph.prepare import PreparedGraph
-from placer.reinforce import ReinforceConfig
+from placer.configs import ReinforceConfig
 from placer.search import SearchResult
 from tracking import record_experiment
 
 
 @task(name="preprocess-graph", cache_policy=NONE)
-def preprocess(
-    model: str,
-    size: str,
-    grouper: str | None = None,
-    num_groups: int | None = None,
-    cache_dir: str | None = None,
-    seed: int = 0,
-    graph_def: str | None = None,
-    keras: str | None = None,
-    saved_model: str | None = None,
-    signature: str | None = None,
-    int_bounds: dict[str, int] | None = None,
-) -> PreparedGraph:
-    """Build (or read from the cache), import and group the training step of the source these
-    options name (:func:`compgraph.frontends.graph_source`: a benchmark, or a user's GraphDef /
-    SavedModel / Keras model) with its front end (:func:`compgraph.frontends.prepare_source`)."""
-    source = graph_source(model, size, graph_def, keras, saved_model, signature)
+def preprocess(source: GraphSource, grouper: str | None = None, num_groups: int | None = None,
+               cache_dir: str | None = None, seed: int = 0, int_bounds: dict[str, int] | None = None) -> PreparedGraph:
+    """Build (or read from the cache), import and group the training step of ``source`` (a
+    benchmark, or a user's GraphDef / SavedModel / Keras model) with its front end
+    (:func:`compgraph.frontends.prepare_source`)."""
     return prepare_source(source, grouper, num_groups, seed, cache_dir, int_bounds)
 
 

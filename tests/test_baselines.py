@@ -113,7 +113,9 @@ def test_the_registry_says_what_each_baseline_needs_and_the_checks_follow_it(k80
 
     from baselines import OP_LEVEL_BASELINES, applicable_baselines
     from cluster.evaluation import summarize
-    from flows.experiment import METHODS
+    from tasks.config import ExperimentConfig
+
+    METHODS = ExperimentConfig(cluster="k80x2").resolved_methods  # the experiment's default methods
 
     cpu_only = SimpleNamespace(name="cpu-only", gpu_indices=[], cpu_indices=[0])
     for name, b in BASELINES.items():

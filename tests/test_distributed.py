@@ -364,7 +364,7 @@ def test_a_policy_device_a_learner_cannot_use_is_refused_before_ray_starts(rnnlm
     (["--workers", "4"], "--workers needs --controllers 1 or more"),
     (["--controllers", "2", "--workers", "-1"], "--workers must be at least 0, got -1"),
     (["--controllers", "2", "--gpus-per-worker", "-1"], "--gpus-per-worker must be at least 0, got -1.0"),
-    (["--controllers", "2", "--policy-device", "tpu"], "--policy-device: unknown device 'tpu'; valid: cpu, cuda"),
+    (["--controllers", "2", "--policy-device", "tpu"], "unknown --policy-device value 'tpu'; valid: 'cpu' or 'cuda'"),
     (["--methods", "rl,eagle", "--controllers", "1", "--policy-device", "cuda"],
      "--policy-device 'cuda': learner 'eagle' runs its policy on cpu only (on cuda: rl)"),
 ])

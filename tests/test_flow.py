@@ -22,10 +22,12 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     from mlflow.tracking import MlflowClient
 
     from baselines import OP_LEVEL_BASELINES
-    from flows.experiment import METHODS, placement_experiment
+    from flows.experiment import placement_experiment
+    from tasks.config import ExperimentConfig
 
+    METHODS = ExperimentConfig().resolved_methods  # the default methods: every baseline that applies, rl and post
     out = tmp_path / "runs"
-    result = placement_experiment(budget=16, learner_options={"rl": {"k": 8}}, seed=0, out_dir=str(out))
+    result = placement_experiment(budget=16, learners={"rl": {"k": 4}}, seed=0, tracking={"out_dir": str(out)})
     assert set(result["methods"]) == set(METHODS)
     for name, row in result["methods"].items():
         assert row["oom"] is False and row["step_time_s"] > 0, name
@@ -38,7 +40,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     parent = client.get_run(result["mlflow_run_id"])
     assert parent.data.tags["prefect.flow_run_id"] == result["prefect_flow_run_id"]
     assert parent.data.params["model"] == "rnnlm" and parent.data.params["budget"] == "16"
-    assert parent.data.params["k"] == "8"  # rl's K, from learner_options
+    assert parent.data.params["k"] == "4"  # rl's K, from the learners' options
     assert parent.data.params["grouper"] == "2017" and parent.data.params["num_groups_target"] == "none"
     assert int(parent.data.params["groups"]) == result["groups"]
     # named by its settings (the model is known only after the run was created), opened as runs in the UI,
@@ -114,8 +116,9 @@ def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_
 
     out = tmp_path / "sweep"
     missing = str(tmp_path / "missing.yaml")  # (an unknown model is refused by the sweep's Literal parameter type)
-    rows = placement_sweep(models=["rnnlm"], size="small", clusters=["k80x2", missing], seeds=[0, 1], budget=8,
-                           methods=["single_gpu", "post"], out_dir=str(out))
+    base = {"source": {"kind": "benchmark", "size": "small"}, "budget": 8, "methods": ["single_gpu", "post"],
+            "tracking": {"out_dir": str(out)}}
+    rows = placement_sweep(base=base, models=["rnnlm"], clusters=["k80x2", missing], seeds=[0, 1])
     ok = [r for r in rows if "error" not in r]
     assert [(r["model"], r["seed"]) for r in ok] == [("rnnlm", 0), ("rnnlm", 1)]
     assert all(r["best_baseline"] == "single_gpu" and r["best_learned"] == "post" for r in ok)
@@ -135,9 +138,9 @@ def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_
         (["experiment", "--model", "nope"], "unknown model 'nope'; valid: rnnlm"),
         (["experiment", "--ray-address", "auto"], "--ray-address needs --controllers"),
         (["experiment", "--controllers", "-1"], "--controllers must be at least 0, got -1"),
-        (["experiment", "--grouper", "nope"], "unknown grouper 'nope'; valid: heuristic, 2017, metis, fluid"),
+        (["experiment", "--grouper", "nope"], "unknown --grouper value 'nope'; valid: 'heuristic', '2017', 'metis' or 'fluid'"),
         (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: cpu4, gcp-k80x2, gcp-k80x4, gcp-k80x8, k80x2, k80x4, p100x4"),
-        (["experiment", "--methods", "rl,magic"], "unknown method 'magic'; valid: single_cpu"),
+        (["experiment", "--methods", "rl,magic"], "unknown --methods value 'magic'; valid: 'single_cpu'"),
         (["experiment", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["graph-stats", "--model", "nope"], "unknown model 'nope'"),
     ],
@@ -175,11 +178,13 @@ def test_cli_graph_stats_json(rnnlm_small):
 @pytest.mark.parametrize("args, expected", [
     (["--methods", "rl,post", "--k", "4"], {"rl": {"k": 4}}),
     (["--methods", "rl", "--k", "4", "--learner-option", "rl.k=6"], {"rl": {"k": 6}}),  # the learner option wins
-    (["--methods", "rl"], {"rl": {"k": 8}}),
+    (["--methods", "rl"], {}),  # no --k: rl's paper K, no override
+    (["--methods", "rl", "--k", "8"], {}),  # the paper's K given: still no override
     (["--methods", "post", "--k", "4"], {}),  # rl is not searched: --k goes nowhere
 ])
 def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, expected):
-    """The flow has no ``k`` parameter (only rl uses it): the CLI's ``--k`` becomes ``learner_options["rl"]["k"]``."""
+    """The flow has no ``k`` parameter (only rl uses it): the CLI's ``--k`` becomes ``learners.rl.k``, an
+    override of rl's options when it differs from the paper's."""
     import cli.main
 
     seen = {}
@@ -194,7 +199,9 @@ def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, e
     monkeypatch.setattr(cli.main, "run_flow", run_flow)
     r = CliRunner().invoke(cli.main.app, ["experiment", *args, "--out-dir", str(tmp_path)])
     assert isinstance(r.exception, Stop), r.output
-    assert "k" not in seen and seen["learner_options"] == expected
+    from tasks.config import ExperimentConfig
+
+    assert "k" not in seen and ExperimentConfig(**seen).learner_options == expected
 
 
 def test_a_typo_is_refused_before_torch_or_tensorflow_load():
@@ -209,7 +216,7 @@ def test_a_typo_is_refused_before_torch_or_tensorflow_load():
             "print('heavy', sorted(m for m in ('torch', 'tensorflow') if m in sys.modules))\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.stdout.split("\n")[:3] == ["rc 2", "rc 2", "heavy []"], r.stdout + r.stderr
-    assert "unknown model 'rnn'" in r.stderr and "unknown method 'magic'" in r.stderr
+    assert "unknown model 'rnn'" in r.stderr and "unknown --methods value 'magic'" in r.stderr
 
 
 def test_learner_names_are_the_registry():
@@ -217,3 +224,6 @@ def test_learner_names_are_the_registry():
 
     ours = tuple(name for name, cls in placer.LEARNERS.items() if cls.__module__.startswith("placer."))
     assert placer.LEARNER_NAMES == ours  # (tests register toy learners of their own)
+    from placer.configs import CONFIGS  # the configs, known without torch (the experiment config types with them)
+
+    assert tuple(CONFIGS) == ours and all(CONFIGS[m] is placer.LEARNERS[m].Config for m in ours)

@@ -199,9 +199,9 @@ def test_compare_summary_plot_and_mlflow_record(tmp_path):
 
 
 @pytest.mark.parametrize("option, needle", [
-    ("rl.hidden_size=-3", "--learner-option for rl: "),
-    ("rl.nope=1", "rl.nope: unknown"),
-    ("magic.k=1", "unknown learner 'magic'"),
+    ("rl.hidden_size=-3", "--learner-option rl.hidden_size must be at least 1, got -3"),
+    ("rl.nope=1", "rl.nope: unknown setting 'nope'; valid: k, "),
+    ("magic.k=1", "unknown learner 'magic'; valid: rl, post"),
     ("rl-k=1", "expected METHOD.FIELD=VALUE"),
 ])
 def test_cli_learner_options_are_validated_by_the_learner_config(option, needle):

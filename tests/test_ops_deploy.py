@@ -67,15 +67,15 @@ def _prefect(env, *args, timeout=300):
     return r.stdout
 
 
-#: every deployment of prefect.yaml with the smallest parameters that still exercise it (out_dir/out added per run)
+#: every deployment of prefect.yaml with the smallest parameters that still exercise it (where its results go added
+#: per run: OUT_PARAMS)
 RUNS = {
     "placement-experiment/demo": ["-p", "budget=4", "-p", 'methods=["single_gpu", "rl"]', "-p", "train_steps=0",
-                                  "-p", 'learner_options={"rl": {"k": 2}}'],
-    "placement-sweep/nightly-sweep": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post"]', "-p", 'models=["rnnlm"]',
-                                      "-p", "size=small", "-p", 'clusters=["k80x2"]'],
+                                  "-p", 'learners={"rl": {"k": 2}}'],
+    "placement-sweep/nightly-sweep": ["-p", 'models=["rnnlm"]', "-p", 'clusters=["k80x2"]'],
     "placement-experiment/distributed": ["-p", "budget=4", "-p", 'methods=["single_gpu", "post", "hierarchical"]',
-                                         "-p", "controllers=1", "-p", "workers=1", "-p", "train_steps=0",
-                                         "-p", 'learner_options={"hierarchical": {"k": 2, "hidden_size": 16}}'],
+                                         "-p", 'ray={"controllers": 1, "workers": 1}', "-p", "train_steps=0",
+                                         "-p", 'learners={"hierarchical": {"k": 2, "hidden_size": 16}}'],
     "placement-reproduce/reproduce": ["-p", 'models=["rnnlm"]', "-p", "gpus=[2]", "-p", "size=small", "-p", "budget=0"],
     "placement-calibrate/calibrate": ["-p", "steps=2"],
     "placement-fidelity/fidelity": ["-p", "random=2", "-p", "steps=2", "-p", "calibrate_steps=2", "-p", "budget=4"],
@@ -111,15 +111,23 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
             assert {f"{client.read_flow(d.flow_id).name}/{n}" for n, d in deployments.items()} == set(RUNS)
             assert [s.schedule.cron for s in deployments["nightly-sweep"].schedules] == ["0 3 * * *"]
             # the UI form: dropdowns (enums) and help text (every flow: tests/test_flow_schema.py)
-            schema = deployments["demo"].parameter_openapi_schema["properties"]
-            assert "k80x2" in json.dumps(schema["cluster"]) and schema["model"]["enum"][0] == "rnnlm"
-            assert schema["budget"]["description"]
+            schema = deployments["demo"].parameter_openapi_schema
+            assert "k80x2" in json.dumps(schema["properties"]["cluster"]) and schema["properties"]["budget"]["description"]
+            assert schema["definitions"]["BenchmarkSource"]["properties"]["model"]["enum"][0] == "rnnlm"
+            assert "controllers" in schema["definitions"]["RayOptions"]["properties"]  # a section of the form
 
     # one run of every deployment, as `prefect deployment run` from a terminal or the UI's Run button;
     # one process worker (--run-once) takes every scheduled run it finds and runs them side by side
     outs = {name: tmp_path / name.split("/")[1] for name in RUNS}
     for name, params in RUNS.items():
-        where = ["-p", f"out={outs[name] / 'table.json'}"] if name.endswith("/calibrate") else ["-p", f"out_dir={outs[name]}"]
+        where = ["-p", f"out_dir={outs[name]}"]
+        if name.endswith("/calibrate"):
+            where = ["-p", f"out={outs[name] / 'table.json'}"]
+        elif name.startswith("placement-experiment/"):  # the experiment config's tracking section
+            where = ["-p", "tracking=" + json.dumps({"out_dir": str(outs[name])})]
+        elif name.endswith("/nightly-sweep"):  # the sweep's base experiment, small
+            where = ["-p", "base=" + json.dumps({"source": {"kind": "benchmark", "size": "small"}, "budget": 4,
+                                                 "methods": ["single_gpu", "post"], "tracking": {"out_dir": str(outs[name])}})]
         _prefect(env, "deployment", "run", name, *params, *where)
     t0 = time.monotonic()
     _prefect(env, "worker", "start", "--pool", "placement", "--run-once", timeout=1200)
@@ -144,7 +152,7 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'demo' / 'mlflow.db'}")
     (parent,) = [r for r in client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id])
                  if r.data.tags.get("placement.kind") == "experiment"]
-    assert parent.data.params["k"] == "2"  # learner_options from the run's parameters reached rl
+    assert parent.data.params["k"] == "2"  # the learners' options from the run's parameters reached rl
     logs = sorted(p.name for p in (tmp_path / "distributed" / "placement-logs").glob("*.jsonl"))
     assert logs == [f"rnnlm-small-k80x2-2017-{m}-ray1-seed0-budget4.jsonl" for m in ("hierarchical", "post")], logs
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'distributed' / 'mlflow.db'}")

@@ -31,8 +31,8 @@ def test_spooled_run_keeps_everything_in_its_folder_and_log_run_logs_it(prefect_
     from flows.experiment import placement_experiment
 
     out = tmp_path / "runs"
-    result = placement_experiment(methods=["single_gpu", "scotch", "post"], budget=8, train_steps=0, out_dir=str(out),
-                                  spool=True)
+    result = placement_experiment(methods=["single_gpu", "scotch", "post"], budget=8, train_steps=0,
+                                  tracking={"out_dir": str(out), "spool": True})
     assert result["mlflow_run_id"] is None and not (out / "mlflow.db").exists()
     folder = out / "runs" / result["run_dir"].rsplit("/", 1)[1]
     saved = json.loads((folder / "results.json").read_text())
@@ -66,15 +66,30 @@ def test_spooled_run_keeps_everything_in_its_folder_and_log_run_logs_it(prefect_
 
 
 @pytest.mark.slow
-def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefect_harness, tmp_path):
+def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefect_harness, tmp_path, monkeypatch):
     from cli.main import app
+    from cluster.spec import PRESET_DIR
     from flows.sweep import placement_sweep
+    from tasks import stages
 
     out = tmp_path / "sweep"
-    missing = str(tmp_path / "missing.yaml")  # a cluster that fails after the experiment's MLflow runs exist
-    rows = placement_sweep(models=["rnnlm"], size="small", clusters=["k80x2", missing], seeds=[0, 1], budget=8,
-                           methods=["single_gpu", "scotch", "post"], out_dir=str(out))
-    assert sum("error" in r for r in rows) == 2
+    missing = str(tmp_path / "missing.yaml")  # refused by the config: no experiment starts
+    broken = tmp_path / "broken.yaml"  # k80x2 under another name, whose baselines fail once the MLflow runs exist
+    broken.write_text((PRESET_DIR / "k80x2.yaml").read_text().replace("\nname: k80x2\n", "\nname: broken\n"))
+    place = stages.baseline_placements
+
+    def baseline_placements(methods, prepared, spec):
+        if spec.name == "broken":
+            raise RuntimeError("a stage failed")
+        return place(methods, prepared, spec)
+
+    monkeypatch.setattr(stages, "baseline_placements", baseline_placements)
+    base = {"source": {"kind": "benchmark", "size": "small"}, "budget": 8, "methods": ["single_gpu", "scotch", "post"],
+            "tracking": {"out_dir": str(out)}}
+    rows = placement_sweep(base=base, models=["rnnlm"], clusters=["k80x2", missing, str(broken)], seeds=[0, 1])
+    errors = [r["error"] for r in rows if "error" in r]
+    assert len(errors) == 4 and sum(f"unknown cluster '{missing}'" in e for e in errors) == 2
+    assert sum("a stage failed" in e for e in errors) == 2
     client = _client(out)
     exp = client.get_experiment_by_name("placement-experiment")
     runs = client.search_runs([exp.experiment_id], max_results=100)
@@ -82,7 +97,8 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
     assert len(sweep) == 1 and sweep[0].info.status == "FINISHED"
     sid = sweep[0].info.run_id
     experiments = [r for r in runs if r.data.tags.get("placement.kind") == "experiment"]
-    # two finished under the sweep; the missing cluster's runs were created at the start and ended FAILED
+    # two finished under the sweep; the broken cluster's runs were created at the start and ended FAILED;
+    # the missing cluster was refused before any run
     assert all(r.data.tags["mlflow.parentRunId"] == sid for r in experiments)
     assert sorted(r.info.status for r in experiments) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
     # the learner's points were logged as the search went: one timestamp per point, not one for all

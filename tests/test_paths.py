@@ -1,10 +1,10 @@
-"""Names that become paths stay inside the folder the user gave (tracking.paths)."""
+"""Names that become paths stay inside the folder the user gave (compgraph.paths)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tracking.paths import UnsafePath, inside, named_path, slug
+from compgraph.paths import UnsafePath, inside, named_path, slug
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -92,12 +92,12 @@ def check_writable(folder: str | Path, option: str = "--out-dir") -> None:
 
 def run_folder(out_dir: str | Path, stamp: str, model: str, size: str, cluster: str, seed: int) -> Path:
     """``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (created), each name reduced to a
-    safe path component (:func:`tracking.paths.slug`: a cluster spec named ``../../x`` cannot lead out).
+    safe path component (:func:`compgraph.paths.slug`: a cluster spec named ``../../x`` cannot lead out).
 
     Raises:
-        tracking.paths.UnsafePath: the folder would resolve outside ``out_dir`` (a symlink leading out).
+        compgraph.paths.UnsafePath: the folder would resolve outside ``out_dir`` (a symlink leading out).
     """
-    from tracking.paths import named_path
+    from compgraph.paths import named_path
 
     path = named_path(out_dir, "runs", stamp, model, size, cluster, f"seed{seed}")
     path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,260 @@
+"""The experiment's configuration: one typed model for the CLI, the flows, the sweep and the tasks.
+
+:class:`ExperimentConfig` says everything one experiment needs: the graph (``source``, a
+:data:`compgraph.frontends.GraphSource`), the machine (``cluster``), where placements are measured
+(``env``), the ``methods``, ``budget``, ``seed`` and the end-to-end ``train_steps``, and four
+sections: ``grouping``, ``learners`` (each learner's own options, typed by its config in
+:mod:`placer.configs`), ``ray`` (the distributed search), ``real`` (real execution) and
+``tracking`` (where results go). Every check of these settings is a validator here, written
+once: the ``placement experiment`` CLI builds this model from its flags and shows the first
+error in one line (its flags map onto the fields: :data:`cli.main.EXPERIMENT_FLAGS`), the
+``placement-experiment`` flow takes its top-level fields as its parameters (so the Prefect form
+shows one section per nested model), and the ``placement-sweep`` flow takes one as its base.
+
+Checks that need the world rather than the settings (a writable out-dir, MLflow and Ray
+answering, CUDA present, a user's file importing) stay where the work starts: the CLI's
+pre-flight and the flow's stages.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator, model_validator
+
+from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
+from placer.configs import CONFIGS
+from tasks.choices import ClusterName, Count, EnvName, GrouperName, MethodName, NonNegative, NonNegativeFloat
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GroupingOptions(_Section):
+    """How ops are grouped into the co-location groups the group-level methods place."""
+
+    grouper: GrouperName | None = Field(None, description="a grouper of compgraph.grouping.GROUPERS (empty: 2017 for "
+                                                          "benchmarks, heuristic for users' graphs)")
+    num_groups: Count | None = Field(None, description="target number of groups of metis and fluid (empty: 256)")
+
+
+class RayOptions(_Section):
+    """The distributed search (2017 Sec. 3.4): controllers, workers and a parameter server on Ray."""
+
+    controllers: NonNegative = Field(0, description="with more than 0, every learner searches on Ray with this many "
+                                                    "controllers (over its own units); 0: in-process")
+    workers: NonNegative = Field(0, description="measuring worker actors, one placement each at a time (0: K per "
+                                                "controller)")
+    gpus_per_worker: NonNegativeFloat = Field(0, description="GPUs each worker asks Ray for and sees (real execution "
+                                                             "on GPU nodes)")
+    policy_device: Literal["cpu", "cuda"] = Field("cpu", description="where controllers run the policy (cuda: rl "
+                                                                     "only, one GPU each)")
+    async_updates: bool = Field(False, description="2017's asynchronous updates instead of synchronous rounds (not "
+                                                   "reproducible)")
+    address: str | None = Field(None, description="an existing Ray cluster (auto, host:port or ray://host:port); "
+                                                   "empty: a local Ray on 127.0.0.1")
+
+    @model_validator(mode="after")
+    def _needs_controllers(self):
+        if self.controllers == 0:
+            for name, given in (("workers", self.workers), ("gpus_per_worker", self.gpus_per_worker),
+                                ("policy_device", self.policy_device != "cpu"), ("async_updates", self.async_updates),
+                                ("address", self.address is not None)):
+                if given:
+                    raise ValueError(f"ray.{name} needs ray.controllers 1 or more (the distributed search)")
+        return self
+
+    def distributes(self, method: str) -> bool:
+        """True if ``method`` searches on Ray: ``controllers > 0`` and it is a learner (every
+        learner runs on Ray, over its own units: :func:`tasks.search.learner_grouping`)."""
+        return self.controllers > 0 and method in LEARNER_OPTIONS
+
+
+class RealOptions(_Section):
+    """Real execution (``env: real``) of the placements."""
+
+    soft_placement: bool = Field(False, description="move ops that have no kernel on their device to the CPU "
+                                                    "instead of failing")
+    int_bounds: dict[str, Count] | None = Field(None, description="a user's graph: integer input name -> exclusive "
+                                                                  "bound of the ids fed to it (default: the size of "
+                                                                  "the table it indexes), e.g. {\"tokens\": 32000}")
+
+
+class TrackingOptions(_Section):
+    """Where the results go: the run folders, the graph cache, MLflow; resuming a run."""
+
+    out_dir: str = Field("placement-runs", description="folder of the run folders, the MLflow store (when "
+                                                       "tracking_uri is empty), the graph cache and the placement "
+                                                       "logs")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db")
+    cache_dir: str | None = Field(None, description="preprocessed-graph cache (empty: out_dir/graph-cache)")
+    spool: bool = Field(False, description="log nothing to MLflow now; `placement log-run DIR` logs the run folder "
+                                           "later")
+    resume: bool = Field(False, description="continue an interrupted run with the same settings from its placement "
+                                            "logs and checkpoints (nothing measured twice)")
+    parent_run_id: str | None = Field(None, description="internal, set by the sweep: the MLflow run this experiment's "
+                                                        "run nests under; leave empty")
+
+    @property
+    def graph_cache(self) -> str:
+        """The preprocessed-graph cache folder: ``cache_dir``, else ``<out_dir>/graph-cache``."""
+        return self.cache_dir or f"{self.out_dir}/graph-cache"
+
+
+def _options_model(method: str, config: type[BaseModel]) -> type[BaseModel]:
+    """``config``'s fields but ``budget`` and ``seed`` (the experiment's own), unknown ones refused."""
+    fields = {name: (info.annotation, info) for name, info in config.model_fields.items() if name not in ("budget", "seed")}
+    return create_model(f"{config.__name__.removesuffix('Config')}Options", __config__=ConfigDict(extra="forbid"),
+                        __doc__=f"``{method}``'s options; defaults are its paper's ({config.__module__}.{config.__name__}).",
+                        **fields)  # type: ignore[call-overload]
+
+
+LEARNER_OPTIONS: dict[str, type[BaseModel]] = {m: _options_model(m, c) for m, c in CONFIGS.items()}
+"""Learner -> the model of its options (its config without budget and seed)."""
+
+LearnerOptions = create_model(  # type: ignore[call-overload]
+    "LearnerOptions", __config__=ConfigDict(extra="forbid"),
+    __doc__="Each learner's options; a field left at its paper default is no override.",
+    **{m: (model, Field(default_factory=model)) for m, model in LEARNER_OPTIONS.items()})
+
+
+class ExperimentConfig(BaseModel):
+    """One experiment: every method on one graph and cluster, measured in one environment.
+
+    Attributes:
+        source: the graph (:data:`compgraph.frontends.GraphSource`).
+        cluster: a preset (``placement clusters``) or the path of a YAML cluster spec.
+        env: where placements are measured (:data:`cluster.environment.ENVIRONMENTS`).
+        methods: baselines and learners; ``None``: every baseline that applies but the optimum,
+            then rl and post (:attr:`resolved_methods` after validation).
+        budget: placements each learner samples (>= 1).
+        seed: the searches' seed (>= 0).
+        train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
+        grouping, learners, ray, real, tracking: the sections (see their models).
+    Raises:
+        pydantic.ValidationError (a ``ValueError``): the first error names the field (a dotted
+            path, e.g. ``ray.workers``) and the value.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    _spec: tuple | None = PrivateAttr(None)  # (cluster, its spec), read once
+
+    source: GraphSource = Field(default_factory=BenchmarkSource,
+                                description="the graph: a benchmark (model, size) or a user's GraphDef, SavedModel or "
+                                            "Keras model")
+    cluster: ClusterName = Field("k80x2", description="a preset cluster (k80x2: 2 K80 GPUs and a CPU, as in 2017) or "
+                                                      "the path of a YAML cluster spec")
+    env: EnvName = Field("sim", description="where placements are measured: sim (simulator), real (TensorFlow on this "
+                                            "machine) or grappler (TensorFlow's own cost model)")
+    methods: list[MethodName] | None = Field(None, description="baselines and learners (empty: every baseline that "
+                                                               "applies but optimum, then rl and post)")
+    budget: Count = Field(1000, description="placements each learner samples")
+    seed: NonNegative = Field(0, description="seed of the searches")
+    train_steps: NonNegative = Field(100, description="steps of the end-to-end training evaluation of the best "
+                                                      "placements (0: none)")
+    grouping: GroupingOptions = Field(default_factory=GroupingOptions, description="how ops are grouped")
+    learners: LearnerOptions = Field(default_factory=LearnerOptions,  # type: ignore[valid-type]
+                                     description="each learner's options (defaults: its paper's)")
+    ray: RayOptions = Field(default_factory=RayOptions, description="the distributed search on Ray")
+    real: RealOptions = Field(default_factory=RealOptions, description="real execution (env real)")
+    tracking: TrackingOptions = Field(default_factory=TrackingOptions, description="where results go")
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_loads(cls, value: str) -> str:
+        from cluster.spec import load_cluster
+
+        load_cluster(value)  # ValueError: unknown preset, missing or invalid file (names the field inside)
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _methods_not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("empty; give at least one method, or none for the default ones")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        from baselines import BASELINES
+        from placer import policy_device_problem
+
+        spec, user = self.spec(), is_user_graph(self.source)
+        if not user:
+            from compgraph.models import BENCHMARKS
+
+            src = self.source
+            if src.model not in BENCHMARKS:
+                raise ValueError(f"source.model: unknown model {src.model!r}; valid: {', '.join(BENCHMARKS)}")
+            if src.size not in BENCHMARKS[src.model].sizes:
+                raise ValueError(f"source.size: unknown size {src.size!r} for {src.model}; "
+                                 f"valid: {', '.join(BENCHMARKS[src.model].sizes)}")
+            if self.real.int_bounds:
+                raise ValueError("real.int_bounds is for a user's graph; a benchmark's integer inputs are bounded by "
+                                 "its own tables")
+        for m in self.resolved_methods:
+            problem = BASELINES[m].problem(spec, user) if m in BASELINES else None
+            if problem:
+                raise ValueError(f"methods: {problem}; drop it from methods")
+        for m in LEARNER_OPTIONS:
+            if m not in self.resolved_methods and self.learner_options_of(m):
+                raise ValueError(f"learners.{m}: options for learner {m!r}, which is not in methods")
+        if self.ray.controllers and (problem := policy_device_problem(self.resolved_methods, self.ray.policy_device)):
+            raise ValueError(f"ray.{problem}")
+        return self
+
+    def spec(self):
+        """The :class:`cluster.spec.ClusterSpec` of ``cluster`` (read from its preset or file once
+        per config)."""
+        if self._spec is None or self._spec[0] != self.cluster:
+            from cluster.spec import load_cluster
+
+            self._spec = (self.cluster, load_cluster(self.cluster))
+        return self._spec[1]
+
+    @property
+    def resolved_methods(self) -> list[str]:
+        """``methods``, or the default ones: every baseline that applies to this graph and cluster
+        but the optimum (:func:`baselines.applicable_baselines`), then rl and post."""
+        if self.methods is not None:
+            return list(self.methods)
+        from baselines import applicable_baselines
+        from placer import DEFAULT_LEARNERS
+
+        return [*applicable_baselines(self.spec(), is_user_graph(self.source), optimum=False), *DEFAULT_LEARNERS]
+
+    def learner_options_of(self, method: str) -> dict:
+        """``method``'s options that differ from its paper defaults (``{}``: none)."""
+        return getattr(self.learners, method).model_dump(exclude_defaults=True)
+
+    @property
+    def learner_options(self) -> dict[str, dict]:
+        """Per learner of the methods, its options that differ from the paper defaults (the
+        overrides :func:`tasks.search.learner_config` applies; learners without any left out)."""
+        return {m: o for m in self.resolved_methods if m in LEARNER_OPTIONS and (o := self.learner_options_of(m))}
+
+    @property
+    def user_graph(self) -> bool:
+        """True for a user's graph (any source but a benchmark)."""
+        return is_user_graph(self.source)
+
+
+def experiment_fields() -> list[str]:
+    """Every leaf setting of :class:`ExperimentConfig` as a dotted path (``ray.workers``...), the
+    sources' fields as ``source.<field>`` (over every kind: ``source.model``, ``source.path``...)
+    and the learners' as ``learners.*`` (any learner's field): what the CLI's flags, the flow's form and the
+    sweep must all cover."""
+    from compgraph.frontends import FRONTENDS
+
+    out: list[str] = []
+    for name, info in ExperimentConfig.model_fields.items():
+        if name == "source":
+            out += dict.fromkeys(f"source.{f}" for fe in FRONTENDS.values() for f in fe.source.model_fields if f != "kind")
+        elif name == "learners":
+            out.append("learners.*")
+        elif isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            out += [f"{name}.{f}" for f in info.annotation.model_fields]
+        else:
+            out.append(name)
+    return out
