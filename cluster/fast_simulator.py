@@ -19,15 +19,15 @@ bytes, link bandwidths and latencies); the event loop is compiled with numba
 
 :meth:`FastSimulator.run_arrays` (op placements) and :meth:`FastSimulator.run_group_arrays`
 (group placements, expanded inside the compiled loop: an exact simulation of the op graph)
-evaluate ``K`` placements in one compiled call of a kernel without critical-path
-bookkeeping: int32 indices, work arrays allocated once per call and reused by the ``K``
-placements, soft placement applied in the loop, data-only predecessor lists, the
-in-flight events packed in three small arrays, and after an op finishes only its own
-pool offered a new op (every idle pool has an empty queue after each event, and the
-event readied ops on that pool alone, so the reference's loop over pools starts no
-other). Cost per placement about ``O(ops + edges)``, no Python work per op.
-:meth:`FastSimulator.run` (one placement, with its critical path) uses the kernel with
-the path bookkeeping.
+evaluate ``K`` placements in one compiled call of the kernel: int32 indices, work arrays
+allocated once per call and reused by the ``K`` placements, soft placement applied in the loop,
+data-only predecessor lists, the in-flight events packed in three small arrays, and after an
+op finishes only its own pool offered a new op (every idle pool has an empty queue after each
+event, and the event readied ops on that pool alone, so the reference's loop over pools starts
+no other). Cost per placement about ``O(ops + edges)``, no Python work per op.
+:meth:`FastSimulator.run` (one placement, with its critical path) runs the same kernel with its
+critical-path bookkeeping switched on: one source (:func:`_simulate`), whose bookkeeping numba
+compiles away when it is off.
 
 :func:`contract_groups` builds the *group graph* (a documented approximation for
 speed, not the op-level semantics): see its docstring.
@@ -47,391 +47,21 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 
 
-@njit(cache=True)
-def _simulate_one(place, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
-                  pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
-                  link_bw, link_lat, pool, want_path,
-                  # work arrays (sizes: n ops, E edges, D devices)
-                  pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
-                  x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
-                  recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
-                  ready_time, ready_by, o_start, o_end, o_pred, x_start, x_end, x_pred, x_queued,
-                  last_dev, last_link,
-                  # outputs (one row)
-                  compute, xfer, peak_total, path):
-    """One placement. Returns (step time, stalled, path length). Items: op i -> i, transfer t -> n + t.
-
-    ``pool[d]`` is device d's compute pool (``ClusterSpec.pool_indices``): the ready queues
-    (q_head, q_tail), busy flags, last_dev and the op event slots are indexed by pool."""
-    n = place.shape[0]
-    D = times.shape[1]
-    P = 0
-    for d in range(D):
-        if pool[d] + 1 > P:
-            P = pool[d] + 1
-    live = np.zeros(D, np.int64)
-    peak = np.zeros(D, np.int64)
-    resident = np.zeros(D, np.int64)
-    for d in range(D):
-        compute[d] = 0.0
-        xfer[d] = 0.0
-        busy[d] = False
-        q_head[d] = -1
-        q_tail[d] = -1
-        last_dev[d] = -1
-    for s in range(D * D):
-        l_head[s] = -1
-        l_tail[s] = -1
-        l_busy[s] = False
-        last_link[s] = -1
-    for i in range(n):
-        pending[i] = indegree[i]
-        users[i] = 0
-        resident[place[i]] += param[i]
-        ready_time[i] = 0.0
-        ready_by[i] = -1
-    nx = 0  # transfers created
-    nact = 0  # in-flight events
-    seq = 0
-    end = 0.0
-    last_item = -1
-
-    # initially ready ops, in op-index order
-    for i in range(n):
-        if pending[i] == 0:
-            d = pool[place[i]]
-            q_next[i] = -1
-            if q_tail[d] < 0:
-                q_head[d] = i
-            else:
-                q_next[q_tail[d]] = i
-            q_tail[d] = i
-
-    # the loop below inlines start_ops(dev, t) / start_link(key, t) of the reference at
-    # each call site, in the same order, so that sequence numbers match.
-    now = 0.0
-    for d in range(P):
-        if (not busy[d]) and q_head[d] >= 0:
-            op = q_head[d]
-            q_head[d] = q_next[op]
-            if q_head[d] < 0:
-                q_tail[d] = -1
-            busy[d] = True
-            v = place[op]
-            dt = times[op, v]
-            compute[v] += dt
-            live[v] += alloc[op]
-            if live[v] > peak[v]:
-                peak[v] = live[v]
-            if want_path:
-                o_start[op] = now
-                o_end[op] = now + dt
-                o_pred[op] = ready_by[op] if now <= ready_time[op] else last_dev[d]
-                last_dev[d] = op
-            seq += 1
-            ev_time[d] = now + dt
-            ev_seq[d] = seq
-            ev_item[d] = op
-            act[nact] = d
-            nact += 1
-
-    while nact > 0:
-        # pop the smallest (time, seq)
-        best = 0
-        for j in range(1, nact):
-            s = act[j]
-            b = act[best]
-            if ev_time[s] < ev_time[b] or (ev_time[s] == ev_time[b] and ev_seq[s] < ev_seq[b]):
-                best = j
-        s = act[best]
-        nact -= 1
-        act[best] = act[nact]
-        now = ev_time[s]
-        if s < D:  # an op finished on pool s
-            op = ev_item[s]
-            dev = place[op]
-            last_item = op
-            busy[s] = False
-            # release_input
-            for k in range(pred_ptr[op], pred_ptr[op + 1]):
-                out = pred_out[k]
-                if out < 0:
-                    continue
-                src = pred_src[k]
-                if place[src] == dev:
-                    users[src] -= 1
-                    if users[src] == 0:
-                        live[dev] -= alloc[src]
-                else:
-                    t = edge_xfer[k]
-                    recv_users[t] -= 1
-                    if recv_users[t] == 0:
-                        live[dev] -= recv_bytes[t]
-            readers = 0
-            for k in range(succ_ptr[op], succ_ptr[op + 1]):
-                dst = succ_dst[k]
-                out = succ_out[k]
-                ddev = place[dst]
-                if ddev == dev:
-                    if out >= 0:
-                        readers += 1
-                    pending[dst] -= 1
-                    if pending[dst] == 0:
-                        if want_path:
-                            ready_time[dst] = now
-                            ready_by[dst] = op
-                        q_next[dst] = -1
-                        if q_tail[s] < 0:
-                            q_head[s] = dst
-                        else:
-                            q_next[q_tail[s]] = dst
-                        q_tail[s] = dst
-                else:
-                    sk = (out + 1) * D + ddev
-                    t = slot[sk]
-                    e_cnext[k] = -1
-                    if t >= 0 and t < nx and x_src[t] == op and x_out[t] == out and x_ddev[t] == ddev:
-                        # already sent to ddev (a stale slot fails this check): one more consumer
-                        x_ccount[t] += 1
-                        e_cnext[x_ctail[t]] = k
-                        x_ctail[t] = k
-                    else:
-                        t = nx
-                        nx += 1
-                        slot[sk] = t
-                        x_src[t] = op
-                        x_out[t] = out
-                        x_ddev[t] = ddev
-                        x_bytes[t] = succ_bytes[k]
-                        x_chead[t] = k
-                        x_ctail[t] = k
-                        x_ccount[t] = 1
-                        x_queued[t] = now
-                        if out >= 0:
-                            readers += 1
-                        lk = dev * D + ddev
-                        x_next[t] = -1
-                        if l_tail[lk] < 0:
-                            l_head[lk] = t
-                        else:
-                            x_next[l_tail[lk]] = t
-                        l_tail[lk] = t
-                        # start_link(lk, now)
-                        if not l_busy[lk]:
-                            u = l_head[lk]
-                            l_head[lk] = x_next[u]
-                            if l_head[lk] < 0:
-                                l_tail[lk] = -1
-                            l_busy[lk] = True
-                            dt = link_lat[dev, ddev] + x_bytes[u] / link_bw[dev, ddev]
-                            xfer[dev] += dt
-                            xfer[ddev] += dt
-                            if want_path:
-                                x_start[u] = now
-                                x_end[u] = now + dt
-                                x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
-                                last_link[lk] = n + u
-                            seq += 1
-                            es = D + lk
-                            ev_time[es] = now + dt
-                            ev_seq[es] = seq
-                            ev_item[es] = u
-                            act[nact] = es
-                            nact += 1
-            users[op] += readers
-            if users[op] == 0:
-                live[dev] -= alloc[op]
-            for d in range(P):
-                if (not busy[d]) and q_head[d] >= 0:
-                    o = q_head[d]
-                    q_head[d] = q_next[o]
-                    if q_head[d] < 0:
-                        q_tail[d] = -1
-                    busy[d] = True
-                    v = place[o]
-                    dt = times[o, v]
-                    compute[v] += dt
-                    live[v] += alloc[o]
-                    if live[v] > peak[v]:
-                        peak[v] = live[v]
-                    if want_path:
-                        o_start[o] = now
-                        o_end[o] = now + dt
-                        o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[d]
-                        last_dev[d] = o
-                    seq += 1
-                    ev_time[d] = now + dt
-                    ev_seq[d] = seq
-                    ev_item[d] = o
-                    act[nact] = d
-                    nact += 1
-        else:  # transfer arrived over link direction lk
-            lk = s - D
-            t = ev_item[s]
-            src = x_src[t]
-            out = x_out[t]
-            ddev = x_ddev[t]
-            pd = pool[ddev]
-            last_item = n + t
-            l_busy[lk] = False
-            if out >= 0:
-                nb = ob_val[ob_ptr[src] + out]
-                recv_bytes[t] = nb
-                recv_users[t] = x_ccount[t]
-                live[ddev] += nb
-                if live[ddev] > peak[ddev]:
-                    peak[ddev] = live[ddev]
-                users[src] -= 1
-                if users[src] == 0:
-                    live[place[src]] -= alloc[src]
-            k = x_chead[t]
-            while k >= 0:
-                dst = succ_dst[k]
-                edge_xfer[succ_inpos[k]] = t
-                pending[dst] -= 1
-                if pending[dst] == 0:
-                    if want_path:
-                        ready_time[dst] = now
-                        ready_by[dst] = n + t
-                    q_next[dst] = -1
-                    if q_tail[pd] < 0:
-                        q_head[pd] = dst
-                    else:
-                        q_next[q_tail[pd]] = dst
-                    q_tail[pd] = dst
-                k = e_cnext[k]
-            # start_link(lk, now)
-            if (not l_busy[lk]) and l_head[lk] >= 0:
-                a = lk // D
-                c = lk % D
-                u = l_head[lk]
-                l_head[lk] = x_next[u]
-                if l_head[lk] < 0:
-                    l_tail[lk] = -1
-                l_busy[lk] = True
-                dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
-                xfer[a] += dt
-                xfer[c] += dt
-                if want_path:
-                    x_start[u] = now
-                    x_end[u] = now + dt
-                    x_pred[u] = x_src[u] if now <= x_queued[u] else last_link[lk]
-                    last_link[lk] = n + u
-                seq += 1
-                ev_time[s] = now + dt
-                ev_seq[s] = seq
-                ev_item[s] = u
-                act[nact] = s
-                nact += 1
-            # start_ops(pool[ddev], now)
-            d = pd
-            if (not busy[d]) and q_head[d] >= 0:
-                o = q_head[d]
-                q_head[d] = q_next[o]
-                if q_head[d] < 0:
-                    q_tail[d] = -1
-                busy[d] = True
-                v = place[o]
-                dt = times[o, v]
-                compute[v] += dt
-                live[v] += alloc[o]
-                if live[v] > peak[v]:
-                    peak[v] = live[v]
-                if want_path:
-                    o_start[o] = now
-                    o_end[o] = now + dt
-                    o_pred[o] = ready_by[o] if now <= ready_time[o] else last_dev[d]
-                    last_dev[d] = o
-                seq += 1
-                ev_time[d] = now + dt
-                ev_seq[d] = seq
-                ev_item[d] = o
-                act[nact] = d
-                nact += 1
-        end = now
-
-    stalled = False
-    for i in range(n):
-        if pending[i] > 0:
-            stalled = True
-    for d in range(D):
-        peak_total[d] = resident[d] + peak[d]
-    plen = 0
-    if want_path and not stalled:
-        item = last_item
-        while item >= 0:
-            path[plen] = item
-            plen += 1
-            if item < n:
-                item = o_pred[item]
-            else:
-                item = x_pred[item - n]
-    return end, stalled, plen
-
-
-@njit(cache=True)
-def _simulate_batch(places, times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
-                    pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
-                    link_bw, link_lat, pool, max_out, want_path,
-                    step, stalled, compute, xfer, peak_total, path, path_len,
-                    o_start, o_end, x_start, x_end, x_src, x_out, x_ddev):
-    K, n = places.shape
-    D = times.shape[1]
-    E = succ_dst.shape[0]
-    pending = np.empty(n, np.int64)
-    users = np.empty(n, np.int64)
-    q_next = np.empty(n, np.int64)
-    q_head = np.empty(D, np.int64)
-    q_tail = np.empty(D, np.int64)
-    busy = np.empty(D, np.bool_)
-    l_head = np.empty(D * D, np.int64)
-    l_tail = np.empty(D * D, np.int64)
-    l_busy = np.empty(D * D, np.bool_)
-    x_bytes = np.empty(E, np.int64)
-    x_next = np.empty(E, np.int64)
-    x_chead = np.empty(E, np.int64)
-    x_ctail = np.empty(E, np.int64)
-    x_ccount = np.empty(E, np.int64)
-    e_cnext = np.empty(E, np.int64)
-    recv_users = np.empty(E, np.int64)
-    recv_bytes = np.empty(E, np.int64)
-    edge_xfer = np.empty(E, np.int64)
-    slot = np.full((max_out + 2) * D, -1, np.int64)
-    ev_time = np.empty(D + D * D, np.float64)
-    ev_seq = np.empty(D + D * D, np.int64)
-    ev_item = np.empty(D + D * D, np.int64)
-    act = np.empty(D + D * D, np.int64)
-    ready_time = np.empty(n, np.float64)
-    ready_by = np.empty(n, np.int64)
-    o_pred = np.empty(n, np.int64)
-    x_pred = np.empty(E, np.int64)
-    x_queued = np.empty(E, np.float64)
-    last_dev = np.empty(D, np.int64)
-    last_link = np.empty(D * D, np.int64)
-    for k in range(K):
-        end, st, plen = _simulate_one(
-            places[k], times, succ_ptr, succ_dst, succ_out, succ_bytes, succ_inpos,
-            pred_ptr, pred_src, pred_out, indegree, alloc, param, ob_ptr, ob_val,
-            link_bw, link_lat, pool, want_path,
-            pending, users, q_next, q_head, q_tail, busy, l_head, l_tail, l_busy,
-            x_src, x_out, x_ddev, x_bytes, x_next, x_chead, x_ctail, x_ccount, e_cnext,
-            recv_users, recv_bytes, edge_xfer, slot, ev_time, ev_seq, ev_item, act,
-            ready_time, ready_by, o_start, o_end, o_pred, x_start, x_end, x_pred, x_queued,
-            last_dev, last_link, compute[k], xfer[k], peak_total[k], path)
-        step[k] = end
-        stalled[k] = st
-        path_len[k] = plen
-
-
 @njit(cache=True, nogil=True)
-def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
-                         succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
-                         dp_ptr, dp_src, indegree, alloc, param, ob_ptr, ob_val,
-                         link_bw, link_lat, pool, max_out,
-                         step, stalled, compute_out, xfer_out, peak_out):
-    """K placements without critical paths. ``gplaces[k, op_unit[i]]`` is op i's device (before
-    soft placement); ``pool[d]`` device d's compute pool, which indexes the ready queues, busy
-    flags and op event slots. int32 indices; same arithmetic, in the same order, as _simulate_one."""
+def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
+              succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
+              dp_ptr, dp_src, indegree, alloc, param, ob_ptr, ob_val,
+              link_bw, link_lat, pool, max_out,
+              step, stalled, compute_out, xfer_out, peak_out, trace):
+    """The one event loop: ``K`` placements, ``gplaces[k, op_unit[i]]`` op i's device (before soft
+    placement); ``pool[d]`` device d's compute pool, which indexes the ready queues, busy flags
+    and op event slots. int32 indices.
+
+    ``trace``: ``None``, or the critical-path bookkeeping of :func:`_trace_arrays` (one
+    placement). Every use of it sits under ``if trace is not None``, which numba prunes at
+    compile time when it is ``None``: the batch path (no critical path) and the traced path
+    (:meth:`FastSimulator.run`) are two compilations of this one source. Items of a path: op
+    i -> i, transfer t -> n + t."""
     K = gplaces.shape[0]
     n = op_unit.shape[0]
     D = times.shape[1]
@@ -497,6 +127,15 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             resident[d] += param[i]
         for i in range(slot.shape[0]):
             slot[i] = -1
+        last_item = -1
+        if trace is not None:
+            for i in range(n):
+                trace[3][i] = 0.0  # ready_time
+                trace[4][i] = -1  # ready_by
+            for d in range(D):
+                trace[5][d] = -1  # last_dev (by pool)
+            for s in range(D * D):
+                trace[10][s] = -1  # last_link
         nx = 0
         nact = 0
         seq = 0
@@ -524,6 +163,8 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 live[v] += alloc[op]
                 if live[v] > peak[v]:
                     peak[v] = live[v]
+                if trace is not None:
+                    _trace_op_start(trace, op, d, now, dt)
                 seq += 1
                 a_time[nact] = now + dt
                 a_seq[nact] = seq
@@ -531,6 +172,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 act[nact] = d
                 nact += 1
         while nact > 0:
+            # pop the smallest (time, seq): the reference's heap order
             best = 0
             bt = a_time[0]
             bs = a_seq[0]
@@ -550,7 +192,9 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             if s < D:  # an op finished on pool s
                 op = ev_item[s]
                 dev = place[op]
+                last_item = op
                 busy[s] = False
+                # release_input (data inputs only: control inputs hold no memory)
                 for k in range(dp_ptr[op], dp_ptr[op + 1]):
                     src = dp_src[k]
                     if place[src] == dev:
@@ -572,6 +216,9 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                             readers += 1
                         pending[dst] -= 1
                         if pending[dst] == 0:
+                            if trace is not None:
+                                trace[3][dst] = now
+                                trace[4][dst] = op
                             q_next[dst] = -1
                             if q_tail[s] < 0:
                                 q_head[s] = dst
@@ -583,6 +230,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                         t = slot[sk]
                         e_cnext[k] = -1
                         if t >= 0 and x_src[t] == op:
+                            # already sent to ddev (the slot of another producer fails this check): one more consumer
                             x_ccount[t] += 1
                             e_cnext[x_ctail[t]] = k
                             x_ctail[t] = k
@@ -597,6 +245,8 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                             x_chead[t] = k
                             x_ctail[t] = k
                             x_ccount[t] = 1
+                            if trace is not None:
+                                trace[9][t] = now  # x_queued
                             if out >= 0:
                                 readers += 1
                             lk = dev * D + ddev
@@ -606,7 +256,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                             else:
                                 x_next[l_tail[lk]] = t
                             l_tail[lk] = t
-                            if not l_busy[lk]:
+                            if not l_busy[lk]:  # start_link(lk, now)
                                 u = l_head[lk]
                                 l_head[lk] = x_next[u]
                                 if l_head[lk] < 0:
@@ -615,6 +265,8 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                                 dt = link_lat[dev, ddev] + x_bytes[u] / link_bw[dev, ddev]
                                 xfer[dev] += dt
                                 xfer[ddev] += dt
+                                if trace is not None:
+                                    _trace_link_start(trace, u, x_src[u], lk, n, now, dt)
                                 seq += 1
                                 es = D + lk
                                 a_time[nact] = now + dt
@@ -630,33 +282,34 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                 # wait for transfers), so the reference's loop over pools starts at most s
                 d = s
                 if q_head[d] >= 0:
-                    if True:
-                        o = q_head[d]
-                        q_head[d] = q_next[o]
-                        if q_head[d] < 0:
-                            q_tail[d] = -1
-                        busy[d] = True
-                        v = place[o]
-                        dt = times[o, v]
-                        compute[v] += dt
-                        live[v] += alloc[o]
-                        if live[v] > peak[v]:
-                            peak[v] = live[v]
-                        seq += 1
-                        a_time[nact] = now + dt
-                        a_seq[nact] = seq
-                        ev_item[d] = o
-                        act[nact] = d
-                        nact += 1
-            else:
+                    o = q_head[d]
+                    q_head[d] = q_next[o]
+                    if q_head[d] < 0:
+                        q_tail[d] = -1
+                    busy[d] = True
+                    v = place[o]
+                    dt = times[o, v]
+                    compute[v] += dt
+                    live[v] += alloc[o]
+                    if live[v] > peak[v]:
+                        peak[v] = live[v]
+                    if trace is not None:
+                        _trace_op_start(trace, o, d, now, dt)
+                    seq += 1
+                    a_time[nact] = now + dt
+                    a_seq[nact] = seq
+                    ev_item[d] = o
+                    act[nact] = d
+                    nact += 1
+            else:  # a transfer arrived over link direction lk
                 lk = s - D
                 t = ev_item[s]
                 src = x_src[t]
                 out = x_out[t]
                 ddev = x_ddev[t]
                 pd = pool[ddev]
+                last_item = n + t
                 l_busy[lk] = False
-                k = x_chead[t]
                 if out >= 0:
                     nb = ob_val[ob_ptr[src] + out]
                     recv_bytes[t] = nb
@@ -667,11 +320,15 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                     users[src] -= 1
                     if users[src] == 0:
                         live[place[src]] -= alloc[src]
-                    while k >= 0:
-                        dst = succ_dst[k]
+                    k = x_chead[t]
+                    while k >= 0:  # a data transfer: its consumers read it (release_input finds it by edge)
                         edge_xfer[succ_dpos[k]] = t
+                        dst = succ_dst[k]
                         pending[dst] -= 1
                         if pending[dst] == 0:
+                            if trace is not None:
+                                trace[3][dst] = now
+                                trace[4][dst] = n + t
                             q_next[dst] = -1
                             if q_tail[pd] < 0:
                                 q_head[pd] = dst
@@ -680,10 +337,14 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                             q_tail[pd] = dst
                         k = e_cnext[k]
                 else:
-                    while k >= 0:
+                    k = x_chead[t]
+                    while k >= 0:  # a control dependency: nothing to read
                         dst = succ_dst[k]
                         pending[dst] -= 1
                         if pending[dst] == 0:
+                            if trace is not None:
+                                trace[3][dst] = now
+                                trace[4][dst] = n + t
                             q_next[dst] = -1
                             if q_tail[pd] < 0:
                                 q_head[pd] = dst
@@ -691,7 +352,7 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                                 q_next[q_tail[pd]] = dst
                             q_tail[pd] = dst
                         k = e_cnext[k]
-                if l_head[lk] >= 0:
+                if l_head[lk] >= 0:  # start_link(lk, now)
                     a = lk // D
                     c = lk - a * D
                     u = l_head[lk]
@@ -702,13 +363,15 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                     dt = link_lat[a, c] + x_bytes[u] / link_bw[a, c]
                     xfer[a] += dt
                     xfer[c] += dt
+                    if trace is not None:
+                        _trace_link_start(trace, u, x_src[u], lk, n, now, dt)
                     seq += 1
                     a_time[nact] = now + dt
                     a_seq[nact] = seq
                     ev_item[s] = u
                     act[nact] = s
                     nact += 1
-                d = pd
+                d = pd  # start_ops(pool[ddev], now)
                 if (not busy[d]) and q_head[d] >= 0:
                     o = q_head[d]
                     q_head[d] = q_next[o]
@@ -721,6 +384,8 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
                     live[v] += alloc[o]
                     if live[v] > peak[v]:
                         peak[v] = live[v]
+                    if trace is not None:
+                        _trace_op_start(trace, o, d, now, dt)
                     seq += 1
                     a_time[nact] = now + dt
                     a_seq[nact] = seq
@@ -738,6 +403,59 @@ def _simulate_fast_batch(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             compute_out[kk, d] = compute[d]
             xfer_out[kk, d] = xfer[d]
             peak_out[kk, d] = resident[d] + peak[d]
+        if trace is not None:
+            _trace_path(trace, last_item, n, nx, x_src, x_out, x_ddev, st)
+
+
+def _trace_arrays(n: int, num_edges: int, num_devices: int) -> tuple:
+    """The critical-path bookkeeping :func:`_simulate` fills for one placement: ``(o_start,
+    o_end, o_pred, ready_time, ready_by, last_dev, x_start, x_end, x_pred, x_queued, last_link,
+    x_src, x_out, x_ddev, path, path_len)``: per op its start and end (seconds) and the item that
+    made it wait last; per transfer the same and its producer, output and destination device;
+    the path's items (last first) and its length."""
+    E, D = num_edges, num_devices
+    f, i = np.float64, np.int64
+    return (np.empty(n, f), np.empty(n, f), np.empty(n, i), np.empty(n, f), np.empty(n, i), np.empty(D, i),
+            np.empty(E, f), np.empty(E, f), np.empty(E, i), np.empty(E, f), np.empty(D * D, i),
+            np.empty(E, i), np.empty(E, i), np.empty(E, i), np.empty(n + E, i), np.zeros(1, i))
+
+
+@njit(inline="always")
+def _trace_op_start(trace, op, d, now, dt):
+    """An op starts on pool ``d``: its times, and what it waited for last (the item that readied
+    it, if it started as soon as ready, else the pool's previous op)."""
+    trace[0][op] = now
+    trace[1][op] = now + dt
+    trace[2][op] = trace[4][op] if now <= trace[3][op] else trace[5][d]
+    trace[5][d] = op
+
+
+@njit(inline="always")
+def _trace_link_start(trace, u, src, lk, n, now, dt):
+    """Transfer ``u`` starts on link direction ``lk``: its times, and what it waited for last (its
+    producer, if sent as soon as queued, else the link's previous transfer)."""
+    trace[6][u] = now
+    trace[7][u] = now + dt
+    trace[8][u] = src if now <= trace[9][u] else trace[10][lk]
+    trace[10][lk] = n + u
+
+
+@njit(inline="always")
+def _trace_path(trace, last_item, n, nx, x_src, x_out, x_ddev, stalled):
+    """The transfers' producers, outputs and destinations, and the critical path from the last
+    event back through each item's ``pred`` (empty if the simulation stalled)."""
+    for t in range(nx):
+        trace[11][t] = x_src[t]
+        trace[12][t] = x_out[t]
+        trace[13][t] = x_ddev[t]
+    plen = 0
+    if not stalled:
+        item = last_item
+        while item >= 0:
+            trace[14][plen] = item
+            plen += 1
+            item = trace[2][item] if item < n else trace[8][item - n]
+    trace[15][0] = plen
 
 
 @dataclass
@@ -792,16 +510,10 @@ class FastSimulator:
         so = np.lexsort((nbytes, out, dst, src))
         # predecessors in edge-list order (stable sort by dst)
         po = np.argsort(dst, kind="stable")
-        inpos_of_edge = np.empty(E, np.int64)
-        inpos_of_edge[po] = np.arange(E)
         self.succ_ptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=n))]).astype(np.int64)
         self.succ_dst = dst[so]
         self.succ_out = out[so]
         self.succ_bytes = nbytes[so]
-        self.succ_inpos = inpos_of_edge[so]
-        self.pred_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))]).astype(np.int64)
-        self.pred_src = src[po]
-        self.pred_out = out[po]
         self.indegree = np.bincount(dst, minlength=n).astype(np.int64)
         self.alloc = np.array([int(op.alloc_bytes) for op in graph.ops], dtype=np.int64)
         self.param = np.array([int(op.param_bytes) for op in graph.ops], dtype=np.int64)
@@ -819,7 +531,7 @@ class FastSimulator:
                     self.link_bw[a, b], self.link_lat[a, b] = link.bandwidth, link.latency_s
         self.capacity = np.array([dev.tensor_capacity_bytes for dev in spec.devices], dtype=np.float64)
         self.pool = np.array(spec.pool_indices, dtype=np.int64)  # device -> compute pool
-        # int32 copies for the batch kernel; data-only predecessor lists (control inputs
+        # int32 copies for the kernel; data-only predecessor lists (control inputs
         # hold no memory, so release_input skips them) and each successor edge's position there
         if n >= 2**31 - 1 or E >= 2**31 - 1:
             raise ValueError(f"graph: {n} ops and {E} edges, at most 2**31 - 2 each")
@@ -858,34 +570,9 @@ class FastSimulator:
             raise ValueError(f"placement: shape {p.shape}, expected ({self.graph.num_ops},) or (K, {self.graph.num_ops})")
         return cpu_fallback(p, self.gpu_ok, self.spec)
 
-    def _kernel(self, places: np.ndarray, want_path: bool):
-        K = places.shape[0]
-        n, D, E = self.graph.num_ops, len(self.spec.devices), len(self.succ_dst)
-        step = np.empty(K, np.float64)
-        stalled = np.empty(K, np.bool_)
-        compute = np.empty((K, D), np.float64)
-        xfer = np.empty((K, D), np.float64)
-        peak = np.empty((K, D), np.int64)
-        path = np.empty(n + E if want_path else 1, np.int64)
-        path_len = np.empty(K, np.int64)
-        m = n if want_path else 1
-        me = E if want_path else 1
-        o_start, o_end = np.empty(m, np.float64), np.empty(m, np.float64)
-        x_start, x_end = np.empty(me, np.float64), np.empty(me, np.float64)
-        x_src, x_out, x_ddev = np.empty(E, np.int64), np.empty(E, np.int64), np.empty(E, np.int64)
-        _simulate_batch(
-            np.ascontiguousarray(places, dtype=np.int64), self.times, self.succ_ptr, self.succ_dst,
-            self.succ_out, self.succ_bytes, self.succ_inpos, self.pred_ptr, self.pred_src, self.pred_out,
-            self.indegree, self.alloc, self.param, self.ob_ptr, self.ob_val, self.link_bw, self.link_lat,
-            self.pool, self.max_out, want_path, step, stalled, compute, xfer, peak, path, path_len,
-            o_start, o_end, x_start, x_end, x_src, x_out, x_ddev)
-        if stalled.any():
-            raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
-        extra = (path[: path_len[0]], o_start, o_end, x_start, x_end, x_src, x_out, x_ddev) if want_path else None
-        return step, compute, xfer, peak, extra
-
-    def _fast(self, unit_places: np.ndarray, op_unit: np.ndarray) -> BatchResult:
-        """The batch kernel: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]`` (checked)."""
+    def _fast(self, unit_places: np.ndarray, op_unit: np.ndarray, trace: tuple | None = None) -> BatchResult:
+        """The kernel: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]`` (checked);
+        ``trace`` (:func:`_trace_arrays`, one placement): also its critical path."""
         K = unit_places.shape[0]
         D = len(self.spec.devices)
         step = np.empty(K, np.float64)
@@ -894,12 +581,12 @@ class FastSimulator:
         xfer = np.empty((K, D), np.float64)
         peak = np.empty((K, D), np.int64)
         if K:
-            _simulate_fast_batch(
+            _simulate(
                 np.ascontiguousarray(unit_places, dtype=np.int32), op_unit, self.gpu_ok, self.is_gpu,
                 self.fallback, self.times, self._k_succ_ptr, self._k_succ_dst, self._k_succ_out,
                 self.succ_bytes, self._k_succ_dpos, self._k_dp_ptr, self._k_dp_src, self._k_indegree,
                 self.alloc, self.param, self._k_ob_ptr, self.ob_val, self.link_bw, self.link_lat,
-                self._k_pool, self.max_out, step, stalled, compute, xfer, peak)
+                self._k_pool, self.max_out, step, stalled, compute, xfer, peak, trace)
         if stalled.any():
             raise RuntimeError("simulation stalled: the graph has a cycle or a dangling input")
         over = peak > self.capacity[None, :]
@@ -991,8 +678,11 @@ class FastSimulator:
         p = self.effective_placement(op_placement)
         if p.ndim != 1:
             raise ValueError(f"placement: length {p.shape}, expected ({self.graph.num_ops},)")
-        step, compute, xfer, peak, extra = self._kernel(p[None, :], True)
-        items, o_start, o_end, x_start, x_end, x_src, x_out, x_ddev = extra
+        trace = _trace_arrays(self.graph.num_ops, len(self.succ_dst), len(self.spec.devices))
+        b = self._fast(p[None, :], self._k_identity, trace)
+        o_start, o_end, x_start, x_end, x_src, x_out, x_ddev = (trace[i] for i in (0, 1, 6, 7, 11, 12, 13))
+        items = trace[14][: trace[15][0]]
+        step, compute, xfer, peak = b.step_time_s, b.compute_s, b.transfer_s, b.peak_memory_bytes
         n = self.graph.num_ops
         names = self.spec.device_names
         path = []
