@@ -15,6 +15,13 @@ one at a time; the driver (this process) dispatches placements to free workers, 
 each measurement to the run's placement log (:class:`placer.search.PlacementLog`) the
 moment it arrives, and only then gives the batch's times to its controller.
 
+The search is the one loop of :mod:`placer.search` (:func:`placer.search.search_loop`):
+:class:`RayControllers` is its update side (the controller actors and the server) and
+:class:`RayEvaluator` its measuring side (the worker pool), where the in-process search has
+the learner and the environment; so the placement log, replay, curve and per-update
+diagnostics are the same code. The asynchronous mode has no rounds and drives the same pieces
+itself (:meth:`RayControllers.run_async`).
+
 A controller pushes its learner's new parameters (synchronous) or the change it made to
 the parameters it pulled (asynchronous). Controller ``c`` samples with seed
 :func:`controller_seed` ``(config.seed, c)``; controller 0 with ``config.seed``.
@@ -77,13 +84,14 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from placer.ray_session import actor_options, check_ray_address, ray_get, ray_session
+from placer.search import Job
 
 if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processes never load torch
     from cluster.spec import ClusterSpec
@@ -91,7 +99,8 @@ if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processe
     from compgraph.prepare import PreparedGraph
     from placer.learner import Learner, LearnerConfig, Samples
     from placer.reinforce import ReinforceConfig
-    from placer.search import SearchResult
+    from cluster.environment import Measurement
+    from placer.search import SearchLedger, SearchResult
 
 # ----------------------------------------------------------------------------- actors
 
@@ -407,15 +416,6 @@ class Worker:
 # ----------------------------------------------------------------------------- the search
 
 
-@dataclass
-class _Job:
-    index: int
-    placement: list[int]
-    controller: int
-    round: int
-    attempts: int = 0
-
-
 class _Pool:
     """The workers: one placement per worker at a time; a placement whose worker died goes,
     first in the queue, to the next free worker (the dead one, restarting, waits last)."""
@@ -423,12 +423,12 @@ class _Pool:
     def __init__(self, workers: list, max_attempts: int) -> None:
         self.workers, self.max_attempts = workers, max_attempts
         self.free = deque(range(len(workers)))
-        self.queue: deque[_Job] = deque()
+        self.queue: deque[Job] = deque()
         self.inflight: dict = {}
         self.reviving: dict = {}  # ready() ref of a worker Ray is restarting -> worker
         self.retried = 0
 
-    def submit(self, job: _Job) -> None:
+    def submit(self, job: Job) -> None:
         self.queue.append(job)
 
     def refs(self) -> list:
@@ -437,7 +437,7 @@ class _Pool:
             self.inflight[self.workers[w].measure.remote(job.placement)] = (w, job)
         return list(self.inflight) + list(self.reviving)
 
-    def collect(self, ref) -> tuple[_Job, int, dict] | None:
+    def collect(self, ref) -> tuple[Job, int, dict] | None:
         """The finished measurement of ``ref`` -> ``(job, worker, measurement)``; ``None`` when
         its worker died (the job is queued again).
 
@@ -473,49 +473,36 @@ class _Pool:
         return job, w, m
 
 
-class _Tally:
-    """Each measurement logged as it arrives (once per sample index); batches recorded in order."""
+class RayEvaluator:
+    """The measuring side on Ray (:class:`placer.search.Evaluator`): the worker pool, each
+    measurement passed on the moment it arrives, with its ``round``, ``controller``, ``worker``
+    and ``attempt`` for the log."""
 
-    def __init__(self, log, failing: float | None, result_cls) -> None:
-        self.log = log
-        self.result = result_cls(None, None, failing_signal=failing if failing is not None else 0.0)
-        self.done: dict[int, dict] = {}
-        self.logged = {int(r["index"]): r for r in log.records} if log is not None else {}
+    def __init__(self, pool: _Pool) -> None:
+        self.pool = pool
 
-    def replay(self, job: _Job) -> bool:
-        """Take a logged measurement of ``job``'s sample index (resume); False if there is none.
+    @staticmethod
+    def arrival(job: Job, worker: int, m: dict) -> list[tuple[Job, Measurement, dict]]:
+        """A worker's measurement as what :meth:`measure` passes on."""
+        from cluster.environment import Measurement
 
-        Raises:
-            ValueError: the logged placement differs from the one sampled.
-        """
-        rec = self.logged.get(job.index)
-        if rec is None:
-            return False
-        if rec["placement"] != job.placement:
-            raise ValueError(f"placement log: sample {job.index} differs from the replayed search")
-        self.done[job.index] = {"placement": job.placement, "step_time_s": rec["step_time_s"], "oom": rec["oom"]}
-        return True
+        return [(job, Measurement(step_time_s=m["step_time_s"], oom=bool(m["oom"])),
+                 {"round": job.round, "controller": job.controller, "worker": worker, "attempt": job.attempts})]
 
-    def arrive(self, job: _Job, worker: int, m: dict) -> None:
-        if job.index in self.done:
-            raise RuntimeError(f"sample {job.index}: measured twice")
-        self.done[job.index] = {"placement": job.placement, **m}
-        if self.log is not None:
-            self.log.append({"index": job.index, "placement": job.placement, "step_time_s": m["step_time_s"],
-                             "oom": m["oom"], "round": job.round, "controller": job.controller, "worker": worker,
-                             "attempt": job.attempts})
+    def measure(self, jobs: list[Job], arrived) -> None:
+        """Measure every job on the workers; blocks until all are in."""
+        import ray
 
-    def record(self, indices: list[int]) -> tuple[list[float], list[bool], dict]:
-        """Record a finished batch in index order -> ``(step times (nan if OOM), oom, curve point)``."""
-        times, oom, ran = [], [], []
-        for i in indices:
-            d = self.done[i]
-            self.result.record(d["placement"], d["step_time_s"])
-            times.append(float("nan") if d["step_time_s"] is None else float(d["step_time_s"]))
-            oom.append(bool(d["oom"]))
-            if d["step_time_s"] is not None:
-                ran.append(d["step_time_s"])
-        return times, oom, self.result.curve_point(len(self.result.step_times), ran)
+        for job in jobs:
+            self.pool.submit(job)
+        while True:
+            refs = self.pool.refs()
+            if not refs:
+                return
+            (ref,), _ = ray.wait(refs, num_returns=1)
+            got = self.pool.collect(ref)
+            if got is not None:
+                arrived(self.arrival(*got))
 
 
 def _revive(method, *args, what: str, timeout_s: float = 300.0):
@@ -550,18 +537,27 @@ def _light_prepared(prepared: PreparedGraph, env_kind: str) -> PreparedGraph:
     return replace(prepared, graph_def=value)
 
 
-class _Run:
-    """The driver's side of one search: actors, pool, tally, controller recovery."""
+class RayControllers:
+    """The update side on Ray (:class:`placer.search.Controllers`): the controller actors and the
+    parameter server, driven from this process, with their fault recovery (module docstring).
+    Synchronous rounds run through :func:`placer.search.search_loop`; :meth:`run_async` is
+    2017's asynchronous mode, which has no rounds.
 
-    def __init__(self, actors: dict, tally: _Tally, batch_size: int, budget: int, max_attempts: int,
-                 pooled: bool, on_update) -> None:
+    Args:
+        actors: :func:`_start_actors`' dict.
+        max_attempts: tries of a controller step or a server call.
+        pooled: the learner's pooled step runs at the server after each round.
+    """
+
+    def __init__(self, actors: dict, max_attempts: int, pooled: bool) -> None:
         self.server, self.controllers, self.pool = actors["server"], actors["controllers"], actors["pool"]
-        self.tally, self.k, self.budget, self.max_attempts = tally, batch_size, budget, max_attempts
-        self.pooled, self.on_update = pooled, on_update
+        self.k, self.max_attempts, self.pooled = actors["batch_size"], max_attempts, pooled
+        self.failing_signal = actors["failing"]
         self.states: list = [None] * len(self.controllers)  # ref of each learner's state after its last update
         self.controller_restarts = 0
         self.server_restarts = 0
         self.server_state = None  # the server's state after the last completed round (None: its initial one)
+        self._round: tuple = ()  # (pulled, samples) of the round in progress
 
     def _server(self, method: str, *args):
         """``server.<method>(*args)``, waited for; if the server died (or Ray restarted it), it is
@@ -604,7 +600,7 @@ class _Run:
         _revive(self.controllers[c].restore, self.states[c], what=f"controller {c}")
         return attempts
 
-    def sample(self, c: int, k: int, pulled, ref=None) -> dict:
+    def sample_one(self, c: int, k: int, pulled, ref=None) -> dict:
         """The placements controller ``c`` sampled (``ref``: its call, already submitted; ``None``:
         submit it here); after a restart it is restored and asked again."""
         attempts = 0
@@ -616,7 +612,7 @@ class _Run:
                 attempts = self._failed(c, e, attempts)
                 ref = self.controllers[c].sample.remote(k, pulled)
 
-    def update(self, c: int, k: int, pulled, placements: list, times, oom, as_delta: bool, refs=None):
+    def update_one(self, c: int, k: int, pulled, placements: list, times, oom, as_delta: bool, refs=None):
         """Update controller ``c`` -> ``(diagnostics, new-parameters ref)`` (``refs``: the update
         call's three refs, already submitted; ``None``: submit it here); after a restart: restore
         its last state, sample the same placements again from the same pull, then update."""
@@ -641,58 +637,59 @@ class _Run:
                 if not same:
                     raise RuntimeError(f"controller {c}: restored learner sampled other placements") from None
 
-    def measure(self, jobs: list[_Job]) -> None:
-        """Measure (or replay) every job; blocks until all are in."""
+    def batch_sizes(self, left: int) -> list[int]:
+        """A round: each controller in turn ``min(K, placements left)``, while any are left."""
+        ks: list[int] = []
+        for _ in self.controllers:
+            k = min(self.k, left - sum(ks))
+            if k <= 0:
+                break
+            ks.append(k)
+        return ks
+
+    def sample(self, ks: list[int]) -> list[Samples]:
+        """Every controller pulls the same parameters and samples its batch."""
+        from placer.learner import Samples
+
+        pulled = self._pull()
+        refs = [self.controllers[c].sample.remote(k, pulled) for c, k in enumerate(ks)]
+        outs = [self.sample_one(c, k, pulled, ref) for c, (k, ref) in enumerate(zip(ks, refs))]
+        self._round = (pulled, outs)
+        return [Samples(np.asarray(o["placements"], dtype=np.int64), np.asarray(o["log_prob"], dtype=np.float64))
+                for o in outs]
+
+    def update(self, batches: list[Samples], times: list[np.ndarray], oom: list[np.ndarray]) -> list[dict | None]:
+        """Every controller updates; the server merges (controller 0's parameters plus the
+        others' changes), runs the pooled step, and its state is kept for recovery."""
+        pulled, outs = self._round
+        ts, os_ = [t.tolist() for t in times], [o.tolist() for o in oom]
+        refs = [self.controllers[c].update.options(num_returns=3).remote(t, o, False)
+                for c, (t, o) in enumerate(zip(ts, os_))]
+        done = [self.update_one(c, len(b.placements), pulled, outs[c]["placements"], t, o, False, r)
+                for c, (b, t, o, r) in enumerate(zip(batches, ts, os_, refs))]
+        self._server("merge", *[new for _, new in done])
+        if self.pooled:
+            self._server("pooled", *[{"placements": outs[c]["placements"], "log_prob": outs[c]["log_prob"],
+                                      "step_times_s": t, "oom": o} for c, (t, o) in enumerate(zip(ts, os_))])
+        self._snapshot()
+        return [diag for diag, _ in done]
+
+    def state_dict(self) -> dict | None:
+        """``None``: a search on Ray is not checkpointed (resume replays its log)."""
+        return None
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError("a search on Ray has no checkpoint")
+
+    def run_async(self, ledger: SearchLedger, budget: int, on_update=None) -> None:
+        """Each controller on its own: pull, sample, measure, update, push (2017 Sec. 3.4); the
+        budget allocated in sample-index order as controllers ask; each measurement logged as it
+        arrives (``ledger``), each batch recorded once measured."""
+        import time
+
         import ray
 
-        for job in jobs:
-            if not self.tally.replay(job):
-                self.pool.submit(job)
-        while True:
-            refs = self.pool.refs()
-            if not refs:
-                return
-            (ref,), _ = ray.wait(refs, num_returns=1)
-            got = self.pool.collect(ref)
-            if got is not None:
-                self.tally.arrive(*got)
-
-    def run_sync(self) -> None:
-        rnd = 0
-        while len(self.tally.result.step_times) < self.budget:
-            sampled = len(self.tally.result.step_times)
-            ks: list[int] = []
-            for _ in self.controllers:
-                k = min(self.k, self.budget - sampled - sum(ks))
-                if k <= 0:
-                    break
-                ks.append(k)
-            pulled = self._pull()
-            refs = [self.controllers[c].sample.remote(k, pulled) for c, k in enumerate(ks)]
-            outs = [self.sample(c, k, pulled, ref) for c, (k, ref) in enumerate(zip(ks, refs))]
-            starts = [sampled + sum(ks[:c]) for c in range(len(ks))]
-            jobs = [_Job(starts[c] + i, row, c, rnd) for c, out in enumerate(outs)
-                    for i, row in enumerate(out["placements"])]
-            self.measure(jobs)
-            batches = [self.tally.record(list(range(starts[c], starts[c] + k))) for c, k in enumerate(ks)]
-            refs = [self.controllers[c].update.options(num_returns=3).remote(t, o, False)
-                    for c, (t, o, _) in enumerate(batches)]
-            news = [self.update(c, k, pulled, outs[c]["placements"], t, o, False, r)[1]
-                    for c, (k, (t, o, _), r) in enumerate(zip(ks, batches, refs))]
-            self._server("merge", *news)
-            if self.pooled:
-                self._server("pooled", *[
-                    {"placements": outs[c]["placements"], "log_prob": outs[c]["log_prob"], "step_times_s": t,
-                     "oom": o} for c, (t, o, _) in enumerate(batches)])
-            self._snapshot()
-            for _, _, point in batches:
-                self.tally.result.add_point(point, self.on_update)
-            rnd += 1
-
-    def run_async(self) -> None:
-        """Each controller on its own: pull, sample, measure, update, push (2017 Sec. 3.4)."""
-        import ray
-
+        t0 = time.perf_counter()
         allocated = 0
         rounds = [0] * len(self.controllers)
         batch: dict[int, dict] = {}
@@ -700,7 +697,7 @@ class _Run:
 
         def start(c: int) -> None:
             nonlocal allocated
-            k = min(self.k, self.budget - allocated)
+            k = min(self.k, budget - allocated)
             if k <= 0:
                 return
             pulled = self._pull()
@@ -711,27 +708,31 @@ class _Run:
 
         def sampled(c: int) -> None:
             b = batch[c]
-            out = self.sample(c, b["k"], b["pulled"], b.pop("sample"))
+            out = self.sample_one(c, b["k"], b["pulled"], b.pop("sample"))
             b.update(placements=out["placements"], log_prob=out["log_prob"], left=b["k"])
             for i, row in enumerate(out["placements"]):
-                self.pool.submit(_Job(b["start"] + i, row, c, rounds[c]))
+                self.pool.submit(Job(b["start"] + i, row, c, rounds[c]))
 
         def measured(c: int) -> None:  # logged, recorded: the controller may update
             b = batch[c]
-            b["times"], b["oom"], b["point"] = self.tally.record(list(range(b["start"], b["start"] + b["k"])))
+            times, oom, b["point"] = ledger.record(range(b["start"], b["start"] + b["k"]))
+            b["times"], b["oom"] = times.tolist(), oom.tolist()
             b["update"] = self.controllers[c].update.options(num_returns=3).remote(b["times"], b["oom"], True)
             pending[b["update"][0]] = c
 
         def updated(c: int) -> None:
             b = batch.pop(c)
-            _, new = self.update(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True, b["update"])
+            diag, new = self.update_one(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True,
+                                        b["update"])
             self._server("add", new)
             if self.pooled:
                 self._server("pooled", {"placements": b["placements"], "log_prob": b["log_prob"],
                                         "step_times_s": b["times"], "oom": b["oom"]})
             self._snapshot()
             rounds[c] += 1
-            self.tally.result.add_point(b["point"], self.on_update)
+            info = {"placements": b["point"]["placements"], "wall_s": time.perf_counter() - t0, **(diag or {})}
+            ledger.result.updates.append(info)
+            ledger.result.add_point(b["point"], on_update, info)
             start(c)
 
         for c in range(len(self.controllers)):
@@ -744,11 +745,13 @@ class _Run:
                 continue
             got = self.pool.collect(ref)
             if got is not None:
-                self.tally.arrive(*got)
+                ledger.arrive(RayEvaluator.arrival(*got))
+                ledger.result.measured += 1
                 c = got[0].controller
                 batch[c]["left"] -= 1
                 if batch[c]["left"] == 0:
                     measured(c)
+        ledger.result.wall_time_s = time.perf_counter() - t0
 
 
 def distributed_search(
@@ -839,7 +842,7 @@ def distributed_search(
         Errors of the environments and learners, re-raised as their type.
     """
     from cluster.environment import ENVIRONMENTS
-    from placer.search import PlacementLog, SearchResult
+    from placer.search import PlacementLog, SearchLedger, SearchResult, search_loop
 
     learner_cls = resolve_learner(learner)
     if controllers < 1:
@@ -879,7 +882,7 @@ def distributed_search(
         "grouper": prepared.grouping.grouper,
         "cluster": spec.name,
         "environment": env_kind,
-        "search": {"learner": learner_cls.name, **config.model_dump()},
+        "search": (search_settings := {"learner": learner_cls.name, **config.model_dump()}),
         "distributed": {"controllers": controllers, "workers": workers, "async_updates": async_updates},
     }
     log = PlacementLog(log_path, header) if log_path is not None else None
@@ -906,14 +909,18 @@ def distributed_search(
                 if on_start is not None:
                     on_start({"server": actors["server"], "controllers": actors["controllers"],
                               "workers": actors["pool"].workers})
-                run = _Run(actors, _Tally(log, actors["failing"], SearchResult), actors["batch_size"],
-                           config.budget, max_attempts, pooled, on_update)
-                run.run_async() if async_updates else run.run_sync()
-                result = run.tally.result
+                result = SearchResult(None, None, failing_signal=float(actors["failing"] or 0.0),
+                                      learner=learner_cls.name, settings=search_settings)
+                ctl = RayControllers(actors, max_attempts, pooled)
+                if async_updates:
+                    ctl.run_async(SearchLedger(log, result), config.budget, on_update)
+                else:
+                    search_loop(ctl, RayEvaluator(actors["pool"]), config.budget, result, log, on_update=on_update,
+                                grouping=prepared.grouping)
                 result.distributed = {"controllers": controllers, "workers": len(actors["pool"].workers),
                                       "async_updates": async_updates, "worker_retries": actors["pool"].retried,
-                                      "controller_restarts": run.controller_restarts,
-                                      "server_restarts": run.server_restarts}
+                                      "controller_restarts": ctl.controller_restarts,
+                                      "server_restarts": ctl.server_restarts}
                 return result
             finally:
                 for a in actors["all"]:

@@ -1,13 +1,20 @@
 """The one search loop every learner runs through, its placement log and its result.
 
-:func:`run_search` asks a :class:`placer.learner.Learner` for ``min(K, budget left)``
-placements, measures each through the :class:`cluster.environment.Environment` (one
-``measure_batch`` call where the environment has it), appends each measurement to the
-placement log (JSON lines, fsynced) *before* the learner sees it, keeps the fastest,
-records the learning curve (best-so-far and sample mean against placements and wall
-seconds, with the learner's per-update diagnostics: loss, entropy, KL, baseline) and
-checkpoints the learner (``torch.save`` of its :meth:`~placer.learner.Learner.state_dict`,
-read back with ``weights_only=True``; the search's bookkeeping as JSON beside it).
+:func:`search_loop` is the loop, split as 2017 Sec. 3.4 splits the work: the *controllers*
+(:class:`Controllers`) sample placements and update the policy, an *evaluator*
+(:class:`Evaluator`) measures them. In-process, one learner is the controller
+(:class:`LocalController`) and the environment the evaluator (:class:`EnvironmentEvaluator`,
+one ``measure_batch`` call where the environment has it); on Ray they are C controller actors
+with a parameter server and a pool of worker actors (:mod:`placer.distributed`). Either way
+the loop, each round: asks the controllers for their batches (``min(K, budget left)`` each),
+replays the samples the placement log already holds (resume) and has the evaluator measure
+the rest, appends each measurement to the placement log (JSON lines, fsynced) *before* any
+learner sees it (:class:`SearchLedger`), keeps the fastest, hands the batches' times to the
+controllers' update, records the learning curve (best-so-far and sample mean against
+placements and wall seconds, with each update's diagnostics: loss, entropy, KL, baseline) and
+checkpoints a local learner (``torch.save`` of its
+:meth:`~placer.learner.Learner.state_dict`, read back with ``weights_only=True``; the search's
+bookkeeping as JSON beside it). :func:`run_search` is the in-process entry point.
 
 Resume: with ``resume=True`` an existing log with the same settings is replayed: the
 learner runs again from its seed (or from the last checkpoint, whose RNG states make the
@@ -23,14 +30,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from cluster.environment import Environment, Measurement
 
 if TYPE_CHECKING:
-    from placer.learner import Learner
+    from compgraph.ir import Grouping
+    from placer.learner import Learner, Samples
 
 
 @dataclass
@@ -55,6 +63,9 @@ class SearchResult:
         learner: the learner's name; ``settings``: its settings; ``wall_time_s``: seconds
             the search took (summed over resumed runs); ``measured``: placements measured
             by this run (the rest were replayed from the log).
+        distributed: a search on Ray (:func:`placer.distributed.distributed_search`):
+            ``controllers``, ``workers``, ``async_updates``, ``worker_retries``,
+            ``controller_restarts``, ``server_restarts``; ``None`` in-process.
     """
 
     best_placement: np.ndarray | None
@@ -68,6 +79,7 @@ class SearchResult:
     settings: dict = field(default_factory=dict)
     wall_time_s: float = 0.0
     measured: int = 0
+    distributed: dict | None = None
 
     def record(self, placement, step_time_s: float | None) -> None:
         """Add one sample: its step time (seconds; ``None`` if it ran out of memory), keeping the fastest."""
@@ -255,41 +267,165 @@ def serial_time(env: Environment) -> float:
     return float(np.asarray(times).sum(axis=0).max())
 
 
-def measure_or_replay(env: Environment, placements: np.ndarray, start: int, log: PlacementLog | None) -> list[Measurement]:
-    """Measurements of ``placements`` (``[K, num_units]``), samples ``start .. start + K - 1`` of a search.
+@dataclass
+class Job:
+    """One placement to measure: sample ``index`` of the search (0-based, over all controllers),
+    ``[num_units]`` device indices, sampled by ``controller`` in ``round``; ``attempts``: workers
+    that died measuring it (Ray)."""
 
-    Samples already in ``log`` are replayed (the logged placement must equal the sampled
-    one); the others are measured (one ``env.measure_batch`` call where the environment
-    has it) and appended to the log before this returns.
+    index: int
+    placement: list[int]
+    controller: int = 0
+    round: int = 0
+    attempts: int = 0
 
-    Raises:
-        ValueError: a logged placement differs from the one sampled (the search is not the
-            one that wrote the log).
+
+Arrived = Callable[[list[tuple[Job, Measurement, dict]]], None]
+"""What an evaluator calls as measurements come in: ``(job, measurement, extra log fields)``."""
+
+
+class Evaluator(Protocol):
+    """The measuring side of a search: the environment in-process, or a pool of Ray workers."""
+
+    def measure(self, jobs: list[Job], arrived: Arrived) -> None:
+        """Measure every job, passing each measurement to ``arrived`` as it comes in (in any
+        order); returns when all are in.
+
+        Raises:
+            The environment's errors; RuntimeError: a placement could not be measured.
+        """
+        ...
+
+
+class Controllers(Protocol):
+    """The update side of a search: one learner in-process, or C Ray controllers and a
+    parameter server."""
+
+    @property
+    def failing_signal(self) -> float | None:
+        """The learners' OOM signal (``None``: none)."""
+        ...
+
+    def batch_sizes(self, left: int) -> list[int]:
+        """The batch of each controller this round, ``left`` placements of the budget left (each >= 1)."""
+        ...
+
+    def sample(self, ks: list[int]) -> list[Samples]:
+        """One batch per controller, ``ks[c]`` placements each (``Samples.placements`` ``[k, num_units]``)."""
+        ...
+
+    def update(self, batches: list[Samples], times: list[np.ndarray], oom: list[np.ndarray]) -> list[dict | None]:
+        """Update from the round's batches, ``times[c]`` ``[k]`` seconds (NaN: OOM) and ``oom[c]``
+        ``[k]`` bool -> each controller's diagnostics."""
+        ...
+
+    def state_dict(self) -> dict | None:
+        """A checkpoint of the controllers, or ``None`` when they are not checkpointed (Ray)."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        ...
+
+
+class LocalController:
+    """One learner, in this process: the controller of :func:`run_search`."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+
+    @property
+    def failing_signal(self) -> float | None:
+        return self.learner.failing_signal
+
+    def batch_sizes(self, left: int) -> list[int]:
+        return [min(self.learner.batch_size, left)]
+
+    def sample(self, ks: list[int]) -> list[Samples]:
+        return [self.learner.sample(k) for k in ks]
+
+    def update(self, batches, times, oom) -> list[dict | None]:
+        return [self.learner.update(b, t, o) for b, t, o in zip(batches, times, oom)]
+
+    def state_dict(self) -> dict | None:
+        return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.learner.load_state_dict(state)
+
+
+class EnvironmentEvaluator:
+    """The environment, in this process: one ``measure_batch`` call for the jobs where it has
+    one (else ``measure`` each), all passed to ``arrived`` together (one log write)."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+
+    def measure(self, jobs: list[Job], arrived: Arrived) -> None:
+        batch = np.asarray([j.placement for j in jobs], dtype=np.int64)
+        if hasattr(self.env, "measure_batch") and len(jobs) > 1:
+            ms = self.env.measure_batch(batch)
+        else:
+            ms = [self.env.measure(p) for p in batch]
+        arrived([(j, m, {}) for j, m in zip(jobs, ms)])
+
+
+class SearchLedger:
+    """The placement log and the result of one search: logged samples replayed by index, each
+    arriving measurement logged (once per index) before anything else uses it, batches recorded
+    in index order.
+
+    Args:
+        log: the placement log (``None``: none); its records with an ``index`` are replayed.
+        result: the result the batches are recorded into.
     """
-    rows = [[int(x) for x in p] for p in placements]
-    out: list[Measurement | None] = [None] * len(rows)
-    todo = []
-    for j, row in enumerate(rows):
-        i = start + j
-        if log is not None and i < len(log.records):
-            rec = log.records[i]
-            if rec["placement"] != row:
-                raise ValueError(f"placement log {log.path}: sample {i} differs from the replayed search")
-            out[j] = Measurement(step_time_s=rec["step_time_s"], oom=rec["oom"])
-        else:
-            todo.append(j)
-    if todo:
-        batch = np.asarray([rows[j] for j in todo], dtype=np.int64)
-        if hasattr(env, "measure_batch") and len(todo) > 1:
-            ms = env.measure_batch(batch)
-        else:
-            ms = [env.measure(p) for p in batch]
-        for j, m in zip(todo, ms):
-            out[j] = m
-        if log is not None:
-            log.extend([{"index": start + j, "placement": rows[j], "step_time_s": m.step_time_s, "oom": m.oom}
-                        for j, m in zip(todo, ms)])
-    return out  # type: ignore[return-value]
+
+    def __init__(self, log: PlacementLog | None, result: SearchResult) -> None:
+        self.log, self.result = log, result
+        self.done: dict[int, tuple[list[int], Measurement]] = {}
+        self.logged = {int(r["index"]): r for r in log.records} if log is not None else {}
+
+    def replay(self, job: Job) -> bool:
+        """Take the logged measurement of ``job``'s index (resume); False if there is none.
+
+        Raises:
+            ValueError: the logged placement differs from the one sampled (not the search that wrote the log).
+        """
+        rec = self.logged.get(job.index)
+        if rec is None:
+            return False
+        if rec["placement"] != job.placement:
+            where = self.log.path if self.log is not None else "placement log"
+            raise ValueError(f"placement log {where}: sample {job.index} differs from the replayed search")
+        self.done[job.index] = (job.placement, Measurement(step_time_s=rec["step_time_s"], oom=rec["oom"]))
+        return True
+
+    def arrive(self, items: list[tuple[Job, Measurement, dict]]) -> None:
+        """Log measurements as they arrive (one write for the list).
+
+        Raises:
+            RuntimeError: a sample measured twice.
+        """
+        for job, m, _ in items:
+            if job.index in self.done:
+                raise RuntimeError(f"sample {job.index}: measured twice")
+            self.done[job.index] = (job.placement, m)
+        if self.log is not None:
+            self.log.extend([{"index": job.index, "placement": job.placement, "step_time_s": m.step_time_s,
+                              "oom": bool(m.oom), **extra} for job, m, extra in items])
+
+    def record(self, indices) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Record a measured batch in index order -> ``(step times [k] (NaN: OOM), oom [k], curve point)``."""
+        times, oom, ran = [], [], []
+        for i in indices:
+            placement, m = self.done[i]
+            self.result.record(placement, m.step_time_s)
+            times.append(np.nan if m.oom or m.step_time_s is None else float(m.step_time_s))
+            oom.append(bool(m.oom))
+            if m.step_time_s is not None:
+                ran.append(m.step_time_s)
+        point = self.result.curve_point(len(self.result.step_times), ran)
+        return np.array(times, dtype=np.float64), np.array(oom, dtype=bool), point
 
 
 def log_header(env: Environment, search: dict) -> dict:
@@ -313,12 +449,12 @@ def run_name(model: str, size: str, cluster: str, grouper: str, learner: str, se
     return "-".join(slug(p) for p in parts)
 
 
-def _save_checkpoint(path: Path, learner: Learner, book: dict) -> None:
+def _save_checkpoint(path: Path, state: dict, book: dict) -> None:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"sampled": book["sampled"], "learner": learner.state_dict()}, tmp)
+    torch.save({"sampled": book["sampled"], "learner": state}, tmp)
     os.replace(tmp, path)
     jpath = path.with_suffix(".json")
     jtmp = jpath.with_name(jpath.name + ".tmp")
@@ -353,7 +489,8 @@ def run_search(
     on_update: Callable[[dict], None] | None = None,
     checkpoint_every_s: float = 30.0,
 ) -> SearchResult:
-    """Run ``learner``'s search in ``env`` for ``learner.config.budget`` placements (module docstring).
+    """Run ``learner``'s search in ``env`` for ``learner.config.budget`` placements, in this
+    process (:func:`search_loop` with :class:`LocalController` and :class:`EnvironmentEvaluator`).
 
     Args:
         learner: the learner (built on ``env``).
@@ -374,20 +511,59 @@ def run_search(
             the learner's (not the same search).
     """
     settings = json.loads(json.dumps(learner.settings()))
-    budget = int(learner.config.budget)
     log = PlacementLog(log_path, log_header(env, settings), fresh=not resume) if log_path is not None else None
-    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     result = SearchResult(None, None, failing_signal=float(learner.failing_signal or 0.0),
                           learner=learner.name, settings=settings)
-    sampled, wall_before = 0, 0.0
+    try:
+        return search_loop(LocalController(learner), EnvironmentEvaluator(env), int(learner.config.budget), result,
+                           log, checkpoint_path, resume, on_update, checkpoint_every_s, env.grouping)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def search_loop(
+    controllers: Controllers,
+    evaluator: Evaluator,
+    budget: int,
+    result: SearchResult,
+    log: PlacementLog | None = None,
+    checkpoint_path: str | Path | None = None,
+    resume: bool = False,
+    on_update: Callable[[dict], None] | None = None,
+    checkpoint_every_s: float = 30.0,
+    grouping: Grouping | None = None,
+) -> SearchResult:
+    """The search loop (module docstring), in rounds until ``budget`` placements are recorded.
+
+    Args:
+        controllers: sample and update (:class:`LocalController`, or Ray's).
+        evaluator: measures (:class:`EnvironmentEvaluator`, or Ray's worker pool).
+        budget: placements in all (over every controller).
+        result: the result to fill (its ``settings`` name the checkpoint's search).
+        log: the open placement log (the caller closes it); its records are replayed by index.
+        checkpoint_path, resume, checkpoint_every_s: as :func:`run_search` (only controllers
+            whose ``state_dict`` is not ``None`` are checkpointed).
+        on_update: called with each learning-curve point (one per controller batch), the
+            update's diagnostics under ``"update"``.
+        grouping: expands the best placement to ops (``best_op_placement``); ``None``: not expanded.
+    Returns:
+        ``result``, filled.
+    Raises:
+        ValueError: a logged placement differs from the one sampled.
+    """
+    settings = result.settings
+    ledger = SearchLedger(log, result)
+    ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
+    sampled, wall_before, rnd = 0, 0.0, 0
     if ckpt is not None and not resume:  # a fresh search: an older checkpoint of these settings is stale
         ckpt.unlink(missing_ok=True)
         ckpt.with_suffix(".json").unlink(missing_ok=True)
     if ckpt is not None and resume and log is not None:
         loaded = _load_checkpoint(ckpt, settings, len(log.records))
         if loaded is not None:
-            state, book = loaded
-            learner.load_state_dict(state)
+            learner_state, book = loaded
+            controllers.load_state_dict(learner_state)
             sampled, wall_before = book["sampled"], book["wall_time_s"]
             result.step_times = book["step_times"]
             result.curve = book["curve"]
@@ -396,36 +572,36 @@ def run_search(
             result.best_placement = None if book["best_placement"] is None else np.asarray(book["best_placement"], dtype=np.int64)
     start = time.perf_counter()
     last_ckpt = start
-    try:
-        while sampled < budget:
-            k = min(learner.batch_size, budget - sampled)
-            samples = learner.sample(k)
-            ms = measure_or_replay(env, samples.placements, sampled, log)
-            result.measured += k - (max(0, min(k, len(log.records) - sampled)) if log is not None else 0)
-            times = np.array([np.nan if m.oom or m.step_time_s is None else m.step_time_s for m in ms], dtype=np.float64)
-            oom = np.array([bool(m.oom) for m in ms])
-            ran = []
-            for row, m in zip(samples.placements, ms):
-                result.record(row, m.step_time_s)
-                if m.step_time_s is not None:
-                    ran.append(m.step_time_s)
-            sampled += k
-            diagnostics = learner.update(samples, times, oom)
-            info = {"placements": sampled, "wall_s": wall_before + time.perf_counter() - start}
-            info.update({k_: (None if v is None else float(v)) for k_, v in (diagnostics or {}).items()})
+    while sampled < budget:
+        ks = controllers.batch_sizes(budget - sampled)
+        batches = controllers.sample(ks)
+        starts = [sampled + sum(ks[:c]) for c in range(len(ks))]
+        jobs = [Job(starts[c] + i, [int(x) for x in row], c, rnd)
+                for c, b in enumerate(batches) for i, row in enumerate(b.placements)]
+        todo = [job for job in jobs if not ledger.replay(job)]
+        if todo:
+            evaluator.measure(todo, ledger.arrive)
+        result.measured += len(todo)
+        recorded = [ledger.record(range(starts[c], starts[c] + k)) for c, k in enumerate(ks)]
+        sampled += sum(ks)
+        diagnostics = controllers.update(batches, [r[0] for r in recorded], [r[1] for r in recorded])
+        wall = wall_before + time.perf_counter() - start
+        for (_, _, point), diag in zip(recorded, diagnostics):
+            info = {"placements": point["placements"], "wall_s": wall}
+            info.update({k_: (None if v is None else float(v)) for k_, v in (diag or {}).items()})
             result.updates.append(info)
-            result.add_point(result.curve_point(sampled, ran), on_update, info)
-            now = time.perf_counter()
-            if ckpt is not None and (now - last_ckpt >= checkpoint_every_s or sampled >= budget):
-                _save_checkpoint(ckpt, learner, _book(result, sampled, wall_before + now - start, settings))
-                last_ckpt = now
-    finally:
-        if log is not None:
-            log.close()
-    result.failing_signal = float(learner.failing_signal or 0.0)
+            result.add_point(point, on_update, info)
+        rnd += 1
+        now = time.perf_counter()
+        if ckpt is not None and (now - last_ckpt >= checkpoint_every_s or sampled >= budget):
+            snapshot = controllers.state_dict()
+            if snapshot is not None:
+                _save_checkpoint(ckpt, snapshot, _book(result, sampled, wall_before + now - start, settings))
+            last_ckpt = now
+    result.failing_signal = float(controllers.failing_signal or 0.0)
     result.wall_time_s = wall_before + time.perf_counter() - start
-    if result.best_placement is not None:
-        result.best_op_placement = env.grouping.expand(result.best_placement)
+    if result.best_placement is not None and grouping is not None:
+        result.best_op_placement = grouping.expand(result.best_placement)
     return result
 
 

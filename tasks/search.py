@@ -249,7 +249,7 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                   "search_wall_s": round(wall, 3), "search_cpu_s": round(cpu, 3),
                   "placements_per_cpu_s": round(found.measured / cpu, 2) if cpu > 0 and found.measured else None}
         if distributed:
-            params.update({**dist, "workers": ray.workers or "K per controller", **getattr(found, "distributed", {}),
+            params.update({**dist, "workers": ray.workers or "K per controller", **(found.distributed or {}),
                            "ray_address": ray.address or "local"})
         found_all.method_params[method] = params
         found_all.placements[method] = found.best_placement

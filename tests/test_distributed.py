@@ -71,6 +71,12 @@ def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small
     got = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2)
     _same(got, expected)
     assert got.failing_signal == expected.failing_signal
+    # the one search loop: the same per-update diagnostics on Ray as in-process (loss, entropy, baseline...)
+    def diagnostics(r):
+        return [{k: v for k, v in u.items() if k != "wall_s"} for u in r.updates]
+
+    assert len(got.updates) == len(got.curve) == 6 and "loss" in got.updates[0]
+    assert diagnostics(got) == diagnostics(expected)
     assert got.distributed == {"controllers": 1, "workers": 2, "async_updates": False, "worker_retries": 0,
                                "controller_restarts": 0, "server_restarts": 0}
     # The updates matter: without learning, the same seed samples other placements after the first batch.
