@@ -70,6 +70,25 @@ def _check_model(model: str, size: str) -> None:
         _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
 
 
+SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras",
+                "signature": "--signature", "fetches": "fetches"}
+"""The graph-source options of :func:`compgraph.frontends.graph_source` -> their flags."""
+
+
+def cli_graph_source(model: str | None, size: str, graph_def: str | None, keras: str | None,
+                     saved_model: str | None, signature: str | None):
+    """:func:`compgraph.frontends.graph_source` of the graph flags; a bad combination is one line
+    in flags (``give one of --graph-def, --saved-model and --keras, not several``), exit 2."""
+    import re
+
+    from compgraph.frontends import graph_source
+
+    try:
+        return graph_source(model, size, graph_def, keras, saved_model, signature)
+    except ValueError as exc:
+        _fail(re.sub(r"\b(" + "|".join(SOURCE_FLAGS) + r")\b", lambda m: SOURCE_FLAGS[m.group(1)], str(exc)))
+
+
 def _prepare_graph(
     model: str | None,
     size: str,
@@ -87,13 +106,9 @@ def _prepare_graph(
     """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad
     input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
     ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph)."""
-    from compgraph.frontends import graph_source, is_user_graph, prepare_source
+    from compgraph.frontends import is_user_graph, prepare_source
 
-    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
-        _fail("give one of --graph-def, --saved-model and --keras, not several")
-    if signature is not None and saved_model is None:
-        _fail("--signature needs --saved-model")
-    source = graph_source(model, size, graph_def, keras, saved_model, signature)
+    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
     if not is_user_graph(source):
         _check_model(model, size)
     try:  # UserGraphError is a ValueError

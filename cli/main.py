@@ -133,13 +133,10 @@ def experiment(
 
     The flags build one :class:`tasks.config.ExperimentConfig` (:data:`EXPERIMENT_FLAGS`), which
     checks them all; its first error is one line naming the flag and the value (exit 2)."""
+    from cli.common import cli_graph_source
     from cli.learners import learner_option_items
-    from compgraph.frontends import graph_source
 
-    try:
-        source = graph_source(model, size, graph_def, keras, saved_model, signature)
-    except ValueError as exc:
-        _fail(flag_words(str(exc), EXPERIMENT_FLAGS))
+    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
     learner_settings = learner_option_items(learner_option, _fail)
     if k is not None and (methods is None or "rl" in methods.split(",")):  # rl's K (2017 Eq. 3); rl.k=N wins
         learner_settings.setdefault("rl", {}).setdefault("k", k)

@@ -204,9 +204,10 @@ def train(
     from cluster.environment import ENVIRONMENTS
     from placer import LEARNER_NAMES as LEARNERS
 
-    user_graph = graph_def is not None or keras is not None or saved_model is not None
-    if sum(x is not None for x in (graph_def, keras, saved_model)) > 1:
-        _fail("give one of --graph-def, --saved-model and --keras, not several")
+    from cli.common import cli_graph_source
+    from compgraph.frontends import is_user_graph
+
+    user_graph = is_user_graph(cli_graph_source(model, size, graph_def, keras, saved_model, signature))
     int_bounds = parse_int_bounds(int_bound, user_graph)
     if user_graph and model is not None:
         _fail("give --model or a user's graph (--graph-def, --saved-model, --keras), not both")
