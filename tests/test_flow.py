@@ -67,13 +67,13 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert {m: by_method[m].data.params.get("level") for m in ("scotch", "mincut", "metis", "expert", "m_etf")} == {
         "scotch": "op", "mincut": "op", "metis": "op", "expert": "group", "m_etf": "op"}
     curve = client.get_metric_history(by_method["rl"].info.run_id, "best_step_time_s")
-    assert [m.step for m in curve] == [8, 16]
+    assert [m.step for m in curve] == [4, 8, 12, 16]  # one point per update of K = 4
     assert curve[-1].value == pytest.approx(result["methods"]["rl"]["step_time_s"])
-    assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 2
+    assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 4
     # the learner's diagnostics, live, as CleanRL names them: one point per policy update
     live = client.get_run(by_method["rl"].info.run_id).data.metrics
     assert {"losses/baseline", "losses/entropy", "charts/placements_per_s"} <= set(live), sorted(live)
-    assert [m.step for m in client.get_metric_history(by_method["rl"].info.run_id, "losses/entropy")] == [8, 16]
+    assert [m.step for m in client.get_metric_history(by_method["rl"].info.run_id, "losses/entropy")] == [4, 8, 12, 16]
     assert live["charts/placements_per_s"] > 0
     placement_file = client.download_artifacts(by_method["expert"].info.run_id, "placement.json", str(tmp_path))
     assert json.loads(open(placement_file).read()) == result["methods"]["expert"]["placement"]
