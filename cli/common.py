@@ -70,8 +70,7 @@ def _check_model(model: str, size: str) -> None:
         _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
 
 
-SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras",
-                "signature": "--signature", "fetches": "fetches"}
+SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras", "signature": "--signature"}
 """The graph-source options of :func:`compgraph.frontends.graph_source` -> their flags."""
 
 
@@ -164,15 +163,21 @@ def parse_int_bounds(values: list[str] | None, user_graph: bool | None = None) -
     return out
 
 
+def _flag_of(flags: dict[str, str]) -> dict[str, str]:
+    """Config path -> the (first) flag that sets it, from ``flags`` (flag -> config path)."""
+    words: dict[str, str] = {}
+    for flag, path in flags.items():
+        words.setdefault(path, flag)
+    return words
+
+
 def flag_words(message: str, flags: dict[str, str]) -> str:
     """``message`` in the command line's words: each dotted config path of ``flags`` (flag -> path,
     e.g. ``"--workers": "ray.workers"``) replaced by its flag, ``learners.M`` by ``--learner-option M``,
     and a top-level field that opens the message (``methods: ...``) by its flag."""
     import re
 
-    words: dict[str, str] = {}
-    for flag, path in flags.items():
-        words.setdefault(path, flag)
+    words = _flag_of(flags)
     for path in sorted((p for p in words if "." in p), key=len, reverse=True):  # ray.workers, not workers alone
         message = re.sub(rf"(?<![\w.-]){re.escape(path)}(?!\w)", words[path], message)
     message = re.sub(r"(?<![\w.-])learners\.(\w+)", r"--learner-option \1", message)
@@ -188,9 +193,7 @@ def config_error(exc, flags: dict[str, str]) -> str:
     if loc[:1] == ["source"] and len(loc) > 2:  # a discriminated union's member: source.<kind>.<field>
         loc = ["source", *loc[2:]]
     path = ".".join(loc)
-    words = {}
-    for flag, p in flags.items():
-        words.setdefault(p, flag)
+    words = _flag_of(flags)
     if path in words:
         flag = words[path]
     elif loc[:1] == ["learners"] and len(loc) >= 2:

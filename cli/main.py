@@ -12,7 +12,7 @@ import time
 
 import typer
 
-from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, build_config, check_json_path, flag_words, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
+from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, build_config, check_json_path, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
 from cli.options import CacheDir, Cluster, Env, GraphDef, Grouper, IntBound, Json, Keras, LearnerOption, Model, NumGroups, OutDir, Resume, SavedModel, Signature, Size, TrackingUri
 from cli.runtime import preflight, run_flow
 
@@ -137,12 +137,13 @@ def experiment(
     from cli.learners import learner_option_items
 
     source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
+    method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     learner_settings = learner_option_items(learner_option, _fail)
-    if k is not None and (methods is None or "rl" in methods.split(",")):  # rl's K (2017 Eq. 3); rl.k=N wins
+    if k is not None and (method_list is None or "rl" in method_list):  # rl's K (2017 Eq. 3); rl.k=N wins
         learner_settings.setdefault("rl", {}).setdefault("k", k)
     settings = {
         "source": source, "cluster": cluster, "env": env, "budget": budget, "seed": seed, "train_steps": train_steps,
-        "methods": None if methods is None else [m.strip() for m in methods.split(",") if m.strip()],
+        "methods": method_list,
         "grouping": {"grouper": grouper, "num_groups": num_groups}, "learners": learner_settings,
         "ray": {"controllers": controllers, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "policy_device": policy_device, "async_updates": async_updates, "address": ray_address},
