@@ -109,8 +109,11 @@ def compare_learners(
     from flows.compare import compare_learners as flow
 
     start = time.perf_counter()
-    result = flow(model=model, size=size, cluster=cluster, learners=chosen, seeds=seed_list, budget=budget, env=env,
-                  grouper=grouper, learner_options=options, resume=resume, out_dir=out_dir, tracking_uri=tracking_uri)
+    from compgraph.frontends import BenchmarkSource
+
+    result = flow(source=BenchmarkSource(model=model, size=size), cluster=cluster, learners=chosen, seeds=seed_list,
+                  budget=budget, env=env, grouper=grouper, learner_options=options, resume=resume, out_dir=out_dir,
+                  tracking_uri=tracking_uri)
     result["wall_time_s"] = time.perf_counter() - start
     _print(result, to_stderr=json_path == "-")
     if json_path:

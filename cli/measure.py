@@ -207,7 +207,8 @@ def train(
     from cli.common import cli_graph_source
     from compgraph.frontends import is_user_graph
 
-    user_graph = is_user_graph(cli_graph_source(model, size, graph_def, keras, saved_model, signature))
+    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
+    user_graph = is_user_graph(source)
     int_bounds = parse_int_bounds(int_bound, user_graph)
     if user_graph and model is not None:
         _fail("give --model or a user's graph (--graph-def, --saved-model, --keras), not both")
@@ -237,11 +238,9 @@ def train(
     from flows.measure import placement_train
 
     start = time.perf_counter()
-    sources = {k: v for k, v in (("graph_def", graph_def), ("keras", keras), ("saved_model", saved_model),
-                                 ("signature", signature), ("int_bounds", int_bounds)) if v}
-    result = run_flow(placement_train, _fail, **({} if user_graph else {"model": model, "size": size}), cluster=cluster,
-                      method=method, steps=steps, seed=seed, env=env, budget=budget, cost_table=cost_table,
-                      out_dir=out_dir, tracking_uri=tracking_uri, **sources)
+    result = run_flow(placement_train, _fail, source=source, cluster=cluster, method=method, steps=steps, seed=seed,
+                      env=env, budget=budget, cost_table=cost_table, out_dir=out_dir, tracking_uri=tracking_uri,
+                      int_bounds=int_bounds)
     result["wall_time_s"] = time.perf_counter() - start
     console = _console(json_path)
     what = f"{result['model']} ({result['size']}) with {result['method']}'s placement on {result['cluster']}"

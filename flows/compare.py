@@ -11,8 +11,9 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from tasks import stages
-from tasks.choices import ClusterName, Count, EnvName, GrouperName, LearnerName, ModelName, NonNegative, SizeName
-from compgraph.frontends import BenchmarkSource
+from tasks.choices import ClusterName, Count, EnvName, GrouperName, LearnerName, NonNegative
+from tasks.config import LearnerOptions, learner_overrides
+from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
 from placer import LEARNERS
 from placer.compare import summarize_runs
 from placer.search import run_name
@@ -35,15 +36,14 @@ def record(**kwargs) -> str:
 
 @flow(name="compare-learners")
 def compare_learners(
-    model: ModelName = "rnnlm",
-    size: SizeName = "small",
+    source: GraphSource = BenchmarkSource(),
     cluster: ClusterName = "k80x2",
     learners: list[LearnerName] | None = None,
     seeds: list[NonNegative] = [0, 1, 2],
     budget: Count = 1000,
     env: EnvName = "sim",
     grouper: GrouperName | None = None,
-    learner_options: dict[str, dict] | None = None,
+    learner_options: LearnerOptions = LearnerOptions(),  # type: ignore[valid-type]
     resume: bool = False,
     out_dir: str = "placement-runs",
     tracking_uri: str | None = None,
@@ -54,15 +54,16 @@ def compare_learners(
     (:func:`placer.compare.summarize_runs`), the plot's path and the MLflow run.
 
     Args:
-        model: benchmark model (``placement models``).
-        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        source: the graph, as the experiment's (tasks.config.ExperimentConfig.source): a benchmark (kind benchmark:
+            model, size: small for seconds, paper for the 2017 sizes) or a user's training step.
         cluster: preset cluster or the path of a YAML cluster spec.
         learners: the learners compared (empty: every learner of placer.LEARNERS).
         seeds: one search per learner and seed; the summary gives the median and spread over them.
         budget: placements each learner samples per seed.
         env: where placements are measured: sim (simulator), real (TensorFlow on this machine) or grappler.
         grouper: how ops are grouped (empty: 2017 for benchmarks).
-        learner_options: per learner, fields of its config overriding the paper defaults, e.g. {"rl": {"k": 8}}.
+        learner_options: each learner's options, its paper's defaults pre-filled (the experiment's learners
+            section); a field left at its default is no override.
         resume: continue interrupted searches from their placement logs and checkpoints.
         out_dir: folder of the MLflow store (when tracking_uri is empty), the plots, logs and graph cache.
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
@@ -71,12 +72,14 @@ def compare_learners(
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     chosen = list(learners or LEARNERS)
-    prepared = stages.preprocess(BenchmarkSource(model=model, size=size), grouper, None, cache_dir or str(out / "graph-cache"))
+    overrides = learner_overrides(learner_options, chosen)
+    prepared = stages.preprocess(source, grouper, None, cache_dir or str(out / "graph-cache"))
+    size = "user" if is_user_graph(source) else source.size
     spec = stages.load_cluster_spec(cluster)
     runs: dict = {}
     for method in chosen:
         for seed in seeds:
-            config = learner_config(method, budget, seed, (learner_options or {}).get(method))
+            config = learner_config(method, budget, seed, overrides.get(method))
             log_path, ckpt_path = run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
                                             seed, config.budget)
             runs.setdefault(method, []).append(

@@ -25,7 +25,7 @@ from prefect.utilities.annotations import quote
 from tasks import stages
 import tasks.measure as mt
 from cluster.op_placement import is_op_placement
-from compgraph.frontends import BenchmarkSource, graph_source
+from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
 from tasks.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
 from placer import LEARNERS
 from tasks.search import learner_grouping
@@ -205,8 +205,7 @@ def placement_fidelity(
 
 @flow(name="placement-train")
 def placement_train(
-    model: ModelName = "rnnlm",
-    size: SizeName = "small",
+    source: GraphSource = BenchmarkSource(),
     cluster: ClusterName = "cpu4",
     method: MethodName = "expert",
     steps: Count = 20,
@@ -216,10 +215,6 @@ def placement_train(
     cost_table: str | None = None,
     out_dir: str = DEFAULT_OUT_DIR,
     tracking_uri: str | None = None,
-    graph_def: str | None = None,
-    keras: str | None = None,
-    saved_model: str | None = None,
-    signature: str | None = None,
     int_bounds: dict[str, int] | None = None,
 ) -> dict:
     """Train with one method's placement for ``steps`` steps (``env="real"``) or project the time
@@ -236,8 +231,8 @@ def placement_train(
     The sim projection uses the same simulator.
 
     Args:
-        model: benchmark model (``placement models``).
-        size: benchmark size: small (seconds) or paper (the 2017 sizes).
+        source: the graph, as the experiment's (tasks.config.ExperimentConfig.source): a benchmark (kind benchmark:
+            model, size) or a user's training step (kind graph_def, saved_model with its signature, or keras).
         cluster: preset cluster or the path of a YAML cluster spec.
         method: the baseline or learner whose placement is trained.
         steps: training steps (>= 1).
@@ -248,10 +243,6 @@ def placement_train(
         cost_table: a saved cost table: a learner searches, and env sim projects, with calibrated op times.
         out_dir: folder of the MLflow store (when tracking_uri is empty) and placement logs.
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
-        graph_def: a user's training-step GraphDef (.pb/.pbtxt) instead of a benchmark.
-        keras: MODULE:FUNCTION returning a Keras model (or (model, input specs)) instead of a benchmark.
-        saved_model: a user's SavedModel folder instead of a benchmark.
-        signature: the SavedModel signature holding the training step.
         int_bounds: a user's graph: integer input name -> exclusive bound of the ids fed to it
             (default: the size of the table it indexes).
 
@@ -264,11 +255,10 @@ def placement_train(
     """
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
-    user_graph = graph_def is not None or keras is not None or saved_model is not None
-    prepared = stages.preprocess(graph_source(model, size, graph_def, keras, saved_model, signature),
-                                int_bounds=int_bounds)
+    user_graph = is_user_graph(source)
+    prepared = stages.preprocess(source, int_bounds=int_bounds)
+    model, size = (prepared.name, "user") if user_graph else (prepared.name, source.size)
     if user_graph:
-        model, size = prepared.name, "user"
         if method == "expert":
             raise ValueError("method 'expert' needs a benchmark's layer rules; a user's graph has none")
         if env == "real" and prepared.int_bound_problem():

@@ -113,6 +113,13 @@ def _options_model(method: str, config: type[BaseModel]) -> type[BaseModel]:
 LEARNER_OPTIONS: dict[str, type[BaseModel]] = {m: _options_model(m, c) for m, c in CONFIGS.items()}
 """Learner -> the model of its options (its config without budget and seed)."""
 
+def learner_overrides(options: BaseModel, methods: list[str]) -> dict[str, dict]:
+    """Per learner of ``methods``, its fields in ``options`` (a :data:`LearnerOptions`) that differ
+    from the paper defaults (the overrides :func:`tasks.search.learner_config` applies; learners
+    without any left out)."""
+    return {m: o for m in methods if m in LEARNER_OPTIONS and (o := getattr(options, m).model_dump(exclude_defaults=True))}
+
+
 LearnerOptions = create_model(  # type: ignore[call-overload]
     "LearnerOptions", __config__=ConfigDict(extra="forbid"),
     __doc__="Each learner's options; a field left at its paper default is no override.",
@@ -197,9 +204,10 @@ class ExperimentConfig(BaseModel):
             problem = BASELINES[m].problem(spec, user) if m in BASELINES else None
             if problem:
                 raise ValueError(f"methods: {problem}; drop it from methods")
-        for m in LEARNER_OPTIONS:
-            if m not in self.resolved_methods and self.learner_options_of(m):
-                raise ValueError(f"learners.{m}: options for learner {m!r}, which is not in methods")
+        unused = learner_overrides(self.learners, [m for m in LEARNER_OPTIONS if m not in self.resolved_methods])
+        if unused:
+            m = next(iter(unused))
+            raise ValueError(f"learners.{m}: options for learner {m!r}, which is not in methods")
         if self.ray.controllers and (problem := policy_device_problem(self.resolved_methods, self.ray.policy_device)):
             raise ValueError(f"ray.{problem}")
         return self
@@ -224,15 +232,11 @@ class ExperimentConfig(BaseModel):
 
         return [*applicable_baselines(self.spec(), is_user_graph(self.source), optimum=False), *DEFAULT_LEARNERS]
 
-    def learner_options_of(self, method: str) -> dict:
-        """``method``'s options that differ from its paper defaults (``{}``: none)."""
-        return getattr(self.learners, method).model_dump(exclude_defaults=True)
-
     @property
     def learner_options(self) -> dict[str, dict]:
-        """Per learner of the methods, its options that differ from the paper defaults (the
-        overrides :func:`tasks.search.learner_config` applies; learners without any left out)."""
-        return {m: o for m in self.resolved_methods if m in LEARNER_OPTIONS and (o := self.learner_options_of(m))}
+        """Per learner of the methods, its options that differ from the paper defaults
+        (:func:`learner_overrides`)."""
+        return learner_overrides(self.learners, self.resolved_methods)
 
     @property
     def user_graph(self) -> bool:

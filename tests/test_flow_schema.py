@@ -23,9 +23,9 @@ CHOICES = {
                                                "methods": "eagle", "size": "paper"},
     "flows/measure.py:placement_calibrate": {"model": "rnnlm", "size": "small", "cluster": "cpu4"},
     "flows/measure.py:placement_fidelity": {"model": "rnnlm", "size": "small", "cluster": "cpu4", "against": "grappler"},
-    "flows/measure.py:placement_train": {"model": "rnnlm", "size": "small", "cluster": "cpu4", "method": "m_topo",
+    "flows/measure.py:placement_train": {"source": "bert_base", "cluster": "cpu4", "method": "m_topo",
                                          "env": "real"},
-    "flows/compare.py:compare_learners": {"model": "nmt", "size": "small", "cluster": "k80x2", "learners": "eagle",
+    "flows/compare.py:compare_learners": {"source": "nmt", "cluster": "k80x2", "learners": "eagle",
                                           "env": "sim", "grouper": "fluid"},
 }
 
