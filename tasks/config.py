@@ -2,7 +2,7 @@
 
 :class:`ExperimentConfig` says everything one experiment needs: the graph (``source``, a
 :data:`compgraph.frontends.GraphSource`), the machine (``cluster``), where placements are measured
-(``env``), the ``methods``, ``budget``, ``seed`` and the end-to-end ``train_steps``, and four
+(``env``), the ``methods``, ``budget``, ``seed`` and the end-to-end ``train_steps``, and five
 sections: ``grouping``, ``learners`` (each learner's own options, typed by its config in
 :mod:`placer.configs`), ``ray`` (the distributed search), ``real`` (real execution) and
 ``tracking`` (where results go). Every check of these settings is a validator here, written
@@ -112,6 +112,7 @@ def _options_model(method: str, config: type[BaseModel]) -> type[BaseModel]:
 
 LEARNER_OPTIONS: dict[str, type[BaseModel]] = {m: _options_model(m, c) for m, c in CONFIGS.items()}
 """Learner -> the model of its options (its config without budget and seed)."""
+
 
 def learner_overrides(options: BaseModel, methods: list[str]) -> dict[str, dict]:
     """Per learner of ``methods``, its fields in ``options`` (a :data:`LearnerOptions`) that differ
