@@ -30,3 +30,13 @@ def k80x2():
     from cluster.spec import load_cluster
 
     return load_cluster("k80x2")
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child a test stops with SIGINT: SIGINT back to its default before the
+    child starts, so Python installs its KeyboardInterrupt handler even when the tests run with
+    SIGINT ignored (a shell's background job, ``(cmd &)``: the child inherits the ignore and the
+    signal would do nothing)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import default_sigint  # noqa: E402
 from learner_toy import make_learner, optimum  # noqa: E402
 
 from placer import LEARNERS  # noqa: E402
@@ -140,11 +141,16 @@ def test_resume_after_a_signal_equals_the_uninterrupted_search(sig, tmp_path, na
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
     child = subprocess.Popen([sys.executable, str(script), name, str(log), str(ckpt), "0", "pause=33"], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    line = child.stdout.readline().decode().strip()  # "" if the child ended without pausing
-    assert line == "paused", child.stderr.read().decode()[-2000:]
-    child.send_signal(sig)
-    child.wait(600)  # a hang's bound, not a speed limit: a loaded machine took over 60 s to end it
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=default_sigint)
+    try:
+        line = child.stdout.readline().decode().strip()  # "" if the child ended without pausing
+        assert line == "paused", child.stderr.read().decode()[-2000:]
+        child.send_signal(sig)
+        child.wait(600)  # a hang's bound, not a speed limit
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
     logged = len(log.read_text().splitlines()) - 1
     k = make_learner(name)[0].batch_size
     assert logged == 32 // k * k and 30 <= logged < 96  # the batches measured before the 33rd placement
