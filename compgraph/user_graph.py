@@ -537,6 +537,39 @@ def _keras3_step(tf, model, specs, spec: str) -> UserStep:
     return _concrete_step(fn, f"keras {spec!r}", "keras3")
 
 
+SPEC_PATTERN = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")
+"""A ``module:function`` spec (``--keras``, ``--torch``)."""
+
+
+def resolve_user_function(spec: str, what: str):
+    """``(function, its name)`` named by ``spec`` (``"module:function"``), the module imported with
+    the current folder first on ``sys.path`` (as Python resolves a script's modules).
+
+    Args:
+        what: the front end's word in error messages (``keras``, ``torch``).
+    Raises:
+        UserGraphError: the spec is not ``module:function``; the module cannot be imported (or
+            calls ``sys.exit``); it has no such function.
+    """
+    m = SPEC_PATTERN.fullmatch(spec or "")
+    if m is None:
+        raise UserGraphError(f"{what} spec {spec!r}: expected 'module:function', e.g. 'mypackage.models:build_model'")
+    module_name, func_name = m.groups()
+    try:
+        with _cwd_on_path():
+            module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise UserGraphError(f"{what} {spec!r}: no module {module_name!r} in {os.getcwd()} or on sys.path ({e})") from e
+    except Exception as e:  # the user's module raised while importing
+        raise UserGraphError(f"{what} {spec!r}: importing {module_name!r} failed: {type(e).__name__}: {e}") from e
+    except SystemExit as e:  # sys.exit() in the user's module: a failed import, not our exit
+        raise UserGraphError(f"{what} {spec!r}: importing {module_name!r} failed: it called sys.exit({e.code!r})") from None
+    fn = getattr(module, func_name, None)
+    if not callable(fn):
+        raise UserGraphError(f"{what} {spec!r}: module {module_name!r} has no function {func_name!r}")
+    return fn, func_name
+
+
 def load_keras_step(spec: str) -> UserStep:
     """Build the training step of a user's Keras model.
 
@@ -577,24 +610,11 @@ def load_keras_step(spec: str) -> UserStep:
             several outputs; building the step fails; or the graph fails
             :func:`check_graph_def`.
     """
-    m = re.fullmatch(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)", spec or "")
-    if m is None:
-        raise UserGraphError(f"keras spec {spec!r}: expected 'module:function', e.g. 'mypackage.models:build_model'")
-    module_name, func_name = m.groups()
-    tf = import_tensorflow()
+    if SPEC_PATTERN.fullmatch(spec or "") is None:
+        resolve_user_function(spec, "keras")  # raises: a malformed spec is refused before TensorFlow loads
+    tf = import_tensorflow()  # before the user's module, which may import TensorFlow itself
     v1 = tf.compat.v1
-    try:
-        with _cwd_on_path():
-            module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        raise UserGraphError(f"keras {spec!r}: no module {module_name!r} in {os.getcwd()} or on sys.path ({e})") from e
-    except Exception as e:  # the user's module raised while importing
-        raise UserGraphError(f"keras {spec!r}: importing {module_name!r} failed: {type(e).__name__}: {e}") from e
-    except SystemExit as e:  # sys.exit() in the user's module: a failed import, not our exit
-        raise UserGraphError(f"keras {spec!r}: importing {module_name!r} failed: it called sys.exit({e.code!r})") from None
-    fn = getattr(module, func_name, None)
-    if not callable(fn):
-        raise UserGraphError(f"keras {spec!r}: module {module_name!r} has no function {func_name!r}")
+    fn, func_name = resolve_user_function(spec, "keras")
     graph = tf.Graph()
     with graph.as_default():
         try:
