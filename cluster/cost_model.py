@@ -14,6 +14,7 @@ achieved compute efficiency depends on the op's type and size::
 
     eff(o, d) = dense_efficiency(d) * f / (f + half_efficiency_flops(d))   MatMul, BatchMatMul*
               = conv_efficiency(d)  * f / (f + half_efficiency_flops(d))   Conv2D*, Conv3D*, DepthwiseConv2dNative*
+                                                                           (ATen: aten.convolution*)
               = other_efficiency(d)                                        every other op
 
 This is the structure of TensorFlow's own analytical cost model, grappler's
@@ -45,15 +46,22 @@ import numpy as np
 from cluster.spec import ClusterSpec, LinkSpec
 from compgraph.ir import OpGraph
 
-#: Op types whose compute term uses ``dense_efficiency``.
-DENSE_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "SparseMatMul"})
+#: Op types whose compute term uses ``dense_efficiency``: TensorFlow's and, for a PyTorch step
+#: (:mod:`compgraph.torch_step`), ATen's matrix products and attention kernels.
+DENSE_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "SparseMatMul",
+                         "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm",
+                         "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
+                         "aten._scaled_dot_product_flash_attention_backward",
+                         "aten._scaled_dot_product_efficient_attention_backward"})
+#: Op type prefixes whose compute term uses ``conv_efficiency``.
+CONV_PREFIXES = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "aten.convolution", "aten.cudnn_convolution")
 
 
 def op_class(op_type: str) -> int:
     """0 for a dense matrix product (:data:`DENSE_TYPES`), 1 for a convolution, 2 for any other op."""
     if op_type in DENSE_TYPES:
         return 0
-    if op_type.startswith(("Conv2D", "Conv3D", "DepthwiseConv2dNative")):
+    if op_type.startswith(CONV_PREFIXES):
         return 1
     return 2
 

@@ -140,7 +140,12 @@ def numel(shape: tuple[int, ...] | None) -> int:
 
 
 def has_flop_rule(op_type: str) -> bool:
-    """True if :func:`estimate_flops` has a rule for ``op_type``."""
+    """True if :func:`estimate_flops` has a rule for ``op_type``; for an op of a captured PyTorch step
+    (``aten.*`` and its bookkeeping types), if :mod:`compgraph.torch_step` has one."""
+    if op_type.startswith("aten.") or op_type in ("Parameter", "Input", "getitem"):
+        from compgraph.torch_step import has_aten_rule
+
+        return has_aten_rule(op_type)
     return (
         op_type in ELEMENTWISE
         or op_type in REDUCTIONS
