@@ -193,7 +193,10 @@ def canonical_control_inputs(graph_def) -> None:
 
 def build_benchmark_graph(bench: Benchmark, config: BaseModel):
     """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``
-    (control inputs in a canonical order: :func:`canonical_control_inputs`)."""
+    (control inputs in a canonical order: :func:`canonical_control_inputs`); a PyTorch
+    benchmark's step is captured directly (``(None, [], OpGraph)``)."""
+    if bench.framework == "torch":
+        return None, [], bench.build(config)
     graph_def, fetches = bench.build(config)
     canonical_control_inputs(graph_def)
     graph = import_graph_def(graph_def, fetches, name=bench.name)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from compgraph import torch_models
 from compgraph.models import bert, gnmt, inception, nmt, resnet, rnnlm
 
 
@@ -26,6 +27,9 @@ class Benchmark:
         expert_contiguous: the expert maps layers to GPUs in contiguous chunks
             (``layer * num_gpus // num_layers``: CNNs and BERT) instead of one layer per GPU
             (``layer % num_gpus``: the RNN models, 2017 Sec. 4.2).
+        framework: ``tf`` (``build`` gives a TensorFlow ``GraphDef``) or ``torch`` (``build``
+            gives the captured step's :class:`compgraph.ir.OpGraph` itself:
+            :mod:`compgraph.torch_step`; no GraphDef, so no real or grappler measurement).
     """
 
     name: str
@@ -36,6 +40,7 @@ class Benchmark:
     expert_layer: Callable[[str, Any], int]  # (op name, the benchmark's own config) -> layer
     num_layers: Callable[[Any], int]
     expert_contiguous: bool = False
+    framework: str = "tf"
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -124,6 +129,31 @@ BENCHMARKS: dict[str, Benchmark] = {
         expert_layer=bert.expert_layer,
         num_layers=bert.num_layers,
         expert_contiguous=bert.EXPERT_CONTIGUOUS,
+    ),
+    "resnet50_torch": Benchmark(
+        name="resnet50_torch",
+        description="PyTorch ResNet-50 (torchvision's layout, 25.6M parameters), SGD, captured at the ATen level "
+        "on meta tensors; paper: batch 32, 224x224x3; small: batch 2, 64x64x3, 10 classes",
+        sizes=dict(torch_models.RESNET_SIZES),
+        build=torch_models.build_resnet,
+        model_rule=torch_models.module_rule,
+        expert_layer=torch_models.resnet_expert_layer,
+        num_layers=torch_models.resnet_num_layers,
+        expert_contiguous=True,
+        framework="torch",
+    ),
+    "gpt": Benchmark(
+        name="gpt",
+        description="PyTorch GPT-2-style decoder, Adam, captured at the ATen level on meta tensors; gpt2: GPT-2 small "
+        "(124M parameters, 12x768, sequence 1024, batch 8); 6.7b: 32x4096, sequence 2048, batch 1 (does not fit "
+        "one 80 GB GPU); small: 2x64, sequence 32, batch 2",
+        sizes=dict(torch_models.GPT_SIZES),
+        build=torch_models.build_gpt,
+        model_rule=torch_models.module_rule,
+        expert_layer=torch_models.gpt_expert_layer,
+        num_layers=lambda cfg: cfg.layers,
+        expert_contiguous=True,
+        framework="torch",
     ),
 }
 SIZES = ("small", "paper")  #: sizes every benchmark has; some add ``large``
