@@ -13,7 +13,7 @@ import time
 import typer
 
 from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, max_graph_mb_option
-from cli.options import CacheDir, Cluster, GraphDef, Grouper, Json, Keras, Model, NumGroups, OutDir, SavedModel, Signature, Size
+from cli.options import CacheDir, Cluster, GraphDef, Grouper, Json, Keras, Model, NumGroups, OutDir, SavedModel, Signature, Size, Torch, TorchOptimizer
 
 
 @app.command("baselines")
@@ -24,6 +24,8 @@ def baselines_command(
     methods: str = typer.Option(None, help="comma-separated baselines (default: every one that applies, optimum included)"),
     graph_def: GraphDef = None,
     keras: Keras = None,
+    torch: Torch = None,
+    torch_optimizer: TorchOptimizer = "adam",
     saved_model: SavedModel = None,
     signature: Signature = None,
     max_graph_mb: int = max_graph_mb_option(),
@@ -56,10 +58,11 @@ def baselines_command(
         _fail(f"--time-limit must be positive, got {time_limit}")
     if node_limit < 1:
         _fail(f"--node-limit must be at least 1, got {node_limit}")
-    user_graph = graph_def is not None or keras is not None or saved_model is not None
+    user_graph = any(v is not None for v in (graph_def, keras, saved_model, torch))
     chosen = _choose_methods(methods, list(BASELINES), applicable_baselines(spec, user_graph), spec, user_graph)
     cache = cache_dir or str(Path(out_dir) / "graph-cache")
-    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0, saved_model, signature)
+    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0, saved_model, signature,
+                              torch=torch, torch_optimizer=torch_optimizer)
     start = time.perf_counter()
     result = run_baselines(prepared, spec, chosen, time_limit_s=time_limit, node_limit=node_limit)
     result = {"model": prepared.name, "size": prepared.size, "cluster": spec.name, "env": "sim",

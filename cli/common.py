@@ -70,12 +70,14 @@ def _check_model(model: str, size: str) -> None:
         _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
 
 
-SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras", "signature": "--signature"}
+SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras", "signature": "--signature",
+                "torch": "--torch"}
 """The graph-source options of :func:`compgraph.frontends.graph_source` -> their flags."""
 
 
 def cli_graph_source(model: str | None, size: str, graph_def: str | None, keras: str | None,
-                     saved_model: str | None, signature: str | None):
+                     saved_model: str | None, signature: str | None, torch: str | None = None,
+                     torch_optimizer: str = "adam"):
     """:func:`compgraph.frontends.graph_source` of the graph flags; a bad combination is one line
     in flags (``give one of --graph-def, --saved-model and --keras, not several``), exit 2."""
     import re
@@ -83,7 +85,8 @@ def cli_graph_source(model: str | None, size: str, graph_def: str | None, keras:
     from compgraph.frontends import graph_source
 
     try:
-        return graph_source(model, size, graph_def, keras, saved_model, signature)
+        return graph_source(model, size, graph_def, keras, saved_model, signature, torch=torch,
+                            torch_optimizer=torch_optimizer)
     except ValueError as exc:
         _fail(re.sub(r"\b(" + "|".join(SOURCE_FLAGS) + r")\b", lambda m: SOURCE_FLAGS[m.group(1)], str(exc)))
 
@@ -101,13 +104,15 @@ def _prepare_graph(
     signature: str | None = None,
     int_bounds: dict[str, int] | None = None,
     env: str | None = None,
+    torch: str | None = None,
+    torch_optimizer: str = "adam",
 ):
-    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras model; bad
+    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras / PyTorch model; bad
     input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
     ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph)."""
     from compgraph.frontends import is_user_graph, prepare_source
 
-    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
+    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
     if not is_user_graph(source):
         _check_model(model, size)
     try:  # UserGraphError is a ValueError

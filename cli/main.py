@@ -13,7 +13,7 @@ import time
 import typer
 
 from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, build_config, check_json_path, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
-from cli.options import CacheDir, Cluster, Env, GraphDef, Grouper, IntBound, Json, Keras, LearnerOption, Model, NumGroups, OutDir, Resume, SavedModel, Signature, Size, TrackingUri
+from cli.options import CacheDir, Cluster, Env, GraphDef, Grouper, IntBound, Json, Keras, LearnerOption, Model, NumGroups, OutDir, Resume, SavedModel, Signature, Size, Torch, TorchOptimizer, TrackingUri
 from cli.runtime import preflight, run_flow
 
 
@@ -41,6 +41,8 @@ def graph_stats(
     size: Size = "small",
     graph_def: GraphDef = None,
     keras: Keras = None,
+    torch: Torch = None,
+    torch_optimizer: TorchOptimizer = "adam",
     saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
     signature: Signature = None,
@@ -56,7 +58,7 @@ def graph_stats(
         _fail(f"--num-groups must be at least 1, got {num_groups}")
     automatic = grouper in GROUPERS and GROUPERS[grouper].automatic
     prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups if automatic else None, cache_dir, 0,
-                              saved_model, signature)
+                              saved_model, signature, torch=torch, torch_optimizer=torch_optimizer)
     stats = prepared.stats()
     rule = prepared.benchmark.model_rule if prepared.benchmark is not None else None
     per = grouping_stats(prepared.graph, rule, num_groups)
@@ -72,7 +74,8 @@ def graph_stats(
 
 EXPERIMENT_FLAGS = {
     "--model": "source.model", "--size": "source.size", "--graph-def": "source.path", "--saved-model": "source.path",
-    "--signature": "source.signature", "--keras": "source.spec",
+    "--signature": "source.signature", "--keras": "source.spec", "--torch": "source.spec",
+    "--torch-optimizer": "source.optimizer",
     "--cluster": "cluster", "--env": "env", "--methods": "methods", "--budget": "budget", "--seed": "seed",
     "--train-steps": "train_steps",
     "--grouper": "grouping.grouper", "--num-groups": "grouping.num_groups",
@@ -103,6 +106,8 @@ def experiment(
     methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce, local_search); default: every baseline that applies but optimum, rl and post"),
     graph_def: GraphDef = None,
     keras: Keras = None,
+    torch: Torch = None,
+    torch_optimizer: TorchOptimizer = "adam",
     saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
     signature: Signature = None,
@@ -136,7 +141,7 @@ def experiment(
     from cli.common import cli_graph_source
     from cli.learners import learner_option_items
 
-    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
+    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
     method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     learner_settings = learner_option_items(learner_option, _fail)
     if k is not None and (method_list is None or "rl" in method_list):  # rl's K (2017 Eq. 3); rl.k=N wins
@@ -171,7 +176,7 @@ def experiment(
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if config.user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
-                       config.real.int_bounds, env)
+                       config.real.int_bounds, env, torch, torch_optimizer)
 
     from tracking.progress import say
 

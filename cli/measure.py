@@ -13,7 +13,7 @@ import time
 import typer
 
 from cli.common import _check_model, _fail, _prepare_graph, _write_json, app, max_graph_mb_option, parse_int_bounds
-from cli.options import GraphDef, IntBound, Json, Keras, Model, OutDir, SavedModel, Signature, Size, TrackingUri
+from cli.options import GraphDef, IntBound, Json, Keras, Model, OutDir, SavedModel, Signature, Size, Torch, TorchOptimizer, TrackingUri
 from cli.runtime import preflight, run_flow
 
 
@@ -194,6 +194,8 @@ def train(
     tracking_uri: TrackingUri = None,
     graph_def: GraphDef = None,
     keras: Keras = None,
+    torch: Torch = None,
+    torch_optimizer: TorchOptimizer = "adam",
     saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
     signature: Signature = None,
@@ -205,16 +207,18 @@ def train(
     from placer import LEARNER_NAMES as LEARNERS
 
     from cli.common import cli_graph_source
-    from compgraph.frontends import is_user_graph
+    from compgraph.frontends import is_user_graph, tensorflow_source
 
-    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature)
+    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
     user_graph = is_user_graph(source)
+    if env != "sim" and not tensorflow_source(source):
+        _fail(f"--env: {env!r} runs a TensorFlow GraphDef; a PyTorch step is measured in the simulator only (--env sim)")
     int_bounds = parse_int_bounds(int_bound, user_graph)
     if user_graph and model is not None:
-        _fail("give --model or a user's graph (--graph-def, --saved-model, --keras), not both")
+        _fail("give --model or a user's graph (--graph-def, --saved-model, --keras, --torch), not both")
     if not user_graph:
         if model is None:
-            _fail("give --model (a benchmark: see `placement models`) or a user's graph (--graph-def, --saved-model, --keras)")
+            _fail("give --model (a benchmark: see `placement models`) or a user's graph (--graph-def, --saved-model, --keras, --torch)")
         _check_model(model, size)
     spec = _load_spec(cluster)
     # any placement trains: over the prepared groups, a learner's own units or every op (m_topo, m_etf, m_sct)
@@ -234,7 +238,8 @@ def train(
         _check_cost_table(cost_table, model, size, spec)
     preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
     if user_graph:  # the user's graph checked before the flow starts (one line, exit 2)
-        _prepare_graph(model, size, graph_def, keras, None, None, None, seed, saved_model, signature, int_bounds, env)
+        _prepare_graph(model, size, graph_def, keras, None, None, None, seed, saved_model, signature, int_bounds, env,
+                       torch, torch_optimizer)
     from flows.measure import placement_train
 
     start = time.perf_counter()

@@ -10,7 +10,8 @@ import typer
 from cli.common import check_json_path
 
 _SIZES = ("small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 "
-          "(Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt); `placement models` lists each")
+          "(Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt), gpt2 and 6.7b (gpt); `placement "
+          "models` lists each")
 
 # the graph: a benchmark, or a user's graph (compgraph.frontends)
 Model = Annotated[str, typer.Option(help="benchmark name (see `placement models`), or give a user's graph")]
@@ -18,6 +19,12 @@ Size = Annotated[str, typer.Option(help=_SIZES)]
 GraphDef = Annotated[str, typer.Option("--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model")]
 Keras = Annotated[str, typer.Option("--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 "
                                                     "model or (keras model, input specs), instead of --model")]
+Torch = Annotated[str, typer.Option("--torch", help="MODULE:FUNCTION (imported from the current folder) returning (module, "
+                                                    "example_args), where module(*example_args) is the scalar training "
+                                                    "loss; the step (forward, backward, --torch-optimizer's update) is "
+                                                    "captured at the ATen level on meta tensors, instead of --model")]
+TorchOptimizer = Annotated[str, typer.Option("--torch-optimizer", help="with --torch: sgd | adam, the update the captured "
+                                                                       "step ends with (torch.optim's defaults)")]
 SavedModel = Annotated[str, typer.Option("--saved-model", help="a SavedModel folder whose --signature is a tf.function "
                                                                "training step, instead of --model")]
 Signature = Annotated[str, typer.Option("--signature", help="the SavedModel signature of the training step (default: its only one)")]

@@ -84,7 +84,17 @@ class KerasSource(_Source):
     spec: str
 
 
-GraphSource = Annotated[Union[BenchmarkSource, GraphDefSource, SavedModelSource, KerasSource],
+class TorchSource(_Source):
+    """``MODULE:FUNCTION`` returning ``(torch module, example_args)``, resolved from the current
+    folder; ``module(*example_args)`` is the scalar training loss, and the captured step adds
+    the backward and ``optimizer``'s update (:func:`compgraph.torch_step.load_torch_step`)."""
+
+    kind: Literal["torch"] = "torch"
+    spec: str
+    optimizer: Literal["sgd", "adam"] = "adam"
+
+
+GraphSource = Annotated[Union[BenchmarkSource, GraphDefSource, SavedModelSource, KerasSource, TorchSource],
                         Field(discriminator="kind")]
 """Any graph source, told apart by ``kind``."""
 
@@ -166,19 +176,42 @@ register(user_frontend("saved_model", SavedModelSource, _load_saved_model, lambd
 register(user_frontend("keras", KerasSource, _load_keras, lambda s: (f"keras {s.spec!r}", s.spec)))
 
 
+def _prepare_torch(src: TorchSource, grouper=None, num_groups=None, seed=0, cache_dir=None, int_bounds=None):
+    """A user's PyTorch step: captured (:func:`compgraph.torch_step.load_torch_step`) and grouped
+    (default ``heuristic``); no GraphDef, so it is measured in the simulator only."""
+    from compgraph.grouping import check_grouper, default_num_groups, group
+    from compgraph.torch_step import load_torch_step
+
+    if int_bounds:
+        raise ValueError("int_bounds: for a TensorFlow graph's integer inputs; a PyTorch step is only simulated")
+    grouper = grouper or "heuristic"
+    if num_groups is None:
+        num_groups = default_num_groups(grouper)
+    check_grouper(grouper, None, num_groups, src.spec)
+    step = load_torch_step(src.spec, src.optimizer)
+    grouping = group(step.graph, grouper, None, num_groups, seed)
+    return PreparedGraph(None, "user", None, step.graph, grouping, None, (), dict(step.info))
+
+
+register(Frontend("torch", TorchSource, _prepare_torch))
+
+
 def graph_source(model: str | None = None, size: str = "small", graph_def: str | None = None,
                  keras: str | None = None, saved_model: str | None = None, signature: str | None = None,
-                 fetches: list[str] | None = None) -> GraphSource:
+                 fetches: list[str] | None = None, torch: str | None = None,
+                 torch_optimizer: str = "adam") -> GraphSource:
     """The source named by the flat options of the CLI and the flows: a user's graph when one of
-    ``graph_def``, ``saved_model`` and ``keras`` is given, else the benchmark ``model`` at ``size``.
+    ``graph_def``, ``saved_model``, ``keras`` and ``torch`` is given, else the benchmark ``model``
+    at ``size``.
 
     Raises:
-        ValueError: several of ``graph_def``, ``saved_model`` and ``keras``; ``signature``
-            without ``saved_model``; ``fetches`` without ``graph_def``.
+        ValueError: several of ``graph_def``, ``saved_model``, ``keras`` and ``torch``;
+            ``signature`` without ``saved_model``; ``fetches`` without ``graph_def``.
     """
-    given = [k for k, v in (("graph_def", graph_def), ("saved_model", saved_model), ("keras", keras)) if v is not None]
+    given = [k for k, v in (("graph_def", graph_def), ("saved_model", saved_model), ("keras", keras),
+                            ("torch", torch)) if v is not None]
     if len(given) > 1:
-        raise ValueError(f"give one of graph_def, saved_model and keras, not several ({', '.join(given)})")
+        raise ValueError(f"give one of graph_def, saved_model, keras and torch, not several ({', '.join(given)})")
     if signature is not None and saved_model is None:
         raise ValueError("signature is for saved_model")
     if fetches is not None and graph_def is None:
@@ -190,7 +223,22 @@ def graph_source(model: str | None = None, size: str = "small", graph_def: str |
         return SavedModelSource(path=str(saved_model), signature=signature)
     if keras is not None:
         return KerasSource(spec=keras)
+    if torch is not None:
+        return TorchSource(spec=torch, optimizer=torch_optimizer)  # type: ignore[arg-type]
     return BenchmarkSource(model=model or "rnnlm", size=size)
+
+
+def tensorflow_source(source: GraphSource) -> bool:
+    """True when ``source`` gives a TensorFlow ``GraphDef`` (real execution and grappler need one);
+    False for a PyTorch step, a user's (``torch``) or a benchmark's (``framework="torch"``)."""
+    if source.kind == "torch":
+        return False
+    if source.kind == "benchmark":
+        from compgraph.models import BENCHMARKS
+
+        bench = BENCHMARKS.get(source.model)
+        return bench is None or bench.framework == "tf"
+    return True
 
 
 def is_user_graph(source: GraphSource) -> bool:

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator, model_validator
 
-from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
+from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph, tensorflow_source
 from placer.configs import CONFIGS
 from tasks.choices import ClusterName, Count, EnvName, GrouperName, MethodName, NonNegative, NonNegativeFloat
 
@@ -201,6 +201,9 @@ class ExperimentConfig(BaseModel):
             if self.real.int_bounds:
                 raise ValueError("real.int_bounds is for a user's graph; a benchmark's integer inputs are bounded by "
                                  "its own tables")
+        if self.env != "sim" and not tensorflow_source(self.source):
+            raise ValueError(f"env: {self.env!r} runs a TensorFlow GraphDef; a PyTorch step is measured in the simulator "
+                             "only (env 'sim')")
         for m in self.resolved_methods:
             problem = BASELINES[m].problem(spec, user) if m in BASELINES else None
             if problem:
