@@ -368,7 +368,10 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
         module_of[op_name] = module
         index[n] = i_op
         for a in in_nodes:
-            edges.append(Edge(index[a], i_op, sum(ops[index[a]].output_bytes)))
+            if n.op == "call_function" and n.target is operator.getitem:  # one element of a's tuple
+                edges.append(Edge(index[a], i_op, sum(nbytes), src_output=int(n.args[1])))
+            else:
+                edges.append(Edge(index[a], i_op, sum(ops[index[a]].output_bytes)))
             readers.setdefault(base.get(a, a), []).append(i_op)
     # control edges may repeat or point from an op to itself (it read what it writes): drop those
     seen, unique = set(), []

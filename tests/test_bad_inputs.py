@@ -81,6 +81,12 @@ CASES = [
      "method 'expert' needs a benchmark's layer rules"),
     ("train-without-a-graph", ["train", "--method", "single_cpu", "--cluster", "cpu4"], "give --model"),
     ("two-graph-sources", ["experiment", "--graph-def", "DATA/garbage.pb", "--keras", "exits:build"], "not several"),
+    ("torch-spec-malformed", ["experiment", "--torch", "not a spec"], "torch spec 'not a spec': expected 'module:function'"),
+    ("torch-exits-on-import", ["graph-stats", "--torch", "exits:build"], "it called sys.exit(0)"),
+    ("torch-on-real", ["experiment", "--torch", "exits:build", "--env", "real"],
+     "a PyTorch step is measured in the simulator only"),
+    ("torch-benchmark-on-grappler", ["experiment", "--model", "gpt", "--env", "grappler"],
+     "a PyTorch step is measured in the simulator only"),
     # where results go
     ("unwritable-out-dir", ["experiment", "--out-dir", "DATA/README.md/runs"], "is not writable"),
     ("json-folder-impossible", ["baselines", "--json", "DATA/README.md/x.json"], "--json"),
