@@ -29,8 +29,12 @@ output shapes, dtypes and bytes come from the meta tensors; FLOPs from
 multiply-add), else :func:`aten_flops`'s rules (element-wise ops ``n(out)``, reductions
 ``n(in)``, softmax ``5 n``, normalization ``5 n`` forward and ``7 n`` backward, pooling
 ``n(out) kh kw``), else 0 and reported by name (:func:`step_coverage`); bytes accessed are the
-tensor inputs plus the outputs, 0 for a view; new memory is the outputs that alias no input;
-parameters, buffers and optimizer state are resident (``param_bytes``). Every op that writes a
+tensor inputs plus the outputs; new memory is the outputs that alias no input (0 for an in-place
+op); parameters, buffers and optimizer state are resident (``param_bytes``). A view (an op whose
+output aliases its input and writes nothing: ``view``, ``t``, ``expand``, ``split``...) and an
+element of a tuple output (``getitem``) are not ops: they are folded into the op that holds their
+memory, whose readers they become (the edge carries the view's bytes, the largest once per pair of
+ops), so a tensor stays live until its last reader through any view. Every op that writes a
 parameter, buffer or optimizer state in place (its schema marks the argument written) is
 co-located with it, and a write comes after every earlier reader of the tensor it writes (a
 control edge), so a placement never splits an update from its state.
@@ -300,6 +304,7 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
     base: dict[Any, Any] = {}  # node -> the node whose storage it aliases (itself if none)
     module_of: dict[str, str] = {}
     readers: dict[Any, list[int]] = {}  # base node -> ops that read it so far
+    folded: dict[Any, tuple[int, int]] = {}  # a view or tuple element -> (the op holding its memory, its output)
     edges: list[Edge] = []
     ph = 0
     for n in nodes:
@@ -308,7 +313,7 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
         shapes = [tuple(int(d) for d in t.shape) for t in outs]
         nbytes = [_tensor_bytes(t) for t in outs]
         op_type, flops, accessed, alloc, param_bytes, colocate = n.op, 0.0, 0.0, 0, 0, []
-        in_nodes = [a for a in n.all_input_nodes if a in index]
+        in_nodes = list(n.all_input_nodes)
         if n.op == "placeholder":
             op_name = resident_names[ph] if ph < resident else f"input/{ph - resident}"
             op_type = "Parameter" if ph < resident else "Input"
@@ -331,10 +336,11 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
             target = n.target
             in_tensors = [a.meta.get("val") for a in n.all_input_nodes]
             in_bytes = sum(_tensor_bytes(t) for v in in_tensors for t in _tensors(v))
-            if target is operator.getitem:
-                op_type = "getitem"
+            if target is operator.getitem:  # an element of a tuple: folded into the op that made it
                 base[n] = n
-                alloc = 0  # the tuple's element: allocated by the op that made the tuple
+                src, _ = _source(n.args[0], index, folded)
+                folded[n] = (src, int(n.args[1]))
+                continue
             elif isinstance(target, torch._ops.OpOverload):
                 op_type = f"aten.{target.overloadpacket.__name__}"
                 schema = target._schema
@@ -348,8 +354,10 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
                 flops = 0.0 if f is None else f
                 if f is None:
                     uncosted.add(op_type)
-                is_view = aliased_out and not written
-                accessed = 0.0 if is_view else float(in_bytes + sum(nbytes))
+                if aliased_out and not written and first in base:  # a view: folded into the op holding its memory
+                    folded[n] = _source(first, index, folded)
+                    continue
+                accessed = float(in_bytes + sum(nbytes))
                 alloc = 0 if aliased_out else sum(nbytes)
                 for i in written:
                     arg = n.args[i] if i < len(n.args) else n.kwargs.get(schema.arguments[i].name)
@@ -367,23 +375,28 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
                       gpu_kernel=True, colocation=sorted(set(colocate))))
         module_of[op_name] = module
         index[n] = i_op
-        for a in in_nodes:
-            if n.op == "call_function" and n.target is operator.getitem:  # one element of a's tuple
-                edges.append(Edge(index[a], i_op, sum(nbytes), src_output=int(n.args[1])))
-            else:
-                edges.append(Edge(index[a], i_op, sum(ops[index[a]].output_bytes)))
+        for a in in_nodes:  # the bytes of what it reads: a tensor, a view of one, one element of a tuple
+            src, k = _source(a, index, folded)
+            edges.append(Edge(src, i_op, sum(_tensor_bytes(t) for t in _tensors(a.meta.get("val"))), src_output=k))
             readers.setdefault(base.get(a, a), []).append(i_op)
-    # control edges may repeat or point from an op to itself (it read what it writes): drop those
-    seen, unique = set(), []
+    # one edge per (src, dst, kind): several views of one tensor read by one op move it once (the largest
+    # view's bytes); a control edge from an op to itself (it read what it writes) is dropped
+    merged: dict[tuple[int, int, bool], Edge] = {}
     for e in edges:
         key = (e.src, e.dst, e.control)
-        if e.src != e.dst and key not in seen:
-            seen.add(key)
-            unique.append(e)
+        if e.src != e.dst and (key not in merged or e.bytes > merged[key].bytes):
+            merged[key] = e
+    unique = list(merged.values())
     names = [op.name for op in ops]
     if len(set(names)) != len(names):
         raise TorchStepError(f"{name}: two ops share a name")
     return OpGraph(name=name, ops=ops, edges=unique, fetches=[]), module_of, uncosted
+
+
+def _source(node, index: dict, folded: dict) -> tuple[int, int]:
+    """``(op index, output)`` holding the memory that ``node`` reads: its own op, or for a folded view
+    or tuple element the op that allocated it."""
+    return folded[node] if node in folded else (index[node], 0)
 
 
 def _meta_of(a):

@@ -61,9 +61,9 @@ def test_every_update_is_colocated_with_the_state_it_writes_and_comes_after_its_
     colocated = {c for op in writes for c in op.colocation}
     assert colocated == {f"{p}{s}" for p in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")
                          for s in ("", "/Adam", "/Adam_1")}
-    # views of a parameter (the forward's transposes) alias it: no new memory, no traffic
-    t = next(op for op in g.ops if op.type == "aten.t")
-    assert t.alloc_bytes == 0 and t.bytes_accessed == 0
+    # views (the forward's transposes of a weight) and tuple elements are folded into the op holding their memory:
+    # the backward's mm reads fc2.weight itself, so the weight's memory lives until its last reader through a view
+    assert not {"aten.t", "aten.view", "aten.detach", "getitem"} & {op.type for op in g.ops}
     # the write of fc2.weight comes after every op that reads fc2.weight (the backward's mm through its transpose)
     p = index["fc2.weight"]
     write = next(index[op.name] for op in writes if op.name.startswith("update/fc2.weight/") and "fc2.weight" in op.colocation)
