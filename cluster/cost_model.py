@@ -8,7 +8,10 @@
     t(o, d) = op_overhead_s(d) + (max(compute, memory)   if spec.compute_memory_overlap
                                   else compute + memory)
 
-where ``software_flops_fraction`` is a named software term (the share of the chip's peak the
+where ``peak_flops(d)`` is the FP32 peak, or for a dense op or convolution the peak of the
+device's matrix units in the op's precision when it has them (``tensor_peak_flops``: an op of
+dtype ``bfloat16``/``float16``, or ``float32`` run as TF32 when ``tf32_matmul``/``tf32_conv``
+says the framework does), and ``software_flops_fraction`` is a named software term (the share of the chip's peak the
 software's kernels can issue, e.g. an SSE-only TensorFlow wheel on an AVX2-FMA CPU), and the
 achieved compute efficiency depends on the op's type and size::
 
@@ -74,17 +77,46 @@ def op_features(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return flops, nbytes, cls
 
 
-def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarray, spec: ClusterSpec) -> np.ndarray:
-    """:func:`op_time_matrix` from precomputed :func:`op_features` (for fits that vary the spec)."""
+#: Op precisions told apart by the matrix units' peaks (:func:`op_precisions`); anything else is FP32.
+PRECISIONS = ("float32", "bfloat16", "float16")
+
+
+def op_precisions(graph: OpGraph) -> np.ndarray:
+    """``[num_ops]`` int: each op's index in :data:`PRECISIONS` (0, FP32, for any other dtype)."""
+    index = {p: i for i, p in enumerate(PRECISIONS)}
+    return np.array([index.get(op.dtype, 0) for op in graph.ops], dtype=np.int64)
+
+
+def dense_peaks(dev) -> np.ndarray:
+    """``[3 op classes, 3 precisions]`` peak FLOP/s of ``dev`` (a :class:`cluster.spec.Device`): the
+    matrix units' ``tensor_peak_flops`` for dense ops and convolutions where the device has them
+    (FP32 as TF32 where ``tf32_matmul``/``tf32_conv``), else ``peak_flops``."""
+    t = dev.tensor_peak_flops
+    out = np.full((3, len(PRECISIONS)), dev.peak_flops, dtype=np.float64)
+    for cls, tf32 in ((0, dev.tf32_matmul), (1, dev.tf32_conv)):
+        if tf32 and "tf32" in t:
+            out[cls, 0] = t["tf32"]
+        for i, p in enumerate(PRECISIONS[1:], start=1):
+            if p in t:
+                out[cls, i] = t[p]  # type: ignore[index]
+    return out
+
+
+def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarray, spec: ClusterSpec,
+                           precision: np.ndarray | None = None) -> np.ndarray:
+    """:func:`op_time_matrix` from precomputed :func:`op_features` (for fits that vary the spec);
+    ``precision``: :func:`op_precisions` (``None``: every op FP32)."""
     n, d = len(flops), len(spec.devices)
+    prec = np.zeros(n, dtype=np.int64) if precision is None else precision
     out = np.empty((n, d), dtype=np.float64)
     for j, dev in enumerate(spec.devices):
         eff = np.array([dev.dense_efficiency, dev.conv_efficiency, dev.other_efficiency])[cls]
         if dev.half_efficiency_flops > 0:
             sized = cls < 2
             eff = np.where(sized, eff * flops / np.maximum(flops + dev.half_efficiency_flops, 1e-300), eff)
+        peak = dense_peaks(dev)[cls, prec] if dev.tensor_peak_flops else dev.peak_flops
         with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(flops > 0, flops / (dev.peak_flops * dev.software_flops_fraction * eff), 0.0)
+            compute = np.where(flops > 0, flops / (peak * dev.software_flops_fraction * eff), 0.0)
         memory = nbytes / (dev.memory_bandwidth * dev.memory_efficiency)
         body = np.maximum(compute, memory) if spec.compute_memory_overlap else compute + memory
         out[:, j] = body + dev.op_overhead_s
@@ -93,7 +125,7 @@ def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarra
 
 def op_time_matrix(graph: OpGraph, spec: ClusterSpec) -> np.ndarray:
     """Seconds each op takes on each device: float64 array ``[num_ops, num_devices]`` (module docstring)."""
-    return op_times_from_features(*op_features(graph), spec)
+    return op_times_from_features(*op_features(graph), spec, op_precisions(graph))
 
 
 def effective_link(spec: ClusterSpec, a: int, b: int) -> LinkSpec:

@@ -92,6 +92,14 @@ class Device(_Strict):
         tf_device: optional TensorFlow device string this device runs on in real execution
             (:mod:`cluster.real`), e.g. ``/device:CPU:1``; ``None`` lets the real environment
             map it (CPUs to ``/device:CPU:k``, GPUs to the GPUs that exist). The simulator ignores it.
+        tensor_peak_flops: peak FLOP/s of the device's matrix units (tensor cores) by input
+            precision, dense (no structured sparsity): keys ``tf32``, ``bfloat16``, ``float16``.
+            A dense op or convolution in that precision runs against it instead of
+            ``peak_flops`` (:mod:`cluster.cost_model`); empty (the default, and every GPU before
+            Volta) means ``peak_flops`` for every precision.
+        tf32_matmul, tf32_conv: named software terms: the framework runs FP32 matrix products /
+            convolutions on the TF32 tensor cores (PyTorch's ``torch.backends.cuda.matmul.allow_tf32``,
+            default off since 1.12, and ``torch.backends.cudnn.allow_tf32``, default on).
         compute_pool: optional name of the executor this device shares with others. Devices
             that name the same pool run one op at a time between them, in the order ops became
             ready (as one device does alone): e.g. logical TensorFlow CPU devices of one process,
@@ -116,6 +124,9 @@ class Device(_Strict):
     model: str = ""
     tf_device: str | None = Field(None, pattern=r"^/(device:)?(CPU|GPU|cpu|gpu):\d+$")
     compute_pool: str | None = Field(None, pattern=r"^\S+$")
+    tensor_peak_flops: dict[Literal["tf32", "bfloat16", "float16"], PositiveFloat] = {}
+    tf32_matmul: bool = False
+    tf32_conv: bool = False
 
     @property
     def tensor_capacity_bytes(self) -> float:

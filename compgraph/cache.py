@@ -112,6 +112,7 @@ def op_to_dict(op: Op) -> dict:
         "param_bytes": int(op.param_bytes),
         "gpu_kernel": bool(op.gpu_kernel),
         "colocation": list(op.colocation),
+        "dtype": op.dtype,
     }
 
 
@@ -128,6 +129,7 @@ def op_from_dict(d: dict) -> Op:
         param_bytes=int(d["param_bytes"]),
         gpu_kernel=bool(d["gpu_kernel"]),
         colocation=list(d["colocation"]),
+        dtype=str(d.get("dtype", "float32")),
     )
 
 

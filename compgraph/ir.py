@@ -33,6 +33,9 @@ class Op:
         gpu_kernel: TensorFlow's kernel registry has a GPU kernel for this op type.
         colocation: names of ops this op must share a device with (TensorFlow's
             ``_class`` colocation attribute and ops reached through resource inputs).
+        dtype: the precision its FLOPs run in (``float32``, ``bfloat16``, ``float16``...): the
+            matrix units' peak a GPU offers a dense op or convolution depends on it
+            (:mod:`cluster.cost_model`). ``float32`` for the TensorFlow importer's ops.
     """
 
     name: str
@@ -45,6 +48,7 @@ class Op:
     param_bytes: int = 0
     gpu_kernel: bool = True
     colocation: list[str] = field(default_factory=list)
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)

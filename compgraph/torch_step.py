@@ -24,7 +24,7 @@ its parameter's module. Op names are ``<module>/<node>`` (forward), ``gradients/
 buffers and optimizer state are the placeholders named after them, inputs ``input/<k>``.
 
 **Per op** (:class:`compgraph.ir.Op`): ``type`` is the ATen overload packet (``aten.mm``);
-output shapes, dtypes and bytes come from the meta tensors; FLOPs from
+output shapes and bytes come from the meta tensors, ``dtype`` from its first floating output; FLOPs from
 ``torch.utils.flop_counter``'s formulas (matrix products, convolutions, attention; 2 FLOP per
 multiply-add), else :func:`aten_flops`'s rules (element-wise ops ``n(out)``, reductions
 ``n(in)``, softmax ``5 n``, normalization ``5 n`` forward and ``7 n`` backward, pooling
@@ -370,9 +370,11 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
             else:
                 raise TorchStepError(f"{name}: node {n.name}: unsupported call {n.target!r}")
         i_op = len(ops)
+        floats = [t.dtype for t in outs if t.dtype.is_floating_point]
+        dtype = str(floats[0]).removeprefix("torch.") if floats else "float32"
         ops.append(Op(name=op_name, type=op_type, output_shapes=shapes, output_bytes=nbytes, flops=flops,
                       bytes_accessed=accessed, alloc_bytes=int(alloc), param_bytes=int(param_bytes),
-                      gpu_kernel=True, colocation=sorted(set(colocate))))
+                      gpu_kernel=True, colocation=sorted(set(colocate)), dtype=dtype))
         module_of[op_name] = module
         index[n] = i_op
         for a in in_nodes:  # the bytes of what it reads: a tensor, a view of one, one element of a tuple

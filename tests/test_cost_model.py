@@ -94,3 +94,21 @@ def test_allocator_overhead_decides_oom(engine):
         spec = _spec(memory=1000, gpu_extra=dict(allocator_overhead=overhead))
         r = engine(g, spec).run(np.array([1]))
         assert r.oom is oom and r.peak_memory_bytes[1] == 600
+
+
+def test_peaks_by_precision_on_tensor_cores():
+    """GPU: FP32 1e12, tensor cores TF32 8e12, BF16 16e12, FP16 16e12; TF32 for convolutions only
+    (PyTorch's defaults). 1e9 FLOP, 0 bytes, efficiency 1, overhead 1e-5:
+    aten.mm bf16 -> 1e9 / 16e12 = 6.25e-5; aten.mm fp32 (no TF32 for products) -> 1e-3;
+    aten.convolution fp32 (TF32) -> 1.25e-4; aten.mul bf16 (not a matrix op) -> 1e-3; fp16 mm -> 6.25e-5.
+    The CPU has no tensor cores: every op at its 1e11."""
+    ops = [Op("a", "aten.mm", [(1,)], [0], 1e9, dtype="bfloat16"), Op("b", "aten.mm", [(1,)], [0], 1e9),
+           Op("c", "aten.convolution", [(1,)], [0], 1e9), Op("d", "aten.mul", [(1,)], [0], 1e9, dtype="bfloat16"),
+           Op("e", "aten.mm", [(1,)], [0], 1e9, dtype="float16")]
+    spec = _spec(gpu_extra=dict(tensor_peak_flops={"tf32": 8e12, "bfloat16": 16e12, "float16": 16e12},
+                                tf32_conv=True))
+    t = op_time_matrix(OpGraph("g", ops, []), spec)
+    assert t[:, 1] == pytest.approx(np.array([6.25e-5, 1e-3, 1.25e-4, 1e-3, 6.25e-5]) + 1e-5)
+    assert t[:, 0] == pytest.approx([1e9 / 1e11] * 5)
+    # without tensor-core figures (every GPU before Volta) the precision changes nothing
+    assert op_time_matrix(OpGraph("g", ops, []), _spec())[:, 1] == pytest.approx([1e-3 + 1e-5] * 5)

@@ -112,3 +112,61 @@ def test_rounded_values_stay_inside_their_bounds():
     assert out == {"transfer.bandwidth_efficiency": 0.1905, "transfer.send_recv_overhead_s": 0.001,
                    "gpu.dense_efficiency": 0.616153}
     check_bounds(out)
+
+
+#: (preset, GPUs, CPU FP32 FLOP/s, CPU GB/s, GPU FP32, TF32, BF16 FLOP/s, GPU GB/s, GPU-GPU and CPU-GPU GB/s per
+#: direction, RAM TB), from the datasheets cluster/servers.py cites, written out here by hand.
+SERVER_DATASHEETS = [
+    ("a100x8", 8, 2 * 64 * 2.25e9 * 32, 2 * 204.8e9, 19.5e12, 156e12, 312e12, 2039e9, 300e9, 31.5e9, 2),
+    ("h100x8", 8, 2 * 56 * 2.0e9 * 64, 2 * 307.2e9, 67e12, 989e12 / 2, 1979e12 / 2, 3350e9, 450e9, 63.0e9, 2),
+    ("a100x4-pcie", 4, 2 * 64 * 2.25e9 * 32, 2 * 204.8e9, 19.5e12, 156e12, 312e12, 1935e9, 31.5e9, 31.5e9, 1),
+]
+
+
+@pytest.mark.parametrize("name, gpus, cpu_flops, cpu_bw, fp32, tf32, bf16, gpu_bw, gpu_link, host_link, ram_tb",
+                         SERVER_DATASHEETS)
+def test_server_presets_match_their_datasheets(name, gpus, cpu_flops, cpu_bw, fp32, tf32, bf16, gpu_bw, gpu_link,
+                                               host_link, ram_tb):
+    from cluster.servers import SERVER_CHIPS, SERVERS, build_server_spec
+
+    spec = load_cluster(name)
+    assert spec == build_server_spec(SERVERS[name])  # the shipped YAML is what the module builds
+    cpu, *gpu = spec.devices
+    assert len(gpu) == gpus and cpu.peak_flops == pytest.approx(cpu_flops) and cpu.memory_bandwidth == pytest.approx(cpu_bw)
+    assert cpu.memory_bytes == pytest.approx(ram_tb * 1e12)
+    for d in gpu:
+        assert d.peak_flops == pytest.approx(fp32) and d.memory_bandwidth == pytest.approx(gpu_bw)
+        assert d.tensor_peak_flops["tf32"] == pytest.approx(tf32, rel=1e-3)
+        assert d.tensor_peak_flops["bfloat16"] == pytest.approx(bf16, rel=1e-3) == d.tensor_peak_flops["float16"]
+        assert d.memory_bytes == 80e9 and not d.tf32_matmul and d.tf32_conv  # PyTorch's defaults
+    assert spec.raw_link(1, 2).bandwidth == pytest.approx(gpu_link, rel=1e-3)
+    assert spec.raw_link(0, 1).bandwidth == pytest.approx(host_link, rel=1e-3)
+    server = SERVERS[name]
+    for chip in (SERVER_CHIPS[server.cpu], SERVER_CHIPS[server.gpu]):
+        assert set(chip.sources) <= set(spec.sources)
+    # the chip-independent terms are the K80 fit's; the software terms sit inside their physical bounds
+    k80 = {d.kind: d for d in load_cluster("k80x2").devices}
+    assert gpu[0].dense_efficiency == k80["gpu"].dense_efficiency and cpu.memory_efficiency == k80["cpu"].memory_efficiency
+    bounds = {p.key: (p.lo, p.hi) for p in FIT_PARAMS}
+    for key, value in (("gpu.op_overhead_s", gpu[0].op_overhead_s),
+                       ("transfer.send_recv_overhead_s", spec.transfer.send_recv_overhead_s),
+                       ("transfer.bandwidth_efficiency", spec.transfer.bandwidth_efficiency)):
+        lo, hi = bounds[key]
+        assert lo <= value <= hi
+
+
+@pytest.mark.slow  # the 6.7B capture: about 25 s here
+def test_a_6_7b_decoder_fits_no_single_gpu_of_today_but_a_server():
+    """The 6.7B step (weights and Adam moments: 80 GB) is OOM on one 80 GB GPU; layers split over 8 fit."""
+    pytest.importorskip("torch")
+    from baselines import BASELINES, BaselineContext
+    from cluster.simulator import Simulator
+    from compgraph.frontends import BenchmarkSource, prepare_source
+
+    prepared = prepare_source(BenchmarkSource(model="gpt", size="6.7b"))
+    spec = load_cluster("a100x8")
+    ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
+    sim = Simulator(prepared.graph, spec)
+    one = sim.run(prepared.grouping.expand(BASELINES["single_gpu"](ctx)))
+    split = sim.run(prepared.grouping.expand(BASELINES["expert"](ctx)))
+    assert one.oom and not split.oom
