@@ -251,6 +251,7 @@ from cli import learners  # noqa: E402,F401  (registers compare-learners)
 from cli import reproduce  # noqa: E402,F401  (registers reproduce)
 from cli import baselines  # noqa: E402,F401  (registers baselines)
 from cli import compare  # noqa: E402,F401  (registers compare, log-run)
+from cli import export  # noqa: E402,F401  (registers export)
 
 if __name__ == "__main__":  # `python -m cli.main`: run the module whose app the sub-modules registered on
     from cli.main import main as _main

@@ -129,7 +129,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
     tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{c.env}")  # filters in the UI
-    recorder.log_params(graph_params(prepared, size, spec, c.grouping.num_groups))
+    recorder.log_params(graph_params(prepared, size, spec, c.grouping.num_groups, c.source))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
     # baselines, then the learners' searches (in-process or on Ray)
@@ -158,5 +158,5 @@ def run_experiment(config: ExperimentConfig) -> dict:
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect
     with stage("record"):
         record, result = experiment_outcome(prepared, size, spec, c.env, methods, c.budget, c.seed, learner_options,
-                                            searches, results, summary, refs, training, uri, flow_run_id)
+                                            searches, results, summary, refs, training, uri, flow_run_id, c.source)
         return save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, track.spool)

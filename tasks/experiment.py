@@ -31,22 +31,33 @@ def options_param(learner_options: dict | None) -> str:
     return json.dumps(learner_options or {}, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def graph_params(prepared: PreparedGraph, size: str, spec: ClusterSpec, num_groups: int | None = None) -> dict:
+def source_param(source) -> str | None:
+    """The graph source as the MLflow parameter ``source`` (its JSON), so that ``placement export``
+    can prepare the same graph again; ``None`` when not known."""
+    return None if source is None else source.model_dump_json()
+
+
+def graph_params(prepared: PreparedGraph, size: str, spec: ClusterSpec, num_groups: int | None = None,
+                 source=None) -> dict:
     """The MLflow parameters known once the graph is prepared: model, size, cluster, op count,
     grouper, the grouper's target number of groups (``num_groups_target``: ``num_groups``, else
-    the grouper's default; ``none`` for a grouper that sets its own) and the groups it formed
-    (``groups``)."""
+    the grouper's default; ``none`` for a grouper that sets its own), the groups it formed
+    (``groups``) and, given, the graph source (``source``: :func:`source_param`)."""
     from compgraph.grouping import default_num_groups
 
     target = num_groups if num_groups is not None else default_num_groups(prepared.grouping.grouper)
-    return {"model": prepared.name, "size": size, "cluster": spec.name, "ops": prepared.graph.num_ops,
-            "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper,
-            "num_groups_target": "none" if target is None else target}
+    out = {"model": prepared.name, "size": size, "cluster": spec.name, "ops": prepared.graph.num_ops,
+           "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper,
+           "num_groups_target": "none" if target is None else target}
+    if source is not None:
+        out["source"] = source_param(source)
+    return out
 
 
 def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, env: str, methods: list[str], budget: int,
                        seed: int, learner_options: dict | None, searches: LearnerSearches, results: dict, summary: dict,
-                       refs: dict, training: dict, tracking_uri: str, flow_run_id: str | None) -> tuple[dict, dict]:
+                       refs: dict, training: dict, tracking_uri: str, flow_run_id: str | None,
+                       source=None) -> tuple[dict, dict]:
     """``(record, result)`` of one experiment.
 
     Args:
@@ -54,6 +65,7 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
         results, summary: :func:`tasks.search.evaluate`'s pair (``results`` gets the ratio columns).
         refs: :func:`baselines.report.reference_points`'s dict (lower bound, optimum).
         training: :func:`tasks.measure.train_best`'s dict (method -> training result).
+        source: the graph source, recorded as the parameter ``source`` (:func:`source_param`).
     Returns:
         ``record``: the keyword arguments of :func:`tracking.record_experiment` but the store
         (params, results, summary with the reference metrics, method_params, curves,
@@ -71,6 +83,8 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
               "k": learner_setting("rl", "k", learner_options), "seed": seed, "env": env, "ops": prepared.graph.num_ops,
               "learner_options": options_param(learner_options),
               "groups": prepared.grouping.num_groups, "grouper": prepared.grouping.grouper}
+    if source is not None:
+        params["source"] = source_param(source)
     params.update(prepared.run_params())  # a user's graph: how it was imported (loops unrolled or kept as one iteration)
     record = dict(params=params, results=results, summary={**summary, **ref_metrics}, method_params=method_params,
                   curves=searches.curves, prefect_flow_run_id=flow_run_id, extra_artifacts=searches.extra_artifacts)
