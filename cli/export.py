@@ -1,4 +1,5 @@
-"""``placement export``: one method's placement of a finished run, per op, as JSON or as a TensorFlow GraphDef."""
+"""``placement export``: one method's placement of a finished run, per op, as JSON, a TensorFlow GraphDef
+or a placed ``torch.fx`` step."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ def export_command(
     run: str = typer.Argument(..., help="a run folder (runs/<stamp>-...) or the experiment's MLflow run id"),
     method: str = typer.Option(..., help="the method whose placement to export (a baseline or a learner of the run)"),
     fmt: str = typer.Option("json", "--format", help="json (op -> device, every method) | tf (the GraphDef with "
-                                                     "device fields, which TensorFlow imports and runs)"),
+                                                     "device fields, which TensorFlow imports and runs) | torch (a "
+                                                     "Python file: the captured step's torch.fx code, placed, with "
+                                                     "the transfers inserted)"),
     output: str = typer.Option(None, "--output", help="the file to write (default: <method>-placement.json or .pb "
                                                       "in the current folder)"),
     device_map: str = typer.Option(None, help="SPEC_DEVICE=TARGET,...: the target machine's device names, e.g. "
@@ -23,13 +26,14 @@ def export_command(
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache of benchmarks (default: <out-dir>/graph-cache)"),
 ) -> None:
     """Export one method's placement of a finished experiment at op level: the JSON op -> device map
-    (group methods expanded to their ops), or the step's TensorFlow GraphDef with each node's device set."""
+    (group methods expanded to their ops), the step's TensorFlow GraphDef with each node's device
+    set, or a PyTorch step's placed torch.fx code with the transfers inserted."""
     from pathlib import Path
 
     from tracking import default_tracking_uri
     from tracking.export import ExportError, export_placement, parse_device_map
 
-    out = output or f"{method}-placement.{'pb' if fmt == 'tf' else 'json'}"
+    out = output or f"{method}-placement.{ {'tf': 'pb', 'torch': 'py'}.get(fmt, 'json')}"
     try:
         done = export_placement(run, method, fmt, out, parse_device_map(device_map),
                                 tracking_uri or default_tracking_uri(out_dir),

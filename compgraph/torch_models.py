@@ -238,17 +238,25 @@ def gpt_expert_layer(op_name: str, cfg: GPTConfig) -> int:
     return 0 if path in ("wte", "wpe") or op_name.startswith("input/") else cfg.layers - 1
 
 
-def build_resnet(cfg: ResNetConfig):
-    """The captured SGD training step of ResNet-50 at ``cfg`` (an :class:`compgraph.ir.OpGraph`)."""
+def capture_benchmark(name: str, cfg):
+    """The captured training step (:class:`compgraph.torch_step.CapturedStep`) of the PyTorch benchmark
+    ``name`` (``resnet50_torch``: SGD; ``gpt``: Adam) at ``cfg``."""
     from compgraph.torch_step import capture_training_step
 
-    model, args = resnet50(cfg)
-    return capture_training_step(model, args, optimizer="sgd", name="resnet50_torch").graph
+    if name == "resnet50_torch":
+        (model, args), optimizer = resnet50(cfg), "sgd"
+    elif name == "gpt":
+        (model, args), optimizer = gpt(cfg), "adam"
+    else:
+        raise ValueError(f"unknown PyTorch benchmark {name!r}; valid: resnet50_torch, gpt")
+    return capture_training_step(model, args, optimizer=optimizer, name=name)
+
+
+def build_resnet(cfg: ResNetConfig):
+    """The captured SGD training step of ResNet-50 at ``cfg`` (an :class:`compgraph.ir.OpGraph`)."""
+    return capture_benchmark("resnet50_torch", cfg).graph
 
 
 def build_gpt(cfg: GPTConfig):
     """The captured Adam training step of the GPT decoder at ``cfg`` (an :class:`compgraph.ir.OpGraph`)."""
-    from compgraph.torch_step import capture_training_step
-
-    model, args = gpt(cfg)
-    return capture_training_step(model, args, optimizer="adam", name="gpt").graph
+    return capture_benchmark("gpt", cfg).graph

@@ -85,11 +85,16 @@ class CapturedStep:
             ``ops_unknown_shape``, ``ops_without_flops_rule`` and ``op_types_without_flops_rule``
             (:func:`step_coverage`).
         module_of: op name -> module path (``""`` for the root module and the placeholders).
+        gm: the traced ``torch.fx.GraphModule`` (ATen ops on meta tensors; :func:`placed_module`).
+        holder: fx node name -> the name of the op holding its memory (itself, or for a folded
+            view or tuple element the op that allocated it).
     """
 
     graph: OpGraph
     info: dict = field(default_factory=dict)
     module_of: dict[str, str] = field(default_factory=dict)
+    gm: Any = None
+    holder: dict[str, str] = field(default_factory=dict)
 
 
 def _tensor_bytes(t) -> int:
@@ -278,16 +283,17 @@ def capture_training_step(module, example_args, optimizer: str = "adam", name: s
         while open_annotations:  # a module whose forward raised
             open_annotations.pop().__exit__(None, None, None)
     resident_names = pnames + bnames + [f"{pnames[i // 2]}/Adam" + ("_1" if i % 2 else "") for i in range(len(slots))]
-    graph, module_of, uncosted = _to_op_graph(gm, resident_names, name)
+    graph, module_of, uncosted, holder = _to_op_graph(gm, resident_names, name)
     info = {"format": "torch", "optimizer": optimizer, "parameters": int(sum(p.numel() for p in params)),
             "parameter_bytes": int(sum(_tensor_bytes(p) for p in params)), **step_coverage(graph, uncosted)}
-    return CapturedStep(graph, info, module_of)
+    return CapturedStep(graph, info, module_of, gm, holder)
 
 
-def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dict[str, str], set[str]]:
+def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dict[str, str], set[str], dict[str, str]]:
     """The traced ``GraphModule`` as an :class:`OpGraph` (module docstring), with op name -> module
-    path and the op types that no FLOPs rule covers. ``resident_names``: the names of the first
-    placeholders (parameters, buffers, optimizer state); the rest are the inputs."""
+    path, the op types that no FLOPs rule covers and fx node name -> the op holding its memory
+    (:attr:`CapturedStep.holder`). ``resident_names``: the names of the first placeholders
+    (parameters, buffers, optimizer state); the rest are the inputs."""
     import torch
 
     resident = len(resident_names)
@@ -392,7 +398,8 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
     names = [op.name for op in ops]
     if len(set(names)) != len(names):
         raise TorchStepError(f"{name}: two ops share a name")
-    return OpGraph(name=name, ops=ops, edges=unique, fetches=[]), module_of, uncosted
+    holder = {n.name: ops[_source(n, index, folded)[0]].name for n in nodes}
+    return OpGraph(name=name, ops=ops, edges=unique, fetches=[]), module_of, uncosted, holder
 
 
 def _source(node, index: dict, folded: dict) -> tuple[int, int]:
@@ -481,3 +488,103 @@ def has_aten_rule(op_type: str) -> bool:
     if packet in flop_registry or aten_flops(name, [], ()) is not None:
         return True
     return any(torch.Tag.pointwise in getattr(packet, o).tags for o in packet.overloads())
+
+
+def placed_module(step: CapturedStep, devices: dict[str, str]):
+    """The captured step as a ``torch.fx.GraphModule`` that runs placed: each op on its device, a
+    copy (``aten._to_copy``) inserted wherever an op reads a tensor that lives on another device.
+
+    Args:
+        step: a :class:`CapturedStep` (with its ``gm``).
+        devices: op name -> torch device string (``cuda:1``, ``cpu``) for every op of ``step.graph``.
+    Returns:
+        ``(module, inputs)``: the module, called with the step's tensors flattened in order
+        (parameters, buffers, optimizer state, inputs; see ``inputs``), returns ``[loss]`` and
+        updates the parameters, buffers and optimizer state in place; ``inputs`` is
+        ``[(op name, device)]``, where each of them must be. A view or a tuple element runs with the
+        op holding its memory; an op that writes a tensor in place runs where that tensor lives;
+        a tensor factory (``empty``, ``arange``...) makes its tensor on its op's device.
+    Raises:
+        KeyError: an op without a device in ``devices``.
+    """
+    import torch
+    import torch.fx
+
+    if step.gm is None:
+        raise ValueError("placed_module: the step was captured without its GraphModule")
+    graph = torch.fx.Graph()  # plain positional inputs, a list of outputs (no pytree codegen)
+    graph.output(graph.graph_copy(step.gm.graph, {}))
+    where: dict = {}
+    for n in graph.nodes:
+        if n.op == "output":
+            continue
+        dev = devices[step.holder[n.name]]
+        target = n.target
+        if isinstance(target, torch._ops.OpOverload):
+            written = [i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+            for i in written:
+                arg = n.args[i] if i < len(n.args) else n.kwargs.get(target._schema.arguments[i].name)
+                if isinstance(arg, torch.fx.Node) and arg in where:
+                    dev = where[arg]  # an in-place write runs where the tensor it writes lives
+                    break
+        where[n] = dev
+    copies: dict = {}
+    for n in list(graph.nodes):
+        if n.op != "call_function":
+            continue
+        dev = where[n]
+        for a in list(n.all_input_nodes):
+            if where.get(a, dev) == dev or not _holds_tensor(a):
+                continue
+            key = (a, dev)
+            if key not in copies:
+                with graph.inserting_before(n):
+                    copies[key] = graph.call_function(torch.ops.aten._to_copy.default, (a,), {"device": torch.device(dev)})
+                where[copies[key]] = dev
+            n.replace_input_with(a, copies[key])
+        if any(isinstance(v, torch.device) for v in n.kwargs.values()):
+            n.kwargs = {k: (torch.device(dev) if isinstance(v, torch.device) else v) for k, v in n.kwargs.items()}
+    graph.lint()
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    inputs = [(step.holder[n.name], where[n]) for n in graph.nodes if n.op == "placeholder"]
+    return module, inputs
+
+
+def _holds_tensor(node) -> bool:
+    """True when an fx node's value is a tensor (not a tuple, a list or ``None``)."""
+    import torch
+
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def capture_source(source) -> CapturedStep:
+    """The captured step of a PyTorch graph source: a ``torch`` source (:func:`load_torch_step`) or a
+    PyTorch benchmark (:func:`compgraph.torch_models.capture_benchmark`).
+
+    Raises:
+        ValueError: a TensorFlow source.
+    """
+    if source.kind == "torch":
+        return load_torch_step(source.spec, source.optimizer)
+    from compgraph.models import BENCHMARKS
+    from compgraph.torch_models import capture_benchmark
+
+    bench = BENCHMARKS.get(getattr(source, "model", ""))
+    if source.kind != "benchmark" or bench is None or bench.framework != "torch":
+        raise ValueError(f"source {source.kind!r}: not a PyTorch step")
+    return capture_benchmark(bench.name, bench.sizes[source.size])
+
+
+def module_source(module, inputs: list[tuple[str, str]], header: str = "") -> str:
+    """A standalone Python file defining ``PlacedStep`` (the :func:`placed_module` ``module``'s code)
+    and ``INPUTS`` (``[(op name, device)]``, the order of its arguments); ``header`` is put first
+    as comments."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    lines += ["import torch", "from torch import device  # noqa: F401 (the devices of the transfers)",
+              "from math import inf, nan  # noqa: F401", "NoneType = type(None)", "", "",
+              "class PlacedStep(torch.nn.Module):",
+              '    """One training step, placed: call it with INPUTS\' tensors on their devices; it returns',
+              '    [loss] and updates the parameters, buffers and optimizer state in place."""', ""]
+    lines += ["    " + line if line.strip() else "" for line in module.code.strip("\n").splitlines()]
+    lines += ["", "", "INPUTS = ["] + [f"    ({name!r}, {dev!r})," for name, dev in inputs] + ["]", ""]
+    return "\n".join(lines)

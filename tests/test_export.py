@@ -108,3 +108,67 @@ def test_a_pytorch_step_exports_as_json_not_as_a_graph_def(tmp_path):
     assert done["devices"] == {"cuda:0": prepared.graph.num_ops}
     with pytest.raises(ExportError, match="a PyTorch step, with no TensorFlow GraphDef"):
         export_placement(str(run), "single_gpu", "tf", tmp_path / "p.pb")
+
+
+def _gpt_run(tmp_path, method_placement):
+    from compgraph.frontends import BenchmarkSource
+
+    params = {"model": "gpt", "size": "small", "cluster": "k80x2", "grouper": "2017", "num_groups_target": "none",
+              "seed": 0, "source": BenchmarkSource(model="gpt", size="small").model_dump_json()}
+    run = tmp_path / "gpt-run"
+    run.mkdir(exist_ok=True)
+    (run / "results.json").write_text(json.dumps({"record": {"params": params, "results": {
+        "split": {"placement": method_placement, "step_time_s": 0.03, "oom": False}}}}))
+    return run
+
+
+def test_a_pytorch_step_exports_as_placed_torch_fx_code_that_trains_as_torch_optim_does(tmp_path, monkeypatch):
+    """The exported step, run on this machine's CPU, equals one eager step of torch.optim.Adam on the
+    same model, weights and batch: the same loss, the same updated parameters and moments."""
+    torch = pytest.importorskip("torch")
+    import copy
+    import importlib
+
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from compgraph.torch_models import GPT_SIZES, _modules
+
+    prepared = prepare_source(BenchmarkSource(model="gpt", size="small"))
+    # half the ops on each GPU, by position: a split with many transfers
+    half = prepared.graph.num_ops // 2
+    placement = {op.name: ("/gpu:0" if i < half else "/gpu:1") for i, op in enumerate(prepared.graph.ops)}
+    run = _gpt_run(tmp_path, placement)
+    # on two GPUs: the transfers are there, every op reads tensors of its own device
+    done = export_placement(str(run), "split", "torch", tmp_path / "on_gpus.py")
+    text = (tmp_path / "on_gpus.py").read_text()
+    assert done["devices"] == {"cuda:0": half, "cuda:1": prepared.graph.num_ops - half}
+    assert text.count("aten._to_copy.default(") > 10 and "import compgraph" not in text
+    compile(text, "on_gpus.py", "exec")
+    # on this machine's CPU: it runs, and trains exactly as torch.optim.Adam
+    export_placement(str(run), "split", "torch", tmp_path / "placed_gpt.py", {"/gpu:0": "cpu", "/gpu:1": "cpu"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    placed = importlib.import_module("placed_gpt")
+    cfg = GPT_SIZES["small"]
+    torch.manual_seed(0)
+    model = _modules()[1](cfg)
+    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
+    targets = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq))
+    reference = copy.deepcopy(model)
+    opt = torch.optim.Adam(reference.parameters())
+    loss = reference(tokens, targets)
+    loss.backward()
+    opt.step()
+    tensors = {n: p.detach().clone() for n, p in model.named_parameters()}
+    tensors.update({n: b.clone() for n, b in model.named_buffers()})
+    tensors.update({f"{n}/Adam{s}": torch.zeros_like(p) for n, p in model.named_parameters() for s in ("", "_1")})
+    tensors.update({"input/0": tokens, "input/1": targets})
+    assert all(dev == "cpu" for _, dev in placed.INPUTS)
+    out = placed.PlacedStep()(*[tensors[name] for name, _ in placed.INPUTS])
+    assert float(out[0]) == pytest.approx(float(loss), rel=1e-6)
+    for n, p in reference.named_parameters():
+        assert torch.allclose(tensors[n], p.detach(), atol=1e-6), n
+        assert torch.allclose(tensors[f"{n}/Adam"], opt.state[p]["exp_avg"], atol=1e-7), n
+    with pytest.raises(ExportError, match="is a TensorFlow graph; use tf or json"):
+        run_tf, _, _, _ = _run_folder(tmp_path, prepare_source(BenchmarkSource(model="rnnlm", size="small")))
+        export_placement(str(run_tf), "expert", "torch", tmp_path / "x.py")
+    sys_modules = __import__("sys").modules
+    sys_modules.pop("placed_gpt", None)

@@ -13,9 +13,14 @@ Formats (:func:`export_placement`):
 * ``tf``: the step's TensorFlow ``GraphDef`` with each placed node's ``device`` field set (the
   other nodes, pruned from the step, keep none), which ``tf.graph_util.import_graph_def`` imports
   and a session runs (TensorFlow graphs only).
+* ``torch``: a Python file defining ``PlacedStep``, the captured step's ``torch.fx`` code with every
+  op on its device and a copy inserted wherever an op reads a tensor of another device
+  (:func:`compgraph.torch_step.placed_module`), and ``INPUTS``, its arguments' names and devices
+  (PyTorch steps only). It imports nothing of this project.
 
 Device names are mapped to the target machine's: by default ``/cpu:K`` -> ``/device:CPU:K`` and
-``/gpu:K`` -> ``/device:GPU:K`` (``tf``), kept as the spec names them (``json``); a ``device_map``
+``/gpu:K`` -> ``/device:GPU:K`` (``tf``), ``/cpu:K`` -> ``cpu`` and ``/gpu:K`` -> ``cuda:K``
+(``torch``), kept as the spec names them (``json``); a ``device_map``
 (``--device-map /gpu:0=/device:GPU:2,...``) overrides any of them.
 """
 
@@ -25,7 +30,7 @@ import json
 import re
 from pathlib import Path
 
-FORMATS = ("json", "tf")
+FORMATS = ("json", "tf", "torch")
 """What :func:`export_placement` writes."""
 
 
@@ -75,22 +80,33 @@ def prepare_run_graph(params: dict, cache_dir: str | Path | None = None):
     Raises:
         ExportError: the run recorded no source and is no benchmark's.
     """
-    from pydantic import TypeAdapter
+    from compgraph.frontends import prepare_source
 
-    from compgraph.frontends import BenchmarkSource, GraphSource, prepare_source
-
-    if params.get("source"):
-        source = TypeAdapter(GraphSource).validate_json(params["source"])
-    elif params.get("size") != "user":
-        source = BenchmarkSource(model=params["model"], size=params["size"])
-    else:
-        raise ExportError(f"run of {params.get('model')!r}: a user's graph recorded without its source (an older run); "
-                          "run the experiment again to export it")
+    source = _source_of(params)
     target = params.get("num_groups_target")
     num_groups = int(target) if target not in (None, "none", "None") else None
     automatic = params.get("grouper") in ("metis", "fluid")
     return prepare_source(source, params.get("grouper"), num_groups if automatic else None,
                           int(params.get("seed", 0)), cache_dir if source.kind == "benchmark" else None)
+
+
+def _source_of(params: dict):
+    """The graph source a run recorded (its parameter ``source``; a benchmark's ``model`` and ``size``
+    for runs recorded before it).
+
+    Raises:
+        ExportError: a user's graph recorded without its source.
+    """
+    from pydantic import TypeAdapter
+
+    from compgraph.frontends import BenchmarkSource, GraphSource
+
+    if params.get("source"):
+        return TypeAdapter(GraphSource).validate_json(params["source"])
+    if params.get("size") != "user":
+        return BenchmarkSource(model=params["model"], size=params["size"])
+    raise ExportError(f"run of {params.get('model')!r}: a user's graph recorded without its source (an older run); "
+                      "run the experiment again to export it")
 
 
 def op_placement(prepared, placement: dict[str, str], devices: list[str], method: str) -> list[str]:
@@ -129,10 +145,11 @@ def target_device(name: str, fmt: str, device_map: dict[str, str]) -> str:
     """The target machine's name of the spec device ``name`` for format ``fmt`` (module docstring)."""
     if name in device_map:
         return device_map[name]
-    if fmt == "tf":
-        m = re.fullmatch(r"/(cpu|gpu):(\d+)", name)
-        if m:
-            return f"/device:{m.group(1).upper()}:{m.group(2)}"
+    m = re.fullmatch(r"/(cpu|gpu):(\d+)", name)
+    if m and fmt == "tf":
+        return f"/device:{m.group(1).upper()}:{m.group(2)}"
+    if m and fmt == "torch":
+        return "cpu" if m.group(1) == "cpu" else f"cuda:{m.group(2)}"
     return name
 
 
@@ -175,9 +192,20 @@ def export_placement(run: str, method: str, fmt: str, out: str | Path, device_ma
     if fmt == "json":
         out.write_text(json.dumps({"model": prepared.name, "method": method, "cluster": spec.name,
                                    "step_time_s": results[method].get("step_time_s"), "devices": placed}, indent=1) + "\n")
+    elif fmt == "torch":
+        from compgraph.frontends import tensorflow_source
+        from compgraph.torch_step import capture_source, module_source, placed_module
+
+        source = _source_of(params)
+        if tensorflow_source(source):
+            raise ExportError(f"--format torch: {prepared.name} is a TensorFlow graph; use tf or json")
+        module, inputs = placed_module(capture_source(source), placed)
+        header = (f"placement export: {prepared.name}, method {method} on {spec.name} "
+                  f"(simulated step time {results[method].get('step_time_s')} s)")
+        out.write_text(module_source(module, inputs, header))
     else:
         if prepared.graph_def is None:
-            raise ExportError(f"--format tf: {prepared.name} is a PyTorch step, with no TensorFlow GraphDef; use json")
+            raise ExportError(f"--format tf: {prepared.name} is a PyTorch step, with no TensorFlow GraphDef; use json or torch")
         gd = type(prepared.graph_def)()
         gd.CopyFrom(prepared.graph_def)
         for node in gd.node:

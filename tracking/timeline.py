@@ -25,6 +25,9 @@ def op_devices(prepared, placement: dict[str, str], devices: list[str]) -> np.nd
     if not placement or any(d not in index for d in placement.values()):
         return None
     graph = prepared.graph
+    if len(placement) == graph.num_ops and all(op.name in placement for op in graph.ops):
+        # an op-level placement first: a unit's or group's name is often its first op's name
+        return np.array([index[placement[op.name]] for op in graph.ops], dtype=np.int64)
     candidates = [prepared.grouping]
     try:
         from compgraph.grouping import colocation_grouping
