@@ -62,6 +62,15 @@ def _mlflow_lines(console, result: dict) -> None:
         console.print(f"the runs table: {page}", soft_wrap=True)
 
 
+def _check_tensorflow_benchmark(model: str, command: str) -> None:
+    """Refuse a PyTorch benchmark for a command that runs TensorFlow (one line, exit 2)."""
+    from compgraph.models import BENCHMARKS
+
+    if BENCHMARKS[model].framework != "tf":
+        _fail(f"--model {model!r}: a PyTorch step, which has no TensorFlow GraphDef; `placement {command}` runs "
+              "TensorFlow (real or grappler), so it takes a TensorFlow benchmark")
+
+
 @app.command()
 def calibrate(
     model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
@@ -74,6 +83,7 @@ def calibrate(
 ) -> None:
     """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table."""
     _check_model(model, size)
+    _check_tensorflow_benchmark(model, "calibrate")
     _load_spec(cluster)
     _check_at_least("--steps", steps, 2, " (the first traced step is dropped)")
     from flows.measure import placement_calibrate
@@ -154,6 +164,7 @@ def fidelity(
 ) -> None:
     """Simulated (roofline, calibrated) vs real (or grappler) step times on random, baseline and learned placements; Kendall tau and MAPE."""
     _check_model(model, size)
+    _check_tensorflow_benchmark(model, "fidelity")
     spec = _load_spec(cluster)
     _check_at_least("--random", random, 0)
     _check_at_least("--steps", steps, 2, " (the first real step is dropped)")

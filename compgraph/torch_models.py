@@ -183,6 +183,16 @@ def gpt2():
     return gpt(GPT_SIZES["gpt2"])
 
 
+def gpt_6_7b():
+    """The 6.7B decoder at sequence 2,048, batch 1, on meta tensors (``--torch compgraph.torch_models:gpt_6_7b``)."""
+    return gpt(GPT_SIZES["6.7b"])
+
+
+def resnet50_paper():
+    """ResNet-50 at batch 32, 224x224, on meta tensors (``--torch compgraph.torch_models:resnet50_paper``)."""
+    return resnet50(RESNET_SIZES["paper"])
+
+
 # --- the benchmark registry's hooks (compgraph.models.BENCHMARKS) -------------------------------
 
 def module_path(op_name: str) -> str:

@@ -344,8 +344,11 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
             in_bytes = sum(_tensor_bytes(t) for v in in_tensors for t in _tensors(v))
             if target is operator.getitem:  # an element of a tuple: folded into the op that made it
                 base[n] = n
-                src, _ = _source(n.args[0], index, folded)
-                folded[n] = (src, int(n.args[1]))
+                if n.args[0] in folded:  # an element of a view's list (split): a view of that view's base
+                    folded[n] = folded[n.args[0]]
+                else:  # its position among the op's tensor outputs (a tuple may hold None: convolution_backward)
+                    elements = list(n.args[0].meta.get("val") or ())
+                    folded[n] = (index[n.args[0]], len(_tensors(elements[: int(n.args[1])])))
                 continue
             elif isinstance(target, torch._ops.OpOverload):
                 op_type = f"aten.{target.overloadpacket.__name__}"

@@ -87,6 +87,8 @@ CASES = [
      "a PyTorch step is measured in the simulator only"),
     ("torch-benchmark-on-grappler", ["experiment", "--model", "gpt", "--env", "grappler"],
      "a PyTorch step is measured in the simulator only"),
+    ("torch-benchmark-fidelity", ["fidelity", "--model", "gpt", "--cluster", "k80x2"], "`placement fidelity` runs TensorFlow"),
+    ("torch-benchmark-calibrate", ["calibrate", "--model", "gpt", "--cluster", "cpu4"], "`placement calibrate` runs TensorFlow"),
     # where results go
     ("unwritable-out-dir", ["experiment", "--out-dir", "DATA/README.md/runs"], "is not writable"),
     ("json-folder-impossible", ["baselines", "--json", "DATA/README.md/x.json"], "--json"),

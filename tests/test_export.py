@@ -167,6 +167,8 @@ def test_a_pytorch_step_exports_as_placed_torch_fx_code_that_trains_as_torch_opt
     for n, p in reference.named_parameters():
         assert torch.allclose(tensors[n], p.detach(), atol=1e-6), n
         assert torch.allclose(tensors[f"{n}/Adam"], opt.state[p]["exp_avg"], atol=1e-7), n
+        # the first moment after one step is 0.1 * the gradient: the placed step's gradients are the model's
+        torch.testing.assert_close(tensors[f"{n}/Adam"] / 0.1, p.grad, rtol=1e-6, atol=1e-7)
     with pytest.raises(ExportError, match="is a TensorFlow graph; use tf or json"):
         run_tf, _, _, _ = _run_folder(tmp_path, prepare_source(BenchmarkSource(model="rnnlm", size="small")))
         export_placement(str(run_tf), "expert", "torch", tmp_path / "x.py")

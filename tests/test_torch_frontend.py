@@ -49,6 +49,8 @@ def test_a_step_has_forward_backward_and_update_named_by_module():
     assert step.info["parameters"] == params and g.total_param_bytes() == 3 * 4 * params
     assert step.info["ops_without_flops_rule"] == 0
     # the forward matrix product of fc1 is [32, 8] x [8, 16]: 2 * 32 * 8 * 16 FLOP (flop_counter counts addmm's mm)
+    # every edge names an output its producer has (tuple elements and views folded into their op)
+    assert all(e.control or e.src_output < len(g.ops[e.src].output_shapes) for e in g.edges)
     fc1 = next(op for op in g.ops if op.name.startswith("fc1/") and op.type == "aten.addmm")
     assert fc1.flops == 2 * 32 * 8 * 16 and fc1.output_shapes == [(32, 16)] and fc1.output_bytes == [32 * 16 * 4]
     assert fc1.alloc_bytes == 32 * 16 * 4 and fc1.bytes_accessed > 0
@@ -157,6 +159,11 @@ def test_the_benchmarks_run_through_the_registry_and_the_simulator():
         assert not tensorflow_source(source)
         prepared = prepare_source(source)
         assert prepared.graph_def is None and prepared.grouping.grouper == "2017"
+        g = prepared.graph  # convolution_backward's (None, dw) tuple and split's views: outputs that exist
+        assert all(e.control or e.src_output < len(g.ops[e.src].output_shapes) for e in g.edges)
+        from placer.features import op_features
+
+        assert op_features(g).num_ops == g.num_ops  # the 2017 op embedding reads every edge's output shape
         gpu = [i for i, d in enumerate(spec.devices) if d.kind == "gpu"][0]
         result = Simulator(prepared.graph, spec).run(np.full(prepared.graph.num_ops, gpu))
         assert result.step_time_s > 0 and not result.oom
