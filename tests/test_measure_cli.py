@@ -195,9 +195,9 @@ def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefec
     [
         (["calibrate", "--model", "nope", "--cluster", "cpu4"], "unknown model 'nope'; valid: rnnlm"),
         (["calibrate", "--model", "rnnlm", "--size", "huge", "--cluster", "cpu4"], "unknown size 'huge' for rnnlm; valid: small"),
-        (["calibrate", "--model", "rnnlm", "--cluster", "nope"], "unknown cluster 'nope'; valid: cpu4"),
+        (["calibrate", "--model", "rnnlm", "--cluster", "nope"], "unknown cluster 'nope'; valid: a100x4-pcie, a100x8, cpu4"),
         (["calibrate", "--model", "rnnlm", "--cluster", "cpu4", "--steps", "1"], "--steps must be at least 2 (the first traced step is dropped), got 1"),
-        (["fidelity", "--model", "rnnlm", "--cluster", "nope"], "unknown cluster 'nope'; valid: cpu4"),
+        (["fidelity", "--model", "rnnlm", "--cluster", "nope"], "unknown cluster 'nope'; valid: a100x4-pcie, a100x8, cpu4"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--steps", "1"], "--steps must be at least 2 (the first real step is dropped), got 1"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--random", "-1"], "--random must be at least 0, got -1"),
         (["fidelity", "--model", "rnnlm", "--cluster", "cpu4", "--budget", "0"], "--budget must be at least 1, got 0"),
