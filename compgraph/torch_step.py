@@ -84,7 +84,6 @@ class CapturedStep:
         info: ``format`` (``torch``), ``optimizer``, ``parameters`` (count), ``parameter_bytes``,
             ``ops_unknown_shape``, ``ops_without_flops_rule`` and ``op_types_without_flops_rule``
             (:func:`step_coverage`).
-        module_of: op name -> module path (``""`` for the root module and the placeholders).
         gm: the traced ``torch.fx.GraphModule`` (ATen ops on meta tensors; :func:`placed_module`).
         holder: fx node name -> the name of the op holding its memory (itself, or for a folded
             view or tuple element the op that allocated it).
@@ -92,7 +91,6 @@ class CapturedStep:
 
     graph: OpGraph
     info: dict = field(default_factory=dict)
-    module_of: dict[str, str] = field(default_factory=dict)
     gm: Any = None
     holder: dict[str, str] = field(default_factory=dict)
 
@@ -283,17 +281,18 @@ def capture_training_step(module, example_args, optimizer: str = "adam", name: s
         while open_annotations:  # a module whose forward raised
             open_annotations.pop().__exit__(None, None, None)
     resident_names = pnames + bnames + [f"{pnames[i // 2]}/Adam" + ("_1" if i % 2 else "") for i in range(len(slots))]
-    graph, module_of, uncosted, holder = _to_op_graph(gm, resident_names, name)
+    graph, uncosted, holder = _to_op_graph(gm, resident_names, name)
     info = {"format": "torch", "optimizer": optimizer, "parameters": int(sum(p.numel() for p in params)),
             "parameter_bytes": int(sum(_tensor_bytes(p) for p in params)), **step_coverage(graph, uncosted)}
-    return CapturedStep(graph, info, module_of, gm, holder)
+    return CapturedStep(graph, info, gm, holder)
 
 
-def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dict[str, str], set[str], dict[str, str]]:
-    """The traced ``GraphModule`` as an :class:`OpGraph` (module docstring), with op name -> module
-    path, the op types that no FLOPs rule covers and fx node name -> the op holding its memory
-    (:attr:`CapturedStep.holder`). ``resident_names``: the names of the first placeholders
-    (parameters, buffers, optimizer state); the rest are the inputs."""
+def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, set[str], dict[str, str]]:
+    """The traced ``GraphModule`` as an :class:`OpGraph` (module docstring), with the op types that
+    no FLOPs rule covers and fx node name -> the op holding its memory (:attr:`CapturedStep.holder`).
+    ``resident_names``: the names of the first placeholders (parameters, buffers, optimizer state);
+    the rest are the inputs. An op's module path is in its name
+    (:func:`compgraph.torch_models.module_path`)."""
     import torch
 
     resident = len(resident_names)
@@ -308,7 +307,6 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
     ops: list[Op] = []
     index: dict[Any, int] = {}
     base: dict[Any, Any] = {}  # node -> the node whose storage it aliases (itself if none)
-    module_of: dict[str, str] = {}
     readers: dict[Any, list[int]] = {}  # base node -> ops that read it so far
     folded: dict[Any, tuple[int, int]] = {}  # a view or tuple element -> (the op holding its memory, its output)
     edges: list[Edge] = []
@@ -319,19 +317,16 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
         shapes = [tuple(int(d) for d in t.shape) for t in outs]
         nbytes = [_tensor_bytes(t) for t in outs]
         op_type, flops, accessed, alloc, param_bytes, colocate = n.op, 0.0, 0.0, 0, 0, []
-        in_nodes = list(n.all_input_nodes)
         if n.op == "placeholder":
             op_name = resident_names[ph] if ph < resident else f"input/{ph - resident}"
             op_type = "Parameter" if ph < resident else "Input"
             param_bytes = sum(nbytes) if ph < resident else 0
             alloc = 0 if ph < resident else sum(nbytes)
             ph += 1
-            module = ""
             base[n] = n
         else:
             custom = n.meta.get("custom") or {}
             if "update" in custom:
-                module = custom["update"].rsplit(".", 1)[0] if "." in custom["update"] else ""
                 op_name = f"update/{custom['update']}/{n.name}"
             elif n.meta.get("autograd_backward"):
                 module = fwd_module.get(n.meta.get("seq_nr", -1), custom.get("module", ""))
@@ -340,8 +335,6 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
                 module = custom.get("module", "")
                 op_name = f"{module}/{n.name}" if module else n.name
             target = n.target
-            in_tensors = [a.meta.get("val") for a in n.all_input_nodes]
-            in_bytes = sum(_tensor_bytes(t) for v in in_tensors for t in _tensors(v))
             if target is operator.getitem:  # an element of a tuple: folded into the op that made it
                 base[n] = n
                 if n.args[0] in folded:  # an element of a view's list (split): a view of that view's base
@@ -357,15 +350,14 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
                 aliased_out = bool(schema.returns) and schema.returns[0].alias_info is not None
                 first = n.args[0] if n.args else None
                 base[n] = base.get(first, first) if aliased_out and first in base else n
-                args_v = [_meta_of(a) for a in n.args]
-                kwargs_v = {k: _meta_of(v) for k, v in n.kwargs.items()}
-                f = _op_flops(target, args_v, kwargs_v, val)
-                flops = 0.0 if f is None else f
-                if f is None:
-                    uncosted.add(op_type)
                 if aliased_out and not written and first in base:  # a view: folded into the op holding its memory
                     folded[n] = _source(first, index, folded)
                     continue
+                f = _op_flops(target, [_meta_of(a) for a in n.args], {k: _meta_of(v) for k, v in n.kwargs.items()}, val)
+                flops = 0.0 if f is None else f
+                if f is None:
+                    uncosted.add(op_type)
+                in_bytes = sum(_tensor_bytes(t) for a in n.all_input_nodes for t in _tensors(a.meta.get("val")))
                 accessed = float(in_bytes + sum(nbytes))
                 alloc = 0 if aliased_out else sum(nbytes)
                 for i in written:
@@ -384,9 +376,8 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
         ops.append(Op(name=op_name, type=op_type, output_shapes=shapes, output_bytes=nbytes, flops=flops,
                       bytes_accessed=accessed, alloc_bytes=int(alloc), param_bytes=int(param_bytes),
                       gpu_kernel=True, colocation=sorted(set(colocate)), dtype=dtype))
-        module_of[op_name] = module
         index[n] = i_op
-        for a in in_nodes:  # the bytes of what it reads: a tensor, a view of one, one element of a tuple
+        for a in n.all_input_nodes:  # the bytes of what it reads: a tensor, a view of one, one element of a tuple
             src, k = _source(a, index, folded)
             edges.append(Edge(src, i_op, sum(_tensor_bytes(t) for t in _tensors(a.meta.get("val"))), src_output=k))
             readers.setdefault(base.get(a, a), []).append(i_op)
@@ -402,7 +393,7 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, dic
     if len(set(names)) != len(names):
         raise TorchStepError(f"{name}: two ops share a name")
     holder = {n.name: ops[_source(n, index, folded)[0]].name for n in nodes}
-    return OpGraph(name=name, ops=ops, edges=unique, fetches=[]), module_of, uncosted, holder
+    return OpGraph(name=name, ops=ops, edges=unique, fetches=[]), uncosted, holder
 
 
 def _source(node, index: dict, folded: dict) -> tuple[int, int]:
