@@ -122,6 +122,7 @@ def _gpt_run(tmp_path, method_placement):
     return run
 
 
+@pytest.mark.slow  # about 13 s here
 def test_a_pytorch_step_exports_as_placed_torch_fx_code_that_trains_as_torch_optim_does(tmp_path, monkeypatch):
     """The exported step, run on this machine's CPU, equals one eager step of torch.optim.Adam on the
     same model, weights and batch: the same loss, the same updated parameters and moments."""
