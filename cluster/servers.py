@@ -215,7 +215,8 @@ def server_yaml(server: Server) -> str:
     """The YAML text of ``server``'s preset, every figure with its source in a comment."""
     import yaml
 
-    spec = build_server_spec(server)
+    reference = load_reference()
+    spec = build_server_spec(server, reference)
     cpu, gpu = SERVER_CHIPS[server.cpu], SERVER_CHIPS[server.gpu]
     lines = [f"# {server.description}.", "#", "# DATASHEET figures (cluster/servers.py):",
              f"# - CPU {cpu.model}: {cpu.derivation}.", f"# - GPU {gpu.model}: {gpu.derivation}.",
@@ -223,7 +224,7 @@ def server_yaml(server: Server) -> str:
              f"# - GPU-GPU links: {server.gpu_link[1]}; latency_s 2 us (estimate).",
              f"# - CPU-GPU links (default_link): {server.host_link[1]}; latency_s 2 us (estimate).",
              "#", "# CHIP-INDEPENDENT terms: the K80 fit's (the shipped k80x2 preset; cluster/fitting.py bounds):"]
-    ref = {d.kind: d for d in load_reference().devices}
+    ref = {d.kind: d for d in reference.devices}
     for kind in ("cpu", "gpu"):
         lines.append(f"# - {kind}: " + ", ".join(f"{k} {getattr(ref[kind], k):.6g}" for k in CHIP_TERMS) + ".")
     lines += ["#", "# SOFTWARE terms of PyTorch (named, not fitted):"]
