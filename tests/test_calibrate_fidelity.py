@@ -88,6 +88,7 @@ def test_random_placements_are_seeded_and_in_range():
         random_placements(61, 0, 3)
 
 
+@pytest.mark.slow  # over 5 s here
 def test_fidelity_reports_rank_and_error(rnnlm_small, cpu4, table):
     ng = rnnlm_small.grouping.num_groups
     placements = random_placements(ng, 4, 2, seed=0) | {"single_cpu": np.zeros(ng, dtype=np.int64)}

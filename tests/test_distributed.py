@@ -64,6 +64,7 @@ def test_local_ray_listens_on_the_loopback_address_only(local_ray):
     assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
 
 
+@pytest.mark.slow  # over 5 s here
 def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=64, learning_rate=0.05, valid_only_after=3)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
@@ -84,6 +85,7 @@ def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small
     assert frozen.step_times[:4] == expected.step_times[:4] and frozen.step_times != expected.step_times
 
 
+@pytest.mark.slow  # over 5 s here
 def test_one_controller_equals_the_in_process_search_with_the_ppo_option(local_ray, rnnlm_small, k80x2):
     """The named PPO option of rl distributes through the learner contract (the controller runs the
     learner's own update): one controller gives the in-process search."""
@@ -130,6 +132,7 @@ def test_an_interrupted_log_is_resumed(local_ray, rnnlm_small, k80x2, tmp_path):
     assert sorted(json.loads(x)["index"] for x in lines[1:]) == list(range(16))
 
 
+@pytest.mark.slow  # over 5 s here
 def test_post_one_controller_equals_the_in_process_post_before_a_cross_entropy_step(local_ray, rnnlm_small, k80x2):
     cfg = PostConfig(budget=24, k=6, n_ce=60, seed=2)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
@@ -233,6 +236,7 @@ def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rn
                            log_path=log)
 
 
+@pytest.mark.slow  # over 5 s here
 def test_gpu_requests_and_their_absence(local_ray, rnnlm_small, k80x2):
     import ray
 
@@ -313,6 +317,7 @@ def test_merge_parameters_and_controller_seeds():
     ("eagle_ce", {"k": 2, "hidden_size": 16, "num_groups": 8, "grouping_hidden_size": 8, "link_hidden_size": 8,
                   "ce_interval": 2, "ce_epochs": 1, "ppo_epochs": 1}),
 ])
+@pytest.mark.slow  # over 5 s here
 def test_grouping_learners_one_controller_equals_the_in_process_search(local_ray, rnnlm_small, k80x2, name, cfg,
                                                                         tmp_path):
     """The learners that group ops themselves distribute over the colocation units (the units they place
@@ -335,6 +340,7 @@ def test_grouping_learners_one_controller_equals_the_in_process_search(local_ray
     assert [p["placements"] for p in got.curve] == [2, 4, 6]  # three updates, merged at the server
 
 
+@pytest.mark.slow  # over 5 s here
 def test_local_search_two_controllers_climb_on_their_own(local_ray, rnnlm_small, k80x2, tmp_path):
     """A hill climber has no policy to share: each controller climbs from its own seed, the workers are
     shared, and the best is never worse than the start (the single-GPU placement, measured first)."""

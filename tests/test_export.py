@@ -59,6 +59,7 @@ def test_tf_graph_def_runs_where_it_was_placed(tmp_path, rnnlm_small):
     assert len(placed) > 100 and all(ran[n] == devices[n] for n in placed)
 
 
+@pytest.mark.slow  # over 5 s here
 def test_export_from_a_real_mlflow_store(tmp_path, rnnlm_small):
     from mlflow.tracking import MlflowClient
 
@@ -92,6 +93,7 @@ def test_export_errors_name_what_is_wrong(tmp_path, rnnlm_small):
     assert parse_device_map("/gpu:0=cuda:1, /cpu:0=cpu") == {"/gpu:0": "cuda:1", "/cpu:0": "cpu"}
 
 
+@pytest.mark.slow  # over 5 s here
 def test_a_pytorch_step_exports_as_json_not_as_a_graph_def(tmp_path):
     pytest.importorskip("torch")
     from compgraph.frontends import BenchmarkSource, prepare_source

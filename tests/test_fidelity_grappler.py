@@ -49,7 +49,8 @@ def test_fidelity_against_grappler_prints_tau_and_mape(prefect_harness, tmp_path
     assert f"GPU-only placements ({res['n_gpu_only']}): Kendall tau {res['kendall_tau_gpu_only']:+.3f}" in text
 
 
-def test_fidelity_against_unknown_reference_fails_with_one_line(prefect_harness):
+def test_fidelity_against_unknown_reference_fails_with_one_line():
+    """Refused before any flow runs: no Prefect server is needed."""
     r = invoke(["fidelity", "--model", "rnnlm", "--cluster", "k80x2", "--against", "oracle"])
     assert r.exit_code == 2
     assert "unknown --against 'oracle'; valid: real, grappler" in r.output

@@ -43,9 +43,15 @@ def test_registry_lists_the_learners():
 
 
 GROUP_LEARNERS = [n for n, c in LEARNERS.items() if c.units == "groups"]
+SLOW = {"hierarchical": ("search", "resume"), "rl": ("optimum",)}  # the cases over 5 s here
 
 
-@pytest.mark.parametrize("name", GROUP_LEARNERS)  # hierarchical, eagle, eagle_ce: test_learners_grouping.py
+def params(names, test):
+    """``names`` as pytest parameters, those of :data:`SLOW` for ``test`` marked slow."""
+    return [pytest.param(n, marks=pytest.mark.slow) if test in SLOW.get(n, ()) else n for n in names]
+
+
+@pytest.mark.parametrize("name", params(GROUP_LEARNERS, "optimum"))  # hierarchical, eagle, eagle_ce: test_learners_grouping.py
 def test_learner_reaches_the_exact_optimum(name, best):
     """One of seeds 0-2 finds the enumerated optimum; every seed within 10% of it."""
     found = []
@@ -60,7 +66,7 @@ def test_learner_reaches_the_exact_optimum(name, best):
     assert max(found) <= 1.10 * best[0], found
 
 
-@pytest.mark.parametrize("name", list(LEARNERS))
+@pytest.mark.parametrize("name", params(LEARNERS, "search"))
 def test_same_seed_same_search(name):
     def run(seed):
         learner, env = make_learner(name, seed, budget=60)
@@ -98,7 +104,7 @@ def _strip(r):
 
 
 @pytest.mark.parametrize("with_checkpoint", [True, False])
-@pytest.mark.parametrize("name", list(LEARNERS))
+@pytest.mark.parametrize("name", params(LEARNERS, "resume"))
 def test_resume_equals_the_uninterrupted_search(name, with_checkpoint, tmp_path):
     """Stop after 37 measured placements, resume: same result, the 37 never measured again."""
     budget = 90
@@ -132,6 +138,7 @@ def test_checkpoint_is_loaded_with_weights_only(tmp_path):
     assert book["sampled"] == 16 and len(book["step_times"]) == 16
 
 
+@pytest.mark.slow  # over 5 s here
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_resume_after_a_signal_equals_the_uninterrupted_search(sig, tmp_path, name="rl"):
     """A child process searching is stopped by ``sig`` inside its 33rd measurement (a handshake:

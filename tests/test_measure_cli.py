@@ -107,6 +107,7 @@ def test_fidelity_calibrates_first_prints_metrics_and_logs_an_mlflow_run(prefect
     assert "Kendall tau" in r.stderr and "MAPE" in r.stderr
 
 
+@pytest.mark.slow  # over 5 s here
 def test_train_real_logs_step_time_and_loss_per_step(prefect_harness, tmp_path):
     out = tmp_path / "runs"
     r = invoke(["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--steps", "3", "--env", "real",
@@ -131,6 +132,7 @@ def test_train_real_logs_step_time_and_loss_per_step(prefect_harness, tmp_path):
     assert "real training: 3 steps" in r.stderr
 
 
+@pytest.mark.slow  # over 5 s here
 def test_train_a_learner_that_places_colocation_units_for_real(prefect_harness, tmp_path, rnnlm_small):
     """hierarchical groups ops itself (over the colocation units): its best placement trains too (issue 9)."""
     from compgraph.grouping import colocation_grouping
@@ -145,6 +147,7 @@ def test_train_a_learner_that_places_colocation_units_for_real(prefect_harness, 
     assert _client(out).get_run(res["mlflow_run_id"]).data.params["units"] == "colocation"
 
 
+@pytest.mark.slow  # over 5 s here
 def test_train_an_op_level_placement_projects_its_simulated_step(prefect_harness, tmp_path, rnnlm_small, k80x2):
     """m_topo places every op (splitting the 2017 groups): trained (here projected) like any other placement."""
     from baselines import BASELINES, BaselineContext
@@ -162,6 +165,7 @@ def test_train_an_op_level_placement_projects_its_simulated_step(prefect_harness
     assert res["simulated"] is True and res["step_time_s"] == pytest.approx(step) and res["seconds"] == pytest.approx(3 * step)
 
 
+@pytest.mark.slow  # over 5 s here
 def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefect_harness, tmp_path, calibrated,
                                                                            rnnlm_small):
     from cluster.calibrate import CostTable

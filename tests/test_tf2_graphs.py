@@ -194,6 +194,7 @@ def _user_env(tmp_path):
     return env
 
 
+@pytest.mark.slow  # over 5 s here
 def test_keras3_graph_stats_from_the_users_folder(tmp_path):
     (tmp_path / "my_models.py").write_text(KERAS3_MODULE)
     # -P: no current folder on sys.path from Python itself, as with the installed `placement` script

@@ -106,6 +106,7 @@ def test_resnet50_matches_torchvision_and_the_published_flops():
     assert 2.8 <= g.total_flops() / forward <= 3.1  # training is about 3x the forward
 
 
+@pytest.mark.slow  # over 5 s here
 def test_gpt2_small_has_124m_parameters_and_trains_at_about_6_flop_per_parameter_token():
     cfg = GPT_SIZES["gpt2"]
     step = capture_training_step(*gpt(cfg), "adam", "gpt2")
@@ -148,6 +149,7 @@ def test_the_module_path_is_kept_for_forward_backward_and_update():
         assert all(of[op.name] == of[c] for c in op.colocation)
 
 
+@pytest.mark.slow  # over 5 s here
 def test_the_benchmarks_run_through_the_registry_and_the_simulator():
     from cluster.simulator import Simulator
     from cluster.spec import load_cluster
