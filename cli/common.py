@@ -106,10 +106,13 @@ def _prepare_graph(
     env: str | None = None,
     torch: str | None = None,
     torch_optimizer: str = "adam",
+    keep: bool = False,
 ):
     """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras / PyTorch model; bad
     input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
-    ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph)."""
+    ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph).
+    ``keep``: the check before a flow; the flow's own preparation with the same settings takes this
+    graph instead of importing it again (:func:`compgraph.frontends.prepare_source`)."""
     from compgraph.frontends import is_user_graph, prepare_source
 
     source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
@@ -117,7 +120,7 @@ def _prepare_graph(
         _check_model(model, size)
     try:  # UserGraphError is a ValueError
         prepared = prepare_source(source, grouper, num_groups, seed, None if is_user_graph(source) else cache_dir,
-                                  int_bounds)
+                                  int_bounds, keep=keep)
     except ValueError as exc:
         _fail(str(exc))
     if env == "real" and prepared.int_bound_problem():

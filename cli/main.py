@@ -176,7 +176,7 @@ def experiment(
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
     if config.user_graph:
         _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
-                       config.real.int_bounds, env, torch, torch_optimizer)
+                       config.real.int_bounds, env, torch, torch_optimizer, keep=True)  # the flow takes it
 
     from tracking.progress import say
 

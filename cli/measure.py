@@ -248,9 +248,9 @@ def train(
             _fail("--cost-table is calibrated on a benchmark; a user's graph is costed by the roofline model")
         _check_cost_table(cost_table, model, size, spec)
     preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
-    if user_graph:  # the user's graph checked before the flow starts (one line, exit 2)
-        _prepare_graph(model, size, graph_def, keras, None, None, None, seed, saved_model, signature, int_bounds, env,
-                       torch, torch_optimizer)
+    if user_graph:  # the user's graph checked before the flow starts (one line, exit 2), prepared as the flow does
+        _prepare_graph(model, size, graph_def, keras, None, None, None, 0, saved_model, signature, int_bounds, env,
+                       torch, torch_optimizer, keep=True)  # the flow takes it
     from flows.measure import placement_train
 
     start = time.perf_counter()

@@ -246,8 +246,36 @@ def is_user_graph(source: GraphSource) -> bool:
     return source.kind != "benchmark"
 
 
+_KEPT: dict[str, PreparedGraph] = {}
+"""The user's graph last prepared with ``keep=True``, by :func:`_keep_key`: handed to the next
+:func:`prepare_source` of the same source and settings in this process, once."""
+
+
+def _keep_key(source: GraphSource, grouper: str | None, num_groups: int | None, seed: int,
+              int_bounds: dict[str, int] | None) -> str:
+    """The source and settings of a prepared user's graph, with the size and modification time
+    (ns) of its file or of every file under its folder, so that a file changed in between is
+    prepared anew."""
+    import json
+    import os
+
+    stamps = []
+    path = getattr(source, "path", None)
+    if path is not None:
+        root = Path(path)
+        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
+        for f in files:
+            try:
+                st = os.stat(f)
+                stamps.append([str(f), st.st_size, st.st_mtime_ns])
+            except OSError:
+                stamps.append([str(f), None, None])
+    return json.dumps([source.model_dump(mode="json"), grouper, num_groups, seed, int_bounds, stamps], sort_keys=True)
+
+
 def prepare_source(source: GraphSource, grouper: str | None = None, num_groups: int | None = None, seed: int = 0,
-                   cache_dir: str | Path | None = None, int_bounds: dict[str, int] | None = None) -> PreparedGraph:
+                   cache_dir: str | Path | None = None, int_bounds: dict[str, int] | None = None,
+                   keep: bool = False) -> PreparedGraph:
     """Import and group the training step of ``source`` with its front end (:data:`FRONTENDS`).
 
     Args:
@@ -257,6 +285,11 @@ def prepare_source(source: GraphSource, grouper: str | None = None, num_groups: 
         seed: seed of the automatic groupers.
         cache_dir: the preprocessed-graph cache of benchmarks (:mod:`compgraph.cache`).
         int_bounds: a user's graph: integer input name -> exclusive bound of its ids.
+        keep: a user's graph: keep the result for the next call with the same source and
+            settings in this process, which returns it (once) instead of importing it again.
+            The CLI checks a user's graph before its flow starts; the flow's own call then takes
+            the checked graph (a 6.7B PyTorch step's capture is about 25 s). Benchmarks have
+            their disk cache (``cache_dir``) instead.
     Raises:
         ValueError: an unknown kind, model, size or grouper, a bad ``num_groups``,
             ``int_bounds`` for a benchmark.
@@ -264,7 +297,14 @@ def prepare_source(source: GraphSource, grouper: str | None = None, num_groups: 
     """
     if source.kind not in FRONTENDS:
         raise ValueError(f"source kind {source.kind!r}: no front end; valid: {', '.join(FRONTENDS)}")
-    return FRONTENDS[source.kind].prepare(source, grouper, num_groups, seed, cache_dir, int_bounds)
+    key = _keep_key(source, grouper, num_groups, seed, int_bounds) if is_user_graph(source) else None
+    if key is not None and key in _KEPT:
+        return _KEPT.pop(key)
+    prepared = FRONTENDS[source.kind].prepare(source, grouper, num_groups, seed, cache_dir, int_bounds)
+    if keep and key is not None:
+        _KEPT.clear()
+        _KEPT[key] = prepared
+    return prepared
 
 
 def prepare_user_graph(

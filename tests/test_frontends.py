@@ -89,3 +89,38 @@ def test_a_new_front_end_is_one_source_model_and_one_loader():
         FRONTENDS.pop("test_function")
     with pytest.raises(ValueError, match="source kind 'test_function': no front end"):
         prepare_source(_FunctionSource(width=8))
+
+
+class _FileSource(_Source):
+    kind: Literal["test_file"] = "test_file"
+    path: str
+
+
+def test_a_kept_user_graph_is_handed_to_the_next_preparation_once(tmp_path):
+    """The CLI checks a user's graph with ``keep=True`` before its flow starts; the flow's own
+    preparation with the same source and settings takes that graph, once; other settings, or the
+    file changed in between, import it again."""
+    loads = []
+
+    def load(src):
+        loads.append(src.path)
+        return _load_function(_FunctionSource(width=4))
+
+    register(user_frontend("test_file", _FileSource, load, lambda s: (f"file {s.path}", "f")))
+    try:
+        f = tmp_path / "step.pb"
+        f.write_bytes(b"v1")
+        src = _FileSource(path=str(f))
+        checked = prepare_source(src, keep=True)
+        assert prepare_source(src) is checked and len(loads) == 1
+        again = prepare_source(src)
+        assert again is not checked and len(loads) == 2  # handed once
+        checked = prepare_source(src, keep=True)
+        assert prepare_source(src, seed=1) is not checked and len(loads) == 4  # other settings
+        f.write_bytes(b"v2, changed")
+        assert prepare_source(src) is not checked and len(loads) == 5  # the file changed in between
+        assert prepare_source(src) is not checked and len(loads) == 6
+        bench = prepare_source(BenchmarkSource(model="rnnlm", size="small"), keep=True)
+        assert prepare_source(BenchmarkSource(model="rnnlm", size="small")) is not bench  # benchmarks: the disk cache
+    finally:
+        FRONTENDS.pop("test_file")

@@ -226,11 +226,18 @@ def test_experiment_end_to_end_saved_model_and_keras3(prefect_harness, saved_tra
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
+    import compgraph.user_graph as user_graph
     from cli.main import app
 
     (tmp_path / "user_k3_models.py").write_text(KERAS3_MODULE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "user_k3_models", raising=False)
+    loads = []
+    for loader in ("load_saved_model_step", "load_keras_step"):
+        def counted(*args, _load=getattr(user_graph, loader), _name=loader):
+            loads.append(_name)
+            return _load(*args)
+        monkeypatch.setattr(user_graph, loader, counted)
     runs = {}
     for name, source in (("saved", ["--saved-model", str(saved_train_step), "--signature", "train_step"]),
                          ("keras3", ["--keras", "user_k3_models:attention"])):
@@ -245,6 +252,8 @@ def test_experiment_end_to_end_saved_model_and_keras3(prefect_harness, saved_tra
             assert row["oom"] is False and row["step_time_s"] > 0, m
             assert len(row["placement"]) == result["groups"]
         runs[name] = (result, out)
+    # each imported once: the CLI's check before the flow, whose own preparation takes the checked graph
+    assert loads == ["load_saved_model_step", "load_keras_step"]
     result, out = runs["keras3"]
     assert result["model"] == "user_k3_models:attention"
     params = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}").get_run(result["mlflow_run_id"]).data.params
