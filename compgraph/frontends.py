@@ -257,16 +257,14 @@ def _keep_key(source: GraphSource, grouper: str | None, num_groups: int | None, 
     (ns) of its file or of every file under its folder, so that a file changed in between is
     prepared anew."""
     import json
-    import os
 
     stamps = []
     path = getattr(source, "path", None)
     if path is not None:
         root = Path(path)
-        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]
-        for f in files:
+        for f in sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else [root]:
             try:
-                st = os.stat(f)
+                st = f.stat()
                 stamps.append([str(f), st.st_size, st.st_mtime_ns])
             except OSError:
                 stamps.append([str(f), None, None])
@@ -297,7 +295,7 @@ def prepare_source(source: GraphSource, grouper: str | None = None, num_groups: 
     """
     if source.kind not in FRONTENDS:
         raise ValueError(f"source kind {source.kind!r}: no front end; valid: {', '.join(FRONTENDS)}")
-    key = _keep_key(source, grouper, num_groups, seed, int_bounds) if is_user_graph(source) else None
+    key = _keep_key(source, grouper, num_groups, seed, int_bounds) if is_user_graph(source) and (keep or _KEPT) else None
     if key is not None and key in _KEPT:
         return _KEPT.pop(key)
     prepared = FRONTENDS[source.kind].prepare(source, grouper, num_groups, seed, cache_dir, int_bounds)
