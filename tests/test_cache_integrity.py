@@ -57,6 +57,7 @@ def _rebuilt_after(tmp_path, caplog, counted, tamper):
     return warnings[0]
 
 
+@pytest.mark.slow  # over 5 s here
 def test_flops_times_1000_in_graph_json_is_rebuilt(tmp_path, caplog, counted):
     def tamper(entry):
         body = json.loads((entry / "graph.json").read_text())

@@ -43,7 +43,7 @@ def test_registry_lists_the_learners():
 
 
 GROUP_LEARNERS = [n for n, c in LEARNERS.items() if c.units == "groups"]
-SLOW = {"hierarchical": ("search", "resume"), "rl": ("optimum",)}  # the cases over 5 s here
+SLOW = {"hierarchical": ("search", "resume"), "rl": ("optimum",), "eagle_ce": ("resume",)}  # the cases over 5 s here
 
 
 def params(names, test):
@@ -173,6 +173,7 @@ def test_resume_after_a_signal_equals_the_uninterrupted_search(sig, tmp_path, na
     assert np.isfinite(whole.best_step_time_s)
 
 
+@pytest.mark.slow  # over 5 s here
 def test_compare_summary_plot_and_mlflow_record(tmp_path):
     """Two learners x two seeds on the toy: summary figures, one PNG, curves in a real SQLite MLflow."""
     from mlflow.tracking import MlflowClient

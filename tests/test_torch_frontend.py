@@ -93,6 +93,7 @@ def test_capture_errors_name_what_is_wrong():
         capture_training_step(Mlp(), (torch.randn(2, 5), torch.randint(0, 4, (2,))))  # 5 features, fc1 wants 8
 
 
+@pytest.mark.slow  # over 5 s here
 def test_resnet50_matches_torchvision_and_the_published_flops():
     model, args = resnet50()
     step = capture_training_step(model, args, "sgd", "resnet50")
