@@ -129,7 +129,7 @@ SLOW_CASES = {"garbage-graph-def", "graph-def-too-large", "keras-exits-on-import
 
 
 @pytest.mark.parametrize("case, args, needle", [
-    pytest.param(*c, id=c[0], marks=pytest.mark.slow) if c[0] in SLOW_CASES else pytest.param(*c, id=c[0]) for c in CASES])
+    pytest.param(*c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW_CASES else []) for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing_outside(case, args, needle, tmp_path, not_ray):
     work, out = tmp_path / "work", tmp_path / "work" / "out"
     data = tmp_path / "data"
