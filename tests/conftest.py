@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,10 @@ os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Prefect's temporary server waits 20 s by default; on a busy machine it needs more (notes/i14-ops.md)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+#: The start-up limit of every test's Prefect server, in seconds. A limit, never a sleep: the harness
+#: returns as soon as ``/api/health`` answers. ``prefect_test_harness()``'s own default is 30 s, which
+#: a loaded 2-core CI machine exceeded (6 errors at setup, CI of stop 32).
+PREFECT_STARTUP_LIMIT_S = 600
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -40,3 +45,14 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextmanager
+def prefect_harness():
+    """Prefect's own test harness (a temporary server on a temporary SQLite database) with the
+    start-up limit :data:`PREFECT_STARTUP_LIMIT_S`. Every test module's Prefect fixture goes
+    through this (``tests/test_test_hygiene.py`` checks it)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=PREFECT_STARTUP_LIMIT_S):
+        yield

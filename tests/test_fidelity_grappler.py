@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 def prefect_harness():
     import cli.main  # noqa: F401  (sets the environment defaults before Prefect reads its settings)
     import flows.measure  # noqa: F401
-    from prefect.testing.utilities import prefect_test_harness
+    from conftest import prefect_harness as harness
 
-    with prefect_test_harness(server_startup_timeout=180):
+    with harness():
         yield
 
 

@@ -20,9 +20,9 @@ def prefect_harness():
     import cli.main  # noqa: F401  (sets the environment defaults before Prefect reads its settings)
     import flows.measure  # noqa: F401  (Prefect sets up its log handlers on import: on pytest's stderr,
     # not on a CliRunner stream that is closed after the command)
-    from prefect.testing.utilities import prefect_test_harness
+    from conftest import prefect_harness as harness
 
-    with prefect_test_harness():
+    with harness():
         yield
 
 

@@ -81,9 +81,9 @@ def test_post_and_eagle_experts_are_one_gpu_where_the_tables_say_so():
 
 @pytest.fixture(scope="module")
 def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
+    from conftest import prefect_harness as harness
 
-    with prefect_test_harness(server_startup_timeout=300):  # generous: the machine is shared
+    with harness():
         yield
 
 

@@ -27,9 +27,9 @@ def units(rnnlm_small):
 
 @pytest.fixture(scope="module")
 def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
+    from conftest import prefect_harness as harness
 
-    with prefect_test_harness(server_startup_timeout=None):  # None: the 180 s of conftest
+    with harness():
         yield
 
 

@@ -138,9 +138,9 @@ def test_ops_of_unknown_size_and_without_flops_rule_are_counted(tmp_path):
 @pytest.fixture(scope="module")
 def prefect_harness():
     import flows.experiment  # noqa: F401  (Prefect's log handlers on pytest's stderr, not on a CliRunner stream)
-    from prefect.testing.utilities import prefect_test_harness
+    from conftest import prefect_harness as harness
 
-    with prefect_test_harness(server_startup_timeout=600):
+    with harness():
         yield
 
 
