@@ -4,8 +4,8 @@
   CVPR 2016, Table 1, bottleneck blocks [3, 4, 6, 3] with the stride on the 3x3 convolution,
   "ResNet v1.5"), with the same module names (``conv1``, ``bn1``, ``layer1.0.conv2``, ``fc``) and
   parameter count (25,557,032). torchvision itself is not used: its wheels on the package
-  registry are CUDA builds whose kernels do not load beside the CPU build of torch that
-  ``../shared/notes/stack.md`` pins, and the model needs none of its kernels.
+  registry are CUDA builds whose kernels do not load beside the CPU build the project pins
+  (``torch==2.13.0``, ``scripts/setup.sh``), and the model needs none of its kernels.
 * :class:`GPT`: a GPT-2 decoder (Radford et al. 2019: pre-norm blocks, learned positions,
   GELU MLP of width 4d, causal self-attention, the output projection tied to the token
   embedding), attention written as matrix products and a softmax (no fused kernel).

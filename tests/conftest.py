@@ -13,7 +13,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# Prefect's temporary server waits 20 s by default; on a busy machine it needs more (notes/i14-ops.md)
+# Prefect's temporary server waits 20 s by default; on a busy 2-core machine it needs more (a command's
+# server, in a child process; cli/runtime.py sets the same 180 s for the CLI)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 #: The start-up limit of every test's Prefect server, in seconds. A limit, never a sleep: the harness
 #: returns as soon as ``/api/health`` answers. ``prefect_test_harness()``'s own default is 30 s, which
