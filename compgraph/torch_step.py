@@ -346,7 +346,7 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, set
             elif isinstance(target, torch._ops.OpOverload):
                 op_type = f"aten.{target.overloadpacket.__name__}"
                 schema = target._schema
-                written = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+                written = node_writes(n)
                 aliased_out = bool(schema.returns) and schema.returns[0].alias_info is not None
                 first = n.args[0] if n.args else None
                 base[n] = base.get(first, first) if aliased_out and first in base else n
@@ -360,8 +360,7 @@ def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, set
                 in_bytes = sum(_tensor_bytes(t) for a in n.all_input_nodes for t in _tensors(a.meta.get("val")))
                 accessed = float(in_bytes + sum(nbytes))
                 alloc = 0 if aliased_out else sum(nbytes)
-                for i in written:
-                    arg = n.args[i] if i < len(n.args) else n.kwargs.get(schema.arguments[i].name)
+                for arg in written:
                     b = base.get(arg)
                     if b is not None and b.op == "placeholder" and ops[index[b]].param_bytes > 0:
                         colocate.append(ops[index[b]].name)
@@ -513,14 +512,10 @@ def placed_module(step: CapturedStep, devices: dict[str, str]):
         if n.op == "output":
             continue
         dev = devices[step.holder[n.name]]
-        target = n.target
-        if isinstance(target, torch._ops.OpOverload):
-            written = [i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
-            for i in written:
-                arg = n.args[i] if i < len(n.args) else n.kwargs.get(target._schema.arguments[i].name)
-                if isinstance(arg, torch.fx.Node) and arg in where:
-                    dev = where[arg]  # an in-place write runs where the tensor it writes lives
-                    break
+        for arg in node_writes(n):
+            if arg in where:
+                dev = where[arg]  # an in-place write runs where the tensor it writes lives
+                break
         where[n] = dev
     copies: dict = {}
     for n in list(graph.nodes):
@@ -542,6 +537,56 @@ def placed_module(step: CapturedStep, devices: dict[str, str]):
     module = torch.fx.GraphModule(torch.nn.Module(), graph)
     inputs = [(step.holder[n.name], where[n]) for n in graph.nodes if n.op == "placeholder"]
     return module, inputs
+
+
+#: ATen ops that write an input in place although their schema does not mark it written
+#: (``Tensor(a!)``): op overload packet -> (names of the arguments written, the argument that must be
+#: true for the write, or ``None`` if always). Found by running every op of the benchmarks' steps on
+#: real tensors and comparing each unmarked tensor argument before and after
+#: (``tests/test_torch_placed.py``): batch norm in training mode updates its running statistics
+#: in place (``running_mean``, ``running_var``: ``aten/src/ATen/native/Normalization.cpp``), yet
+#: ``native_batch_norm``'s schema declares them ``Tensor?`` (PyTorch 2.x).
+UNMARKED_WRITES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    name: (("running_mean", "running_var"), "training")
+    for name in ("native_batch_norm", "batch_norm", "_batch_norm_impl_index", "cudnn_batch_norm",
+                 "miopen_batch_norm", "_native_batch_norm_legit")
+}
+
+
+def written_args(target) -> list[int]:
+    """Positions of the arguments an ATen op overload writes in place: those its schema marks
+    written, plus :data:`UNMARKED_WRITES`' (whether the condition argument is true is decided per
+    call by :func:`node_writes`)."""
+    schema = target._schema
+    out = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    extra = UNMARKED_WRITES.get(target.overloadpacket.__name__)
+    if extra is not None:
+        out += [i for i, a in enumerate(schema.arguments) if a.name in extra[0] and i not in out]
+    return out
+
+
+def node_writes(node) -> list:
+    """The fx argument nodes an fx node of an ATen op writes in place (:func:`written_args`; an
+    unmarked write counted only when its condition argument, e.g. batch norm's ``training``, is
+    true), in schema order; a ``None`` or constant argument is left out."""
+    import torch
+    import torch.fx
+
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return []
+    schema = target._schema
+
+    def arg(i: int):
+        return node.args[i] if i < len(node.args) else node.kwargs.get(schema.arguments[i].name)
+
+    extra = UNMARKED_WRITES.get(target.overloadpacket.__name__)
+    if extra is not None and extra[1] is not None:
+        cond = next((i for i, a in enumerate(schema.arguments) if a.name == extra[1]), None)
+        if cond is not None and not arg(cond):
+            marked = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+            return [a for a in (arg(i) for i in marked) if isinstance(a, torch.fx.Node)]
+    return [a for a in (arg(i) for i in written_args(target)) if isinstance(a, torch.fx.Node)]
 
 
 def _holds_tensor(node) -> bool:
