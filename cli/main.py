@@ -82,7 +82,8 @@ EXPERIMENT_FLAGS = {
     "--k": "learners.rl.k", "--learner-option": "learners.*",
     "--controllers": "ray.controllers", "--workers": "ray.workers", "--gpus-per-worker": "ray.gpus_per_worker",
     "--policy-device": "ray.policy_device", "--async": "ray.async_updates", "--ray-address": "ray.address",
-    "--soft-placement": "real.soft_placement", "--int-bound": "real.int_bounds",
+    "--soft-placement": "real.soft_placement", "--int-bound": "real.int_bounds", "--repeats": "real.repeats",
+    "--warmup": "real.warmup", "--threads": "real.threads", "--time-limit": "real.time_limit_s",
     "--out-dir": "tracking.out_dir", "--tracking-uri": "tracking.tracking_uri", "--cache-dir": "tracking.cache_dir",
     "--spool": "tracking.spool", "--resume": "tracking.resume",
 }
@@ -116,6 +117,10 @@ def experiment(
     num_groups: NumGroups = None,
     cache_dir: CacheDir = None,
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real: move ops that have no kernel on their device to the CPU instead of failing"),
+    repeats: int = typer.Option(None, help="with --env real, a PyTorch step: timed steps per placement after the warm-up; the median is its step time (default 5)"),
+    warmup: int = typer.Option(None, help="with --env real: steps run and dropped before the timed ones (default 1)"),
+    threads: int = typer.Option(None, help="with --env real, a PyTorch step: torch.set_num_threads while measuring (default: torch's), recorded"),
+    time_limit: float = typer.Option(None, "--time-limit", help="with --env real, a PyTorch step: seconds a step may take before the placement fails (default 300)"),
     controllers: int = typer.Option(0, help="every learner on Ray: this many controllers, workers and a parameter server (2017 Sec. 3.4); 0: in-process"),
     workers: int = typer.Option(0, help="with --controllers: measuring worker actors, one placement each at a time (0: K per controller)"),
     gpus_per_worker: float = typer.Option(0, help="with --controllers: GPUs each worker asks Ray for and sees (--env real on GPUs: the cluster's GPU count)"),
@@ -152,7 +157,8 @@ def experiment(
         "grouping": {"grouper": grouper, "num_groups": num_groups}, "learners": learner_settings,
         "ray": {"controllers": controllers, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "policy_device": policy_device, "async_updates": async_updates, "address": ray_address},
-        "real": {"soft_placement": soft_placement, "int_bounds": parse_int_bounds(int_bound)},
+        "real": {"soft_placement": soft_placement, "int_bounds": parse_int_bounds(int_bound), "repeats": repeats,
+                 "warmup": warmup, "threads": threads, "time_limit_s": time_limit},
         "tracking": {"out_dir": out_dir, "tracking_uri": tracking_uri, "cache_dir": cache_dir, "spool": spool,
                      "resume": resume},
     }
@@ -252,6 +258,8 @@ from cli import reproduce  # noqa: E402,F401  (registers reproduce)
 from cli import baselines  # noqa: E402,F401  (registers baselines)
 from cli import compare  # noqa: E402,F401  (registers compare, log-run)
 from cli import export  # noqa: E402,F401  (registers export)
+from cli import detect  # noqa: E402,F401  (registers detect)
+from cli import evaluate  # noqa: E402,F401  (registers evaluate)
 
 if __name__ == "__main__":  # `python -m cli.main`: run the module whose app the sub-modules registered on
     from cli.main import main as _main

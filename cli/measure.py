@@ -71,17 +71,68 @@ def _check_tensorflow_benchmark(model: str, command: str) -> None:
               "TensorFlow (real or grappler), so it takes a TensorFlow benchmark")
 
 
+def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None, holdout: str | None,
+                    json_path: str | None) -> None:
+    """``calibrate --torch``: fit ``cluster``'s cost-model terms to PyTorch profiles (:mod:`cluster.torch_calibrate`)
+    and write the fitted preset YAML with its provenance."""
+    if not from_profile:
+        _fail("--torch: give --from-profile DIR (a folder of PyTorch profiles in the shared format: steps.json, "
+              "prof_<model>_shapes.json, cpuprof_<model>.json, copies.json, env.json); live profiling is not implemented")
+    if not output:
+        _fail("--torch: give --output PRESET.yaml (the fitted preset is written there)")
+    from pathlib import Path
+
+    from cluster import torch_calibrate as tc
+
+    if holdout is not None and holdout not in tc.PROFILE_MODELS:
+        _fail(f"--holdout {holdout!r}: valid: {', '.join(tc.PROFILE_MODELS)}")
+    base = _load_spec(cluster)
+    try:
+        prof = tc.load_profile(from_profile)
+        spec, report = tc.fit_from_profile(from_profile, base, holdout=holdout)
+    except ValueError as exc:
+        _fail(f"--from-profile: {exc}")
+    Path(output).write_text(tc.calibrated_yaml(spec, report, prof.env, str(from_profile)))
+    from cluster.spec import ClusterSpec
+
+    ClusterSpec.from_yaml(output)  # what was written loads
+    rows = tc.fidelity_rows(from_profile, spec, report["fit_models"], copies=False)
+    console = _console(json_path)
+    for r in rows:
+        console.print(f"{r['figure']}: simulated {r['simulated']:.4g} {r['unit']}, measured {r['measured']:.4g} "
+                      f"{r['unit']} ({r['set']})", soft_wrap=True)
+    console.print(f"fitted preset written to {output}", soft_wrap=True)
+    if json_path:
+        _write_json({"path": str(output), "values": report["values"], "fit_models": report["fit_models"],
+                     "holdout": holdout, "rows": rows}, json_path)
+
+
 @app.command()
 def calibrate(
-    model: str = typer.Option(..., help="benchmark name (see `placement models`)"),
+    model: str = typer.Option(None, help="benchmark name (see `placement models`); not with --torch"),
     size: Size = "small",
-    cluster: str = typer.Option(..., help="preset name (see `placement clusters`) or a YAML cluster spec"),
+    cluster: str = typer.Option(..., help="preset name (see `placement clusters`) or a YAML cluster spec; with --torch "
+                                "the base spec whose terms are fitted"),
     steps: int = typer.Option(5, help="traced steps per device kind; the first is dropped (>= 2)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs"),
     out: str = typer.Option(None, help="cost-table file (default placement-runs/cost-tables/<model>-<size>-<cluster>.json)"),
     json_path: Json = None,
+    torch_profile: bool = typer.Option(False, "--torch", help="fit the cluster's cost-model terms to PyTorch profiles "
+                                       "(--from-profile) and write a preset (--output) instead of a cost table"),
+    from_profile: str = typer.Option(None, "--from-profile", help="with --torch: a folder of PyTorch profiles "
+                                     "(shared format: steps.json, prof_<model>_shapes.json, cpuprof_<model>.json, copies.json)"),
+    output: str = typer.Option(None, "--output", help="with --torch: the fitted preset YAML to write"),
+    holdout: str = typer.Option(None, "--holdout", help="with --torch: a profiled model left out of the fit (gpt2 | resnet50)"),
 ) -> None:
-    """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table."""
+    """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table;
+    with --torch, fit a cluster preset to PyTorch profiles instead."""
+    if torch_profile:
+        _calibrate_torch(from_profile, cluster, output, holdout, json_path)
+        return
+    if from_profile or output or holdout:
+        _fail("--from-profile, --output and --holdout are for --torch")
+    if model is None:
+        _fail("give --model (a TensorFlow benchmark), or --torch --from-profile DIR for PyTorch profiles")
     _check_model(model, size)
     _check_tensorflow_benchmark(model, "calibrate")
     _load_spec(cluster)
@@ -197,7 +248,7 @@ def train(
     method: str = typer.Option(..., help="a baseline (single_cpu | single_gpu | expert | scotch | mincut | metis | m_topo | m_etf | m_sct | optimum) or a learner (rl | post | ppo | ce | pg | hierarchical | eagle | eagle_ce)"),
     steps: int = typer.Option(20, help="training steps (>= 1)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs and of a learner's search"),
-    env: str = typer.Option("real", help="real (TensorFlow on this machine's devices) | sim (projected from the simulated step time) | grappler (projected from TensorFlow's cost model)"),
+    env: str = typer.Option("real", help="real (the step on this machine's devices: TensorFlow, or a PyTorch step's placed torch.fx code) | sim (projected from the simulated step time) | grappler (projected from TensorFlow's cost model)"),
     budget: int = typer.Option(1000, help="placements a learner samples in the simulator"),
     cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
     json_path: Json = None,
@@ -222,8 +273,9 @@ def train(
 
     source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
     user_graph = is_user_graph(source)
-    if env != "sim" and not tensorflow_source(source):
-        _fail(f"--env: {env!r} runs a TensorFlow GraphDef; a PyTorch step is measured in the simulator only (--env sim)")
+    if env == "grappler" and not tensorflow_source(source):
+        _fail("--env: 'grappler' is TensorFlow's cost model of a GraphDef; a PyTorch step trains for real (--env real) "
+              "or is projected in the simulator (--env sim)")
     int_bounds = parse_int_bounds(int_bound, user_graph)
     if user_graph and model is not None:
         _fail("give --model or a user's graph (--graph-def, --saved-model, --keras, --torch), not both")
@@ -266,8 +318,9 @@ def train(
                       f"= {steps} x {result['step_time_s']:.5f} s simulated step time{oom}")
     else:
         losses = result["losses"]
+        iqr = f", median {result['median_s']:.5f} s, IQR {result['iqr_s']:.5f} s" if result.get("iqr_s") is not None else ""
         console.print(f"real training: {steps} steps of {what} in {result['seconds']:.3f} s "
-                      f"(mean step {result['step_time_s']:.5f} s, session setup {result['setup_s']:.1f} s); "
+                      f"(mean step {result['step_time_s']:.5f} s{iqr}, set-up {result['setup_s']:.1f} s); "
                       f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
     _mlflow_lines(console, result)

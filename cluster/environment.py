@@ -5,7 +5,8 @@ kinds implement it, each in its own module, and :func:`make_environment` is the 
 that builds one by name:
 
 * ``sim``: the event-driven simulator (:class:`cluster.simulated.SimulatedEnvironment`);
-* ``real``: the training step run in TensorFlow (:class:`cluster.real.RealEnvironment`);
+* ``real``: the training step run in TensorFlow (:class:`cluster.real.RealEnvironment`), or a
+  PyTorch step run placed on this machine's devices (:class:`cluster.torch_real.TorchRealEnvironment`);
 * ``grappler``: TensorFlow's own analytical cost model, grappler's ``VirtualCluster``
   (:class:`cluster.grappler.GrapplerEnvironment`).
 
@@ -90,9 +91,15 @@ class EnvOptions(BaseModel):
         soft_placement: ``real``: move groups with no kernel on their device to the first CPU
             instead of raising (``sim`` and ``grappler`` always do).
         steps, warmup: ``real``: steps run per measurement and how many are dropped (2017 Sec. 3.4: 10, 1).
-        seed: ``real``: seed of the synthetic inputs.
+            A PyTorch step (:class:`cluster.torch_real.TorchRealEnvironment`) times ``repeats`` steps
+            after ``warmup`` (``None``: its defaults, 5 after 1) and reads no ``steps``.
+        repeats: ``real``, a PyTorch step: timed steps per measurement (the median is the step time).
+        threads: ``real``, a PyTorch step: ``torch.set_num_threads`` while measuring (``None``: as is).
+        time_limit_s: ``real``, a PyTorch step: seconds a step may take before the placement fails.
+        seed: ``real``: seed of the synthetic inputs (and a PyTorch step's weights).
         int_bounds, devices: ``real``: see :class:`cluster.real.RealEnvironment` (``int_bounds``
-            over the prepared graph's own, :attr:`compgraph.prepare.PreparedGraph.int_bounds`).
+            over the prepared graph's own, :attr:`compgraph.prepare.PreparedGraph.int_bounds`);
+            for a PyTorch step ``devices`` are torch devices (``cpu``, ``cpu:1``, ``cuda:0``).
     """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
@@ -102,7 +109,10 @@ class EnvOptions(BaseModel):
     cost_table: Any = None
     soft_placement: bool = False
     steps: int = 10
-    warmup: int = 1
+    warmup: int | None = None
+    repeats: int | None = None
+    threads: int | None = None
+    time_limit_s: float | None = None
     seed: int = 0
     int_bounds: dict[str, int] | None = None
     devices: list[str] | None = None
@@ -156,6 +166,15 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
                 op_times = opts.cost_table.op_times(graph, spec)
             spec = opts.cost_table.apply_link(spec)
         return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times)
+    if kind == "real":
+        from cluster.torch_real import TorchRealEnvironment, is_torch_step
+
+        if is_torch_step(prepared):
+            return TorchRealEnvironment(prepared, spec, grouping=groups, repeats=opts.repeats, warmup=opts.warmup,
+                                        seed=opts.seed, threads=opts.threads, time_limit_s=opts.time_limit_s,
+                                        int_bounds={**(getattr(prepared, "int_bounds", None) or {}),
+                                                    **(opts.int_bounds or {})},
+                                        devices=opts.devices)
     graph_def = getattr(prepared, "graph_def", None)
     if graph_def is None:
         raise ValueError(f"env {kind!r}: needs the TensorFlow GraphDef of the graph (a benchmark or --graph-def)")
@@ -163,7 +182,8 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
     if kind == "real":
         from cluster.real import RealEnvironment
 
-        return RealEnvironment(graph, groups, spec, graph_def, fetches, steps=opts.steps, warmup=opts.warmup,
+        return RealEnvironment(graph, groups, spec, graph_def, fetches, steps=opts.steps,
+                               warmup=1 if opts.warmup is None else opts.warmup,
                                soft_placement=opts.soft_placement, seed=opts.seed,
                                int_bounds={**(getattr(prepared, "int_bounds", None) or {}), **(opts.int_bounds or {})},
                                devices=opts.devices)

@@ -52,6 +52,9 @@ def evaluate_placements(
             "compute_s": dict(zip(names, m.compute_s)),
             "transfer_s": dict(zip(names, m.transfer_s)),
             "peak_memory_bytes": dict(zip(names, m.peak_memory_bytes)),
+            # a real measurement's spread (cluster.torch_real.TorchMeasurement: median, quartiles, count)
+            **{k: getattr(m, k) for k in ("step_times_s", "q1_s", "q3_s", "iqr_s", "steps", "threads", "failure")
+               if getattr(m, k, None) is not None},
         }
     return out
 

@@ -1,5 +1,8 @@
 """End-to-end training evaluation: train for real with a placement, or project on a simulated cluster.
 
+A PyTorch step trains as its placed ``torch.fx`` step from its seeded weights
+(:class:`cluster.torch_real.TorchRealEnvironment`); a TensorFlow graph as below.
+
 :func:`train` runs ``steps`` real training steps of the benchmark's graph under a group
 placement (over the prepared groups or another grouping, e.g. the colocation units of the
 Hierarchical Planner and EAGLE) or an op-level placement (:class:`cluster.op_placement.OpPlacement`,
@@ -60,7 +63,8 @@ def op_grouping(graph) -> Grouping:
 
 def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: int = 0,
           on_step: Callable[[int, float, float], None] | None = None, soft_placement: bool = False,
-          devices: list[str] | None = None, grouping: Grouping | None = None) -> TrainingResult:
+          devices: list[str] | None = None, grouping: Grouping | None = None,
+          torch_options: dict | None = None) -> TrainingResult:
     """Train the prepared model for ``steps`` real steps with ``group_placement``.
 
     Args:
@@ -75,14 +79,17 @@ def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: i
         steps: training steps (>= 1).
         seed: seed of the synthetic inputs and of TensorFlow's graph-level seed.
         on_step: called after each step with ``(step, step_time_s, loss)``, step from 0.
-        soft_placement: see :class:`cluster.real.RealEnvironment`.
+        soft_placement: see :class:`cluster.real.RealEnvironment` (a TensorFlow graph).
+        torch_options: a PyTorch step (:mod:`cluster.torch_real`): ``threads``, ``time_limit_s`` of
+            :class:`cluster.torch_real.TorchRealEnvironment`; its ``devices`` are torch devices.
     Returns:
         :class:`TrainingResult`.
     Raises:
         ValueError: ``steps < 1``, a bad placement, or fetches without a scalar float loss;
         cluster.real.ColocationError: an op placement that splits ops TensorFlow must colocate;
         cluster.real.PlacementError: a placement TensorFlow cannot run;
-        tensorflow.errors.ResourceExhaustedError: a device ran out of memory.
+        tensorflow.errors.ResourceExhaustedError: a device ran out of memory (TensorFlow);
+        MemoryError: a PyTorch step ran out of memory; TimeoutError: a PyTorch step over its time limit.
     """
     import time
 
@@ -94,6 +101,22 @@ def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: i
         raise ValueError(f"steps: must be >= 1, got {steps}")
     if is_op_placement(group_placement):  # per-op devices: one unit per op
         grouping, group_placement = op_grouping(prepared.graph), group_placement.ops
+    from cluster.torch_real import TorchRealEnvironment, is_torch_step
+
+    if is_torch_step(prepared):  # a PyTorch step: its placed torch.fx step, trained from its seeded weights
+        tenv = make_environment("real", prepared, spec, {"seed": seed, "devices": devices, **(torch_options or {})},
+                                grouping=grouping)
+        assert isinstance(tenv, TorchRealEnvironment)
+        t0 = time.perf_counter()
+        tenv.op_placement(group_placement)  # a bad placement fails before the capture
+        tenv._load()
+        setup = time.perf_counter() - t0
+        m = tenv.run(group_placement, steps, 0, on_step=on_step)
+        if m.oom:
+            raise MemoryError(f"{prepared.name}: out of memory after {len(m.step_times_s)} training step(s)")
+        if m.failure:
+            raise TimeoutError(f"{prepared.name}: {m.failure}")
+        return TrainingResult(m.step_times_s, m.losses, float(sum(m.step_times_s)), setup, list(tenv.devices))
     env = make_environment("real", prepared, spec, {"steps": 2, "warmup": 1, "seed": seed,
                                                     "soft_placement": soft_placement, "devices": devices},
                            grouping=grouping)

@@ -178,19 +178,19 @@ register(user_frontend("keras", KerasSource, _load_keras, lambda s: (f"keras {s.
 
 def _prepare_torch(src: TorchSource, grouper=None, num_groups=None, seed=0, cache_dir=None, int_bounds=None):
     """A user's PyTorch step: captured (:func:`compgraph.torch_step.load_torch_step`) and grouped
-    (default ``heuristic``); no GraphDef, so it is measured in the simulator only."""
+    (default ``heuristic``); no GraphDef: real execution captures it again from ``src``
+    (:mod:`cluster.torch_real`), with ``int_bounds`` over its integer inputs (``input/K``)."""
     from compgraph.grouping import check_grouper, default_num_groups, group
     from compgraph.torch_step import load_torch_step
 
-    if int_bounds:
-        raise ValueError("int_bounds: for a TensorFlow graph's integer inputs; a PyTorch step is only simulated")
     grouper = grouper or "heuristic"
     if num_groups is None:
         num_groups = default_num_groups(grouper)
     check_grouper(grouper, None, num_groups, src.spec)
     step = load_torch_step(src.spec, src.optimizer)
     grouping = group(step.graph, grouper, None, num_groups, seed)
-    return PreparedGraph(None, "user", None, step.graph, grouping, None, (), dict(step.info))
+    return PreparedGraph(None, "user", None, step.graph, grouping, None, (), dict(step.info),
+                         int_bounds=dict(int_bounds or {}), torch_source=src)
 
 
 register(Frontend("torch", TorchSource, _prepare_torch))

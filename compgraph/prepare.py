@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,8 @@ class PreparedGraph:
             :func:`compgraph.inputs.int_inputs`); empty for a benchmark (read when it runs).
         unbounded_int_inputs: a user's graph: integer inputs whose bound is neither given
             nor in the graph (real execution refuses them).
+        torch_source: a user's PyTorch step: its :class:`compgraph.frontends.TorchSource`, from which
+            real execution captures and builds it again (:mod:`cluster.torch_real`); ``None`` otherwise.
     """
 
     benchmark: Benchmark | None
@@ -73,6 +77,7 @@ class PreparedGraph:
     import_info: dict = field(default_factory=dict)
     int_bounds: dict = field(default_factory=dict)
     unbounded_int_inputs: tuple = ()
+    torch_source: Any = None
 
     @property
     def name(self) -> str:

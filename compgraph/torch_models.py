@@ -22,7 +22,14 @@ from __future__ import annotations
 
 import math
 
+from contextvars import ContextVar
+
 from pydantic import BaseModel, ConfigDict
+
+BUILD_DEVICE: ContextVar[str] = ContextVar("BUILD_DEVICE", default="meta")
+"""The device the builders (:func:`resnet50`, :func:`gpt` and the ``--torch`` specs over them) build
+on: ``meta`` (nothing allocated) unless real execution builds the module for its initial weights
+(:func:`cluster.torch_real.step_tensors` sets ``cpu``)."""
 
 
 class ResNetConfig(BaseModel):
@@ -155,24 +162,26 @@ def _modules():
 
 
 def resnet50(cfg: ResNetConfig | None = None):
-    """``(ResNet-50 module, (images [batch, 3, image, image], labels [batch]))`` on the meta device."""
+    """``(ResNet-50 module, (images [batch, 3, image, image], labels [batch]))`` on the meta device
+    (:data:`BUILD_DEVICE`)."""
     import torch
 
     cfg = cfg or RESNET_SIZES["paper"]
     ResNet, _ = _modules()
-    with torch.device("meta"):
+    with torch.device(BUILD_DEVICE.get()):
         model = ResNet(cfg)
         args = (torch.empty(cfg.batch, 3, cfg.image, cfg.image), torch.empty(cfg.batch, dtype=torch.long))
     return model, args
 
 
 def gpt(cfg: GPTConfig | None = None):
-    """``(GPT module, (tokens [batch, seq], targets [batch, seq]))`` on the meta device."""
+    """``(GPT module, (tokens [batch, seq], targets [batch, seq]))`` on the meta device
+    (:data:`BUILD_DEVICE`)."""
     import torch
 
     cfg = cfg or GPT_SIZES["gpt2"]
     _, GPT = _modules()
-    with torch.device("meta"):
+    with torch.device(BUILD_DEVICE.get()):
         model = GPT(cfg)
         args = (torch.empty(cfg.batch, cfg.seq, dtype=torch.long), torch.empty(cfg.batch, cfg.seq, dtype=torch.long))
     return model, args

@@ -111,7 +111,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     uri = track.tracking_uri or default_tracking_uri(out)
     stamp = time.strftime("%Y%m%d-%H%M%S")  # the run folder's name: when the run started
     # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
-    env_options = {"soft_placement": True} if c.env == "real" and c.real.soft_placement else {}
+    env_options = c.real.env_options() if c.env == "real" else {}
     settings = {"source": c.source.model_dump(), "cluster": c.cluster, "methods": methods, "budget": c.budget,
                 "seed": c.seed, "env": c.env, "grouper": c.grouping.grouper, "num_groups": c.grouping.num_groups,
                 "learner_options": learner_options, **({"int_bounds": c.real.int_bounds} if c.real.int_bounds else {})}

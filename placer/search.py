@@ -367,7 +367,15 @@ class EnvironmentEvaluator:
             ms = self.env.measure_batch(batch)
         else:
             ms = [self.env.measure(p) for p in batch]
-        arrived([(j, m, {}) for j, m in zip(jobs, ms)])
+        arrived([(j, m, log_fields(m)) for j, m in zip(jobs, ms)])
+
+
+def log_fields(m: Measurement) -> dict:
+    """What the placement log keeps of a measurement beside its step time and OOM flag: a real
+    PyTorch measurement's spread, count, threads and failure (:meth:`cluster.torch_real.TorchMeasurement.log_fields`);
+    nothing for the others."""
+    fields = getattr(m, "log_fields", None)
+    return fields() if callable(fields) else {}
 
 
 class SearchLedger:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, create_model, field_validator, model_validator
 
 from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph, tensorflow_source
 from placer.configs import CONFIGS
@@ -79,6 +79,21 @@ class RealOptions(_Section):
     int_bounds: dict[str, Count] | None = Field(None, description="a user's graph: integer input name -> exclusive "
                                                                   "bound of the ids fed to it (default: the size of "
                                                                   "the table it indexes), e.g. {\"tokens\": 32000}")
+    repeats: Count | None = Field(None, description="a PyTorch step: timed steps per placement, after the warm-up; "
+                                                    "the median is its step time (empty: 5)")
+    warmup: NonNegative | None = Field(None, description="steps run and dropped before the timed ones (empty: 1)")
+    threads: Count | None = Field(None, description="a PyTorch step: torch.set_num_threads while measuring (empty: "
+                                                    "torch's default), recorded either way")
+    time_limit_s: PositiveFloat | None = Field(None, description="a PyTorch step: seconds a step may take before the "
+                                                                 "placement fails (empty: 300)")
+
+    def env_options(self) -> dict:
+        """The options of :func:`cluster.environment.make_environment` for ``env: real`` (only those given)."""
+        out: dict = {"soft_placement": True} if self.soft_placement else {}
+        for name in ("repeats", "warmup", "threads", "time_limit_s"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
 
 
 class TrackingOptions(_Section):
@@ -153,8 +168,9 @@ class ExperimentConfig(BaseModel):
                                             "Keras model")
     cluster: ClusterName = Field("k80x2", description="a preset cluster (k80x2: 2 K80 GPUs and a CPU, as in 2017) or "
                                                       "the path of a YAML cluster spec")
-    env: EnvName = Field("sim", description="where placements are measured: sim (simulator), real (TensorFlow on this "
-                                            "machine) or grappler (TensorFlow's own cost model)")
+    env: EnvName = Field("sim", description="where placements are measured: sim (simulator), real (the step run on "
+                                            "this machine's devices: TensorFlow, or a PyTorch step on its CPU and "
+                                            "GPUs) or grappler (TensorFlow's own cost model)")
     methods: list[MethodName] | None = Field(None, description="baselines and learners (empty: every baseline that "
                                                                "applies but optimum, then rl and post)")
     budget: Count = Field(1000, description="placements each learner samples")
@@ -201,9 +217,18 @@ class ExperimentConfig(BaseModel):
             if self.real.int_bounds:
                 raise ValueError("real.int_bounds is for a user's graph; a benchmark's integer inputs are bounded by "
                                  "its own tables")
-        if self.env != "sim" and not tensorflow_source(self.source):
-            raise ValueError(f"env: {self.env!r} runs a TensorFlow GraphDef; a PyTorch step is measured in the simulator "
-                             "only (env 'sim')")
+        if self.env == "grappler" and not tensorflow_source(self.source):
+            raise ValueError("env: 'grappler' is TensorFlow's cost model of a GraphDef; a PyTorch step is measured in "
+                             "the simulator (env 'sim') or for real (env 'real')")
+        if self.env == "real" and not tensorflow_source(self.source):  # a spec device this machine lacks: refused now
+            from cluster.torch_real import check_devices, torch_devices
+
+            check_devices(spec, torch_devices(spec))
+        if tensorflow_source(self.source):
+            for name in ("repeats", "threads", "time_limit_s"):
+                if getattr(self.real, name) is not None:
+                    raise ValueError(f"real.{name}: for a PyTorch step; a TensorFlow graph runs its fixed steps "
+                                     "(10 steps, the first dropped: 2017 Sec. 3.4)")
         for m in self.resolved_methods:
             problem = BASELINES[m].problem(spec, user) if m in BASELINES else None
             if problem:

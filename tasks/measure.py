@@ -147,8 +147,12 @@ def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, g
         return {"steps": proj.steps, "seconds": proj.seconds, "simulated": True, "step_times_s": [], "losses": [],
                 "step_time_s": proj.step_time_s, "setup_s": None, "oom": m.oom}
     r = train(prepared, spec, placement, steps=steps, seed=seed, soft_placement=True, grouping=units)
+    from cluster.torch_real import spread
+
+    s = spread(list(r.step_times_s))
     return {"steps": steps, "seconds": r.total_s, "simulated": False, "step_times_s": list(r.step_times_s),
-            "losses": list(r.losses), "step_time_s": float(np.mean(r.step_times_s)), "setup_s": r.setup_s, "oom": False}
+            "losses": list(r.losses), "step_time_s": float(np.mean(r.step_times_s)), "setup_s": r.setup_s, "oom": False,
+            "median_s": s["median_s"], "q1_s": s["q1_s"], "q3_s": s["q3_s"], "iqr_s": s["iqr_s"]}
 
 
 def train_best(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, summary: dict, placements: dict,

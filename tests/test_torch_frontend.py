@@ -231,13 +231,25 @@ def test_a_users_torch_step_errors(torch_module, func, match):
         prepare_source(TorchSource(spec=f"{torch_module}:{func}"))
 
 
-def test_a_torch_step_is_measured_in_the_simulator_only():
+def test_a_torch_step_runs_for_real_on_the_devices_it_has_and_never_in_grappler():
     from pydantic import ValidationError
 
     from tasks.config import ExperimentConfig
 
-    with pytest.raises(ValidationError, match="a PyTorch step is measured in the simulator only"):
-        ExperimentConfig(source={"kind": "torch", "spec": "m:f"}, env="real", methods=["single_gpu"])
-    with pytest.raises(ValidationError, match="a PyTorch step is measured in the simulator only"):
+    config = ExperimentConfig(source={"kind": "torch", "spec": "m:f"}, env="real", cluster="cpu4",
+                              methods=["single_gpu"], real={"repeats": 3, "threads": 1})
+    assert config.real.env_options() == {"repeats": 3, "threads": 1}
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        with pytest.raises(ValidationError, match=r"/gpu:0 runs on cuda:0, but this machine has 0 CUDA"):
+            ExperimentConfig(source={"kind": "torch", "spec": "m:f"}, env="real", methods=["single_gpu"])
+    with pytest.raises(ValidationError, match="'grappler' is TensorFlow's cost model"):
         ExperimentConfig(source={"kind": "benchmark", "model": "gpt", "size": "small"}, env="grappler",
                          methods=["single_gpu"])
+    with pytest.raises(ValidationError, match="real.threads: for a PyTorch step"):
+        ExperimentConfig(env="real", cluster="cpu4", methods=["single_cpu"], real={"threads": 2})

@@ -1,0 +1,204 @@
+"""The placed PyTorch step is exact, and real execution of PyTorch steps (cluster.torch_real) on this CPU.
+
+Exactness: a placed step of a benchmark, split over two devices with the copies kept (``cpu`` and
+``cpu:1``: distinct devices to the placed step, the same memory), equals one eager step on the
+same weights: loss, parameters, buffers (batch norm's running statistics) and optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cluster.environment import make_environment  # noqa: E402
+from cluster.spec import load_cluster  # noqa: E402
+from cluster.torch_real import (DeviceUnavailableError, TorchRealEnvironment, int_input_bounds, load_step,  # noqa: E402
+                                spread, step_tensors, torch_devices)
+from compgraph.frontends import BenchmarkSource, TorchSource, prepare_source  # noqa: E402
+from compgraph.torch_step import UNMARKED_WRITES, node_writes, placed_module  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def resnet_small():
+    return prepare_source(BenchmarkSource(model="resnet50_torch", size="small"))
+
+
+@pytest.fixture(scope="module")
+def gpt_small():
+    return prepare_source(BenchmarkSource(model="gpt", size="small"))
+
+
+def _run_interpreted(gm, vals):
+    """Run ``gm`` node by node; return the ATen ops that changed a tensor argument their
+    :func:`node_writes` does not name: ``{(op, argument name)}``."""
+    found = set()
+
+    class Probe(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+                return super().run_node(n)
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            schema = n.target._schema
+            declared = set(node_writes(n))
+            before = {}
+            for i, a in enumerate(schema.arguments):
+                node_arg = n.args[i] if i < len(n.args) else n.kwargs.get(a.name)
+                v = args[i] if i < len(args) else kwargs.get(a.name)
+                if isinstance(v, torch.Tensor) and node_arg not in declared:
+                    before[i] = (a.name, v, v.clone())
+            out = super().run_node(n)
+            for name, v, old in before.values():
+                if not torch.equal(old, v):
+                    found.add((n.target.overloadpacket.__name__, name))
+            return out
+
+    Probe(gm).run(*vals)
+    return found
+
+
+@pytest.mark.parametrize("model", ["resnet50_torch", "gpt"])
+def test_every_op_that_writes_an_input_is_known_to_write_it(model, resnet_small, gpt_small):
+    """Run every op of the step on real tensors: no op changes an argument that node_writes does not
+    name (batch norm's running statistics, unmarked in its schema, are named)."""
+    prepared = resnet_small if model == "resnet50_torch" else gpt_small
+    step, build = load_step(prepared)
+    module, args, optimizer = build()
+    tensors = step_tensors(step, module, args, optimizer, seed=0)
+    gm, inputs = placed_module(step, {op.name: "cpu" for op in step.graph.ops})
+    assert _run_interpreted(gm, [tensors[name].clone() for name, _ in inputs]) == set()
+    if model == "resnet50_torch":
+        bn = [n for n in step.gm.graph.nodes if getattr(n.target, "__name__", "").startswith("native_batch_norm.")]
+        assert bn and all(len(node_writes(n)) == 2 for n in bn)
+        assert "native_batch_norm" in UNMARKED_WRITES
+
+
+def _eager_step(module, args, optimizer):
+    """One eager training step as the capture models it: SGD(lr=1e-3) or Adam(foreach=False) at its defaults."""
+    opt = (torch.optim.SGD(module.parameters(), lr=1e-3) if optimizer == "sgd"
+           else torch.optim.Adam(module.parameters(), foreach=False))
+    opt.zero_grad(set_to_none=True)
+    loss = module(*args)
+    loss.backward()
+    opt.step()
+    return float(loss.detach()), opt
+
+
+@pytest.mark.parametrize("model", ["resnet50_torch", "gpt"])
+def test_a_placed_step_split_over_two_devices_equals_an_eager_step(model, resnet_small, gpt_small):
+    prepared = resnet_small if model == "resnet50_torch" else gpt_small
+    step, build = load_step(prepared)
+    module, args, optimizer = build()
+    tensors = step_tensors(step, module, args, optimizer, seed=3)
+    # the first half of the ops (forward, early layers) on "cpu", the rest on "cpu:1": copies in between
+    ops = step.graph.ops
+    devices = {op.name: ("cpu" if i < len(ops) // 2 else "cpu:1") for i, op in enumerate(ops)}
+    # a co-located op goes where its parameter or buffer goes (the grouping would do the same)
+    for op in ops:
+        for c in op.colocation:
+            devices[op.name] = devices[c]
+    gm, inputs = placed_module(step, devices)
+    n_copies = sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten._to_copy.default)
+    assert n_copies > 0
+    placed = {name: tensors[name].clone() for name, _ in inputs}
+    loss = gm(*[placed[name] for name, _ in inputs])[0]
+    # eager, from the same tensors
+    with torch.no_grad():
+        for n, p in module.named_parameters():
+            p.copy_(tensors[n])
+        for n, b in module.named_buffers():
+            b.copy_(tensors[n])
+    module.train()
+    eager_args = [tensors[f"input/{k}"] for k in range(len(args))]
+    eager_loss, opt = _eager_step(module, eager_args, optimizer)
+    assert float(loss) == pytest.approx(eager_loss, rel=1e-5)
+    for n, p in module.named_parameters():
+        torch.testing.assert_close(placed[n], p.detach(), rtol=1e-5, atol=1e-6, msg=n)
+        if optimizer == "adam":
+            torch.testing.assert_close(placed[f"{n}/Adam"], opt.state[p]["exp_avg"], rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(placed[f"{n}/Adam_1"], opt.state[p]["exp_avg_sq"], rtol=1e-5, atol=1e-9)
+    buffers = dict(module.named_buffers())
+    for n, b in buffers.items():
+        torch.testing.assert_close(placed[n], b, rtol=1e-5, atol=1e-6, msg=n)
+    if model == "resnet50_torch":  # the running statistics moved: the step updated them where they live
+        assert not torch.equal(tensors["bn1.running_mean"], buffers["bn1.running_mean"])
+
+
+def test_integer_inputs_are_bounded_by_what_they_index(gpt_small, resnet_small):
+    step, _ = load_step(gpt_small)
+    assert int_input_bounds(step) == {"input/0": 512, "input/1": 512}  # the embedding table, the logits' classes
+    step, _ = load_step(resnet_small)
+    assert int_input_bounds(step) == {"input/1": 10}  # the classes of the loss
+
+
+def test_torch_devices_map_the_spec_and_refuse_a_missing_gpu(resnet_small):
+    spec = load_cluster("k80x2")  # /cpu:0, /gpu:0, /gpu:1
+    assert torch_devices(spec) == ["cpu", "cuda:0", "cuda:1"]
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match=r"/gpu:0 runs on cuda:0, but this machine has 0 CUDA"):
+            make_environment("real", resnet_small, spec)
+    with pytest.raises(ValueError, match="devices: 2 given"):
+        torch_devices(spec, ["cpu", "cpu:1"])
+
+
+def test_spread_is_the_median_and_quartiles():
+    s = spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median_s"] == 3.0 and s["q1_s"] == 2.0 and s["q3_s"] == 4.0 and s["iqr_s"] == 2.0
+    assert spread([0.5])["iqr_s"] is None and spread([])["median_s"] is None
+
+
+def test_real_env_measures_a_pytorch_step_on_two_logical_cpus(resnet_small):
+    spec = load_cluster("k80x2")
+    env = make_environment("real", resnet_small, spec, {"repeats": 3, "warmup": 1, "threads": 1,
+                                                        "devices": ["cpu", "cpu:1", "cpu:2"]})
+    assert isinstance(env, TorchRealEnvironment)
+    n = env.grouping.num_groups
+    gp = np.arange(n) % 2  # alternate units between two devices: many copies
+    m = env.measure(gp)
+    assert m.step_time_s is not None and m.step_time_s > 0 and not m.oom and m.failure is None
+    assert m.steps == 3 and len(m.step_times_s) == 3 and len(m.warmup_s) == 1
+    assert m.q1_s <= m.step_time_s <= m.q3_s and m.iqr_s == pytest.approx(m.q3_s - m.q1_s)
+    assert m.threads == 1 and m.devices == ["cpu", "cpu:1", "cpu:2"]
+    assert all(np.isfinite(m.losses)) and len(m.losses) == 4
+    # each measurement starts from the same weights: the first loss repeats
+    again = env.measure(np.zeros(n, dtype=np.int64))
+    assert again.losses[0] == pytest.approx(m.losses[0], rel=1e-5)
+    assert set(m.log_fields()) >= {"step_times_s", "iqr_s", "steps", "threads"}
+
+
+def test_a_step_over_the_time_limit_is_a_failed_placement(resnet_small):
+    env = make_environment("real", resnet_small, load_cluster("k80x2"),
+                           {"repeats": 2, "warmup": 0, "time_limit_s": 1e-9, "devices": ["cpu", "cpu", "cpu"]})
+    m = env.measure(np.zeros(env.grouping.num_groups, dtype=np.int64))
+    assert m.step_time_s is None and not m.oom and "over the time limit" in m.failure and m.steps == 1
+
+
+OOM_MODULE = '''
+import torch
+from torch import nn
+
+
+def step():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 2)
+
+        def forward(self, x, y):
+            huge = torch.zeros(1 << 50, device=x.device)  # 4 PiB: no machine allocates it
+            return nn.functional.cross_entropy(self.lin(x), y) + huge[:1].sum()
+    return Net(), (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+'''
+
+
+def test_an_out_of_memory_step_is_recorded_as_oom(tmp_path, monkeypatch):
+    (tmp_path / "oommodel.py").write_text(OOM_MODULE)
+    monkeypatch.chdir(tmp_path)
+    prepared = prepare_source(TorchSource(spec="oommodel:step"))
+    env = make_environment("real", prepared, load_cluster("cpu4"), {"repeats": 1, "warmup": 0})
+    m = env.measure(np.zeros(env.grouping.num_groups, dtype=np.int64))
+    assert m.oom and m.step_time_s is None and m.failure is None
+    json.dumps(m.log_fields())  # the placement log can keep it
