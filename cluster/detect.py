@@ -1,0 +1,962 @@
+"""The cluster spec of the machine this runs on (``placement detect``): what can be read, read; what
+cannot, from a datasheet table or an assumption, each figure saying which.
+
+**CPU** (``/cpu:0``, every socket as one device, as the presets do). The model, the cores (distinct
+``physical id``/``core id`` pairs: SMT threads share their core's FMA units), the ISA flags and the clock
+are read from ``/proc/cpuinfo`` (with ``lscpu`` and ``/sys/devices/system/cpu/cpu0/cpufreq/base_frequency``
+where it lacks them); the peak FP32 throughput is ``cores x clock x FLOP/cycle``, the FLOP per cycle
+following from the widest FMA ISA (:func:`flops_per_cycle`: AVX-512 with two FMA units 64, AVX2 + FMA 32,
+AVX 16, SSE 8; how many FMA units a core has is not in the flags, so it is an assumption, named). The
+memory bandwidth is a datasheet figure for the CPUs the presets cite (:data:`CPU_MEMORY_BANDWIDTH`), else
+an assumption per core (:data:`ASSUMED_BANDWIDTH_PER_CORE`), flagged; the memory is ``/proc/meminfo``'s
+``MemTotal``.
+
+**GPUs** (``/gpu:K``, torch's device order). ``torch.cuda.get_device_properties(K)`` gives the name and the
+memory; the peaks and the memory bandwidth come from the datasheet table :data:`GPU_DATASHEETS` (the
+figures of :mod:`cluster.servers` and :mod:`cluster.machines` where they have the chip, the others here
+with their sources). A chip not in the table is refused (:class:`DetectError`) unless ``allow_unknown``,
+which writes estimates from the device properties, each flagged as such in the YAML.
+
+**Links.** CPU-GPU: the PCIe generation and width of the GPU's PCI function
+(``/sys/bus/pci/devices/<bus id>/max_link_speed`` and ``max_link_width``, capped by its upstream port's:
+a GPU lowers ``current_link_speed`` when idle, so the current figures are only reported), else the
+datasheet's; per direction ``GT/s x lanes x encoding / 8`` (:func:`pcie_bandwidth`). GPU-GPU: the NVLinks
+``nvidia-smi topo -m`` lists (links x the chip's per-link bandwidth), else peer-to-peer over PCIe (the
+slower of the two GPUs' PCIe links), flagged.
+
+**Terms that are not detectable** (efficiencies, per-op and per-transfer overheads) are carried as
+:func:`cluster.servers.build_server_spec` carries them (:func:`carried_terms`): the GPU's from the servers'
+reference preset (:data:`cluster.servers.REFERENCE_PRESET`, :data:`cluster.servers.GPU_CARRIED`), the CPU's
+from the shipped ``k80x2`` (:data:`cluster.servers.CHIP_TERMS`), and PyTorch's software terms
+(:data:`cluster.servers.PYTORCH_TERMS`); the YAML says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cluster.machines import CHIPS, Chip
+from cluster.servers import (CHIP_TERMS, GPU_CARRIED, PYTORCH_TERMS, REFERENCE_PRESET, SERVER_CHIPS, ServerChip,
+                             load_cpu_reference, load_reference)
+from cluster.spec import ClusterSpec
+
+LINK_LATENCY_S = 2e-6
+"""Latency of every link (seconds): an estimate, as :func:`cluster.servers.build_server_spec` takes it."""
+ASSUMED_BANDWIDTH_PER_CORE = 10e9
+"""Memory bandwidth assumed per physical core of a CPU not in :data:`CPU_MEMORY_BANDWIDTH` (bytes/s): the
+``cpu4`` preset's guess of what a 2-vCPU slice of a DDR5 server sustains (~20 GB/s), capped per socket by
+:data:`ASSUMED_SOCKET_BANDWIDTH_CAP`."""
+ASSUMED_SOCKET_BANDWIDTH_CAP = SERVER_CHIPS["xeon-8480cx2"].memory_bandwidth / 2
+"""At most 8 channels of DDR5-4800 per socket, 307.2 GB/s (bytes/s; Intel ARK, Xeon Platinum 8480+)."""
+ASSUMED_CLOCK_HZ = 2.0e9
+"""Clock assumed, with ``allow_unknown`` only, when none can be read (Hz)."""
+NVIDIA_SMI_TIMEOUT_S = 20
+"""Seconds ``lscpu`` or ``nvidia-smi`` may take before it is given up on."""
+
+
+class DetectError(ValueError):
+    """Something could not be detected and no flagged assumption was allowed (one line)."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A detected figure and where it came from (``read: ...``, ``datasheet: ...``, ``assumed: ...``,
+    ``estimated: ...``, ``carried from ...``)."""
+
+    value: float
+    provenance: str
+
+
+# --------------------------------------------------------------------------------------------------- parsing
+
+
+def parse_cpuinfo(text: str) -> list[dict[str, str]]:
+    """The processor blocks of a ``/proc/cpuinfo`` text, each ``{key: value}`` (keys as written, e.g.
+    ``model name``, ``physical id``, ``flags``); lines outside a ``processor`` block (ARM's ``Hardware``)
+    go into every block that lacks them."""
+    blocks: list[dict[str, str]] = []
+    common: dict[str, str] = {}
+    current: dict[str, str] = {}
+    for line in [*text.splitlines(), ""]:
+        if not line.strip():
+            if "processor" in current:
+                blocks.append(current)
+            else:
+                common.update(current)
+            current = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            current[key.strip()] = value.strip()
+    return [{**common, **b} for b in blocks]
+
+
+def parse_lscpu(text: str) -> dict[str, str]:
+    """``lscpu``'s ``Key: value`` lines as a dict (``Model name``, ``Socket(s)``, ``CPU max MHz``...)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            out.setdefault(key.strip(), value.strip())
+    return out
+
+
+def parse_meminfo(text: str) -> float:
+    """``MemTotal`` of a ``/proc/meminfo`` text, in bytes (the kernel's ``kB`` is 1024 bytes).
+
+    Raises:
+        DetectError: no ``MemTotal`` line.
+    """
+    m = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, re.MULTILINE)
+    if not m:
+        raise DetectError("no 'MemTotal: N kB' line in the meminfo text")
+    return int(m.group(1)) * 1024.0
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def run_lscpu() -> str | None:
+    """The output of ``lscpu`` in the C locale, or ``None`` where it is missing or fails."""
+    if not shutil.which("lscpu"):
+        return None
+    try:
+        done = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
+                              env={**os.environ, "LC_ALL": "C"}, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+# --------------------------------------------------------------------------------------------------------- CPU
+
+
+def flops_per_cycle(flags: set[str], vendor: str = "", family: int | None = None,
+                    model: int | None = None) -> tuple[int, str, str] | None:
+    """FP32 FLOP per cycle per core of the widest FMA ISA in ``flags`` (``/proc/cpuinfo`` ``flags`` or
+    ARM's ``Features``): ``(FLOP/cycle, ISA, why)``, or ``None`` when no ISA below is present.
+
+    A vector FMA unit does ``2 x lanes`` FLOP per cycle (lanes: 16 FP32 in 512 bits, 8 in 256, 4 in 128).
+    How many units a core has is not in the flags; the counts below are the usual server parts'
+    (Intel optimization reference manual, Sec. 2 per microarchitecture; AMD software optimization guides
+    for family 17h and 19h):
+
+    * ``avx512f``: Intel two 512-bit FMA units, 64 (Xeon Gold 6xxx/Platinum; Silver, Bronze and client
+      parts have one: 32); AMD family 19h (Zen 4) issues 512-bit FMAs on two 256-bit units, 32; family
+      1Ah (Zen 5) two 512-bit units, 64.
+    * ``avx2`` + ``fma``: two 256-bit FMA units, 32 (Intel Haswell on, AMD Zen 2 on; Zen and Zen+, family
+      17h models below 30h, split them into 128-bit halves: 16).
+    * ``avx`` without FMA: one 256-bit add and one 256-bit multiply per cycle, 16 (Sandy/Ivy Bridge).
+    * ``sse``/``sse2``: one 128-bit add and one 128-bit multiply, 8.
+    * ARM ``asimd`` (NEON): two 128-bit FMA pipes, 16 (e.g. Arm Neoverse N1).
+    """
+    amd = vendor.lower().startswith(("authenticamd", "amd"))
+    if "avx512f" in flags:
+        if amd and family == 0x19:
+            return 32, "avx512f", "AMD Zen 4 (family 19h) runs 512-bit FMAs on two 256-bit units"
+        if amd and family == 0x1A:
+            return 64, "avx512f", "AMD Zen 5 (family 1Ah): two 512-bit FMA units"
+        return 64, "avx512f", ("two 512-bit FMA units per core (Xeon Gold 6xxx/Platinum and later; "
+                               "Xeon Silver/Bronze and client parts have one: 32)")
+    if "avx2" in flags and "fma" in flags:
+        if amd and family == 0x17 and model is not None and model < 0x30:
+            return 16, "avx2+fma", "AMD Zen/Zen+ (family 17h, model < 30h) splits 256-bit FMAs into 128-bit halves"
+        return 32, "avx2+fma", "two 256-bit FMA units per core (Intel Haswell and later, AMD Zen 2 and later)"
+    if "avx" in flags:
+        return 16, "avx", "one 256-bit add and one 256-bit multiply per cycle, no FMA (Sandy/Ivy Bridge)"
+    if "sse2" in flags or "sse" in flags:
+        return 8, "sse", "one 128-bit add and one 128-bit multiply per cycle"
+    if "asimd" in flags:
+        return 16, "asimd", "two 128-bit NEON FMA pipes per core (e.g. Arm Neoverse N1)"
+    return None
+
+
+def _per_socket(chip: Chip | ServerChip, sockets: int) -> float:
+    return chip.memory_bandwidth / sockets
+
+
+CPU_MEMORY_BANDWIDTH: list[tuple[str, float, str]] = [
+    (r"EPYC 7742", _per_socket(SERVER_CHIPS["epyc-7742x2"], 2), SERVER_CHIPS["epyc-7742x2"].sources[0]),
+    (r"Platinum 8480", _per_socket(SERVER_CHIPS["xeon-8480cx2"], 2), SERVER_CHIPS["xeon-8480cx2"].sources[1]),
+    (r"E5-2699 v3", _per_socket(CHIPS["xeon-e5-2699v3"], 1), CHIPS["xeon-e5-2699v3"].sources[0]),
+    (r"E5-2650 v4", _per_socket(CHIPS["xeon-e5-2650v4x2"], 2), CHIPS["xeon-e5-2650v4x2"].sources[1]),
+    (r"E5-2699 v4", _per_socket(CHIPS["gcp-broadwell-8"], 1), CHIPS["gcp-broadwell-8"].sources[2]),
+]
+"""(regex on the CPU model name, peak memory bandwidth per socket in bytes/s, source): the CPUs whose
+datasheets :mod:`cluster.servers` and :mod:`cluster.machines` cite, with their figures."""
+
+
+@dataclass(frozen=True)
+class DetectedCpu:
+    """The host CPU as detected.
+
+    Attributes:
+        model: the model name (``2x ...`` with two sockets); model_source: where it was read.
+        vendor: ``vendor_id`` (``GenuineIntel``, ``AuthenticAMD``) or ARM's implementer, may be empty.
+        sockets, cores: sockets and physical cores (all sockets); threads: logical CPUs.
+        cores_source: where the core count was read.
+        clock: the clock (Hz); isa: the widest FMA ISA; flops_per_cycle: FP32 FLOP/cycle/core.
+        memory_bandwidth: peak memory bandwidth (bytes/s); memory_bytes: RAM (bytes).
+    """
+
+    model: str
+    model_source: str
+    vendor: str
+    sockets: int
+    cores: int
+    threads: int
+    cores_source: str
+    clock: Figure
+    isa: str
+    flops_per_cycle: Figure
+    memory_bandwidth: Figure
+    memory_bytes: Figure
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak FP32 throughput (FLOP/s): ``cores x clock x flops_per_cycle``."""
+        return self.cores * self.clock.value * self.flops_per_cycle.value
+
+
+def _int(text: str | None, base: int = 10) -> int | None:
+    try:
+        return int(str(text).strip(), base)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(str(text).strip().replace(",", "."))
+    except (TypeError, ValueError):
+        return None
+
+
+def detect_cpu(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str | None = None,
+               meminfo_path: str | Path = "/proc/meminfo", sys_root: str | Path = "/sys",
+               allow_unknown: bool = False) -> DetectedCpu:
+    """The host CPU from ``cpuinfo_path`` (``/proc/cpuinfo`` format), ``lscpu_text`` (``lscpu``'s output;
+    where the cpuinfo lacks a figure), ``meminfo_path`` (``MemTotal``) and, for the clock,
+    ``<sys_root>/devices/system/cpu/cpu0/cpufreq/base_frequency`` (kHz).
+
+    Units: clock in Hz, bandwidth in bytes/s, memory in bytes. Sources: the clock is the model name's
+    ``@ x.xxGHz`` (the nominal base clock), else the cpufreq base frequency, else ``lscpu``'s ``CPU max
+    MHz`` (the highest boost clock: optimistic), else cpuinfo's ``cpu MHz`` (the clock when read; a VM's
+    nominal clock); FLOP/cycle from :func:`flops_per_cycle`; bandwidth from :data:`CPU_MEMORY_BANDWIDTH`
+    else :data:`ASSUMED_BANDWIDTH_PER_CORE` per core.
+
+    Raises:
+        DetectError: an unreadable cpuinfo or meminfo, or (without ``allow_unknown``) no clock or no known ISA.
+    """
+    text = _read(cpuinfo_path)
+    if text is None:
+        raise DetectError(f"cannot read the CPU description {cpuinfo_path}")
+    procs = parse_cpuinfo(text)
+    lscpu = parse_lscpu(lscpu_text or "")
+    if not procs and not lscpu:
+        raise DetectError(f"{cpuinfo_path}: no 'processor' block (not a /proc/cpuinfo text)")
+    first = procs[0] if procs else {}
+    where = str(cpuinfo_path)
+
+    if first.get("model name"):
+        model, model_source = first["model name"], f"read: {where} model name"
+    elif lscpu.get("Model name"):
+        model, model_source = lscpu["Model name"], "read: lscpu Model name"
+    else:
+        model, model_source = "unknown CPU", f"assumed: neither {where} nor lscpu names the model"
+    vendor = first.get("vendor_id") or lscpu.get("Vendor ID") or first.get("CPU implementer", "")
+
+    threads = len(procs) or _int(lscpu.get("CPU(s)")) or 1
+    pairs = {(p.get("physical id"), p.get("core id")) for p in procs}
+    lscpu_cores = (_int(lscpu.get("Core(s) per socket")) or 0) * (_int(lscpu.get("Socket(s)")) or 0)
+    if procs and all(p.get("physical id") is not None and p.get("core id") is not None for p in procs):
+        sockets = len({p["physical id"] for p in procs})
+        cores, cores_source = len(pairs), f"read: {where} distinct (physical id, core id) pairs"
+    elif lscpu_cores:
+        sockets = _int(lscpu.get("Socket(s)")) or 1
+        cores, cores_source = lscpu_cores, "read: lscpu Core(s) per socket x Socket(s)"
+    else:
+        sockets = 1
+        cores, cores_source = threads, f"assumed: one core per logical CPU ({where} gives no core ids)"
+
+    clock = _cpu_clock(first, procs, lscpu, model, where, Path(sys_root), allow_unknown,
+                       read_sysfs=str(cpuinfo_path) == "/proc/cpuinfo")
+    flags = set((first.get("flags") or first.get("Features") or lscpu.get("Flags") or "").split())
+    isa = flops_per_cycle(flags, vendor, _int(first.get("cpu family")), _int(first.get("model")))
+    if isa is None:
+        if not allow_unknown:
+            raise DetectError(f"CPU {model!r}: no FMA/vector ISA known in its flags ({len(flags)} flags read); "
+                              "pass --allow-unknown to assume 2 FP32 FLOP/cycle (one scalar FMA), flagged")
+        fpc = Figure(2, "assumed (--allow-unknown): one scalar FMA per cycle, no known vector ISA in the flags")
+        isa_name = "unknown"
+    else:
+        fpc = Figure(isa[0], f"read: {where} flags ({isa[1]}); assumed: {isa[2]}")
+        isa_name = isa[1]
+
+    meminfo = _read(meminfo_path)
+    if meminfo is None:
+        raise DetectError(f"cannot read the memory description {meminfo_path}")
+    memory = Figure(parse_meminfo(meminfo), f"read: {meminfo_path} MemTotal")
+
+    bandwidth = None
+    for pattern, per_socket, source in CPU_MEMORY_BANDWIDTH:
+        if re.search(pattern, model):
+            bandwidth = Figure(sockets * per_socket, f"datasheet: {sockets} socket(s) x {per_socket / 1e9:g} GB/s ({source})")
+            break
+    if bandwidth is None:
+        value = min(cores * ASSUMED_BANDWIDTH_PER_CORE, sockets * ASSUMED_SOCKET_BANDWIDTH_CAP)
+        bandwidth = Figure(value, f"assumed: {model!r} is not in the datasheet table (DDR channels unknown): "
+                                  f"{ASSUMED_BANDWIDTH_PER_CORE / 1e9:g} GB/s per core x {cores} cores, at most "
+                                  f"{ASSUMED_SOCKET_BANDWIDTH_CAP / 1e9:g} GB/s per socket (8 channels DDR5-4800)")
+    shown = f"{sockets}x {model}" if sockets > 1 else model
+    return DetectedCpu(shown, model_source, vendor, sockets, cores, threads, cores_source, clock, isa_name, fpc,
+                       bandwidth, memory)
+
+
+def _cpu_clock(first: dict[str, str], procs: list[dict[str, str]], lscpu: dict[str, str], model: str, where: str,
+               sys_root: Path, allow_unknown: bool, read_sysfs: bool) -> Figure:
+    m = re.search(r"@\s*([\d.]+)\s*GHz", model)
+    if m:
+        return Figure(float(m.group(1)) * 1e9, f"read: {where} model name (the nominal base clock)")
+    base = sys_root / "devices/system/cpu/cpu0/cpufreq/base_frequency"
+    khz = _float(_read(base)) if read_sysfs else None
+    if khz:
+        return Figure(khz * 1e3, f"read: {base} (the base clock)")
+    mhz = _float(lscpu.get("CPU max MHz"))
+    if mhz:
+        return Figure(mhz * 1e6, "read: lscpu CPU max MHz (the highest boost clock: optimistic for all-core vector code)")
+    mhz = _float(first.get("cpu MHz"))
+    if mhz:
+        return Figure(mhz * 1e6, f"read: {where} cpu MHz (the clock when read; a VM reports its nominal clock)")
+    if not allow_unknown:
+        raise DetectError(f"CPU {model!r}: no clock in {where} (model name, cpu MHz), cpufreq or lscpu; "
+                          f"pass --allow-unknown to assume {ASSUMED_CLOCK_HZ / 1e9:g} GHz, flagged")
+    return Figure(ASSUMED_CLOCK_HZ, f"assumed (--allow-unknown): {ASSUMED_CLOCK_HZ / 1e9:g} GHz, no clock readable")
+
+
+# ------------------------------------------------------------------------------------------------------- GPUs
+
+
+def _server_chip(chip: Chip) -> ServerChip:
+    return ServerChip(chip.kind, chip.model, chip.peak_flops, chip.memory_bandwidth, chip.memory_bytes,
+                      chip.derivation, chip.sources)
+
+
+NEW_CHIPS: dict[str, ServerChip] = {
+    "p100-pcie-12gb": ServerChip(
+        "gpu", "Tesla P100 PCIe 12 GB", 9.3e12, 549e9, 12e9,
+        "P100 for PCIe, 12 GB: 9.3 TFLOP/s FP32, 549 GB/s HBM2; no tensor cores",
+        ("NVIDIA Tesla P100 datasheet (P100 for PCIe: 9.3 TFLOPS FP32; 12 GB CoWoS HBM2 at 549 GB/s)",)),
+    "p100-sxm2-16gb": ServerChip(
+        "gpu", "Tesla P100 SXM2 16 GB", 10.6e12, 732e9, 16e9,
+        "P100 for NVLink-optimized servers: 10.6 TFLOP/s FP32, 732 GB/s HBM2; no tensor cores",
+        ("NVIDIA Tesla P100 datasheet (P100 for NVLink: 10.6 TFLOPS FP32, 16 GB at 732 GB/s, NVLink 160 GB/s)",)),
+    "v100-sxm2": ServerChip(
+        "gpu", "Tesla V100 SXM2", 15.7e12, 900e9, None,
+        "FP32 15.7 TFLOP/s; tensor cores (FP16 inputs) 125 TFLOP/s dense; HBM2 900 GB/s; no TF32/BF16 units",
+        ("NVIDIA Tesla V100 datasheet (V100 SXM2: FP32 15.7 TFLOPS, Tensor Performance 125 TFLOPS, 900 GB/s, "
+         "16 or 32 GB, NVLink 300 GB/s)",),
+        {"float16": 125e12}),
+    "v100-pcie": ServerChip(
+        "gpu", "Tesla V100 PCIe", 14e12, 900e9, None,
+        "FP32 14 TFLOP/s; tensor cores (FP16 inputs) 112 TFLOP/s dense; HBM2 900 GB/s; no TF32/BF16 units",
+        ("NVIDIA Tesla V100 datasheet (V100 PCIe: FP32 14 TFLOPS, Tensor Performance 112 TFLOPS, 900 GB/s, "
+         "16 or 32 GB, PCIe 32 GB/s)",),
+        {"float16": 112e12}),
+    "v100s-pcie": ServerChip(
+        "gpu", "Tesla V100S PCIe 32 GB", 16.4e12, 1134e9, 32e9,
+        "FP32 16.4 TFLOP/s; tensor cores (FP16 inputs) 130 TFLOP/s dense; HBM2 1,134 GB/s",
+        ("NVIDIA Tesla V100S datasheet (V100S PCIe: FP32 16.4 TFLOPS, Tensor Performance 130 TFLOPS, "
+         "32 GB at 1,134 GB/s)",),
+        {"float16": 130e12}),
+    "a100-sxm4-40gb": ServerChip(
+        "gpu", "A100-SXM4-40GB", 19.5e12, 1555e9, 40e9,
+        "FP32 19.5 TFLOP/s; tensor cores dense: TF32 156, BF16 312, FP16 312 TFLOP/s; HBM2 1,555 GB/s; 40 GB",
+        ("NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM: FP32 19.5 TFLOPS, TF32 156 | 312* TFLOPS, BF16 and "
+         "FP16 312 | 624* TFLOPS, * with sparsity; 1,555 GB/s; NVLink 600 GB/s; PCIe Gen4 64 GB/s)",),
+        {"tf32": 156e12, "bfloat16": 312e12, "float16": 312e12}),
+    "a100-pcie-40gb": ServerChip(
+        "gpu", "A100-PCIe-40GB", 19.5e12, 1555e9, 40e9,
+        "FP32 19.5 TFLOP/s; tensor cores dense: TF32 156, BF16 312, FP16 312 TFLOP/s; HBM2 1,555 GB/s; 40 GB",
+        ("NVIDIA A100 Tensor Core GPU datasheet (A100 40GB PCIe: FP32 19.5 TFLOPS, TF32 156 | 312* TFLOPS, BF16 and "
+         "FP16 312 | 624* TFLOPS, * with sparsity; 1,555 GB/s; PCIe Gen4 64 GB/s)",),
+        {"tf32": 156e12, "bfloat16": 312e12, "float16": 312e12}),
+    "h100-pcie-80gb": ServerChip(
+        "gpu", "H100 PCIe 80GB", 51e12, 2000e9, 80e9,
+        "FP32 51 TFLOP/s; tensor cores dense: TF32 378, BF16 756.5, FP16 756.5 TFLOP/s (half the datasheet's "
+        "756/1,513/1,513 with sparsity); HBM2e 2 TB/s; 80 GB",
+        ("NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe: FP32 51 TFLOPS, TF32 756 TFLOPS*, BF16 and FP16 "
+         "1,513 TFLOPS*, * with sparsity; 80 GB, 2 TB/s; PCIe Gen5 128 GB/s)",),
+        {"tf32": 378e12, "bfloat16": 756.5e12, "float16": 756.5e12}),
+}
+"""GPUs that :mod:`cluster.servers` and :mod:`cluster.machines` do not have, with their datasheets."""
+H200 = SERVER_CHIPS.get("h200-sxm-141gb") or ServerChip(  # cluster/servers.py's, where it has the H200
+        "gpu", "H200 SXM 141GB", 67e12, 4800e9, 141e9,
+        "FP32 67 TFLOP/s; tensor cores dense: TF32 494.5, BF16 989.5, FP16 989.5 TFLOP/s (half the datasheet's "
+        "989/1,979/1,979 with sparsity; the H100 SXM's compute); HBM3e 4.8 TB/s; 141 GB",
+        ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 and FP16 "
+         "1,979 TFLOPS*, * with sparsity; 141 GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s)",),
+        {"tf32": 494.5e12, "bfloat16": 989.5e12, "float16": 989.5e12})
+
+
+NVLINK1 = 20e9
+"""NVLink 1 (P100): 20 GB/s per link per direction (NVIDIA Tesla P100 whitepaper: 4 links, 160 GB/s both ways)."""
+NVLINK = 25e9
+"""NVLink 2, 3 and 4 (V100, A100, H100, H200): 25 GB/s per link per direction (V100: 6 links, 300 GB/s both ways;
+A100: 12, 600 GB/s; H100/H200: 18, 900 GB/s; the datasheets; cluster/servers.py's NVLINK3_A100, NVLINK4_H100)."""
+
+
+@dataclass(frozen=True)
+class GpuDatasheet:
+    """A GPU of the datasheet table.
+
+    Attributes:
+        pattern: regex matching the whole of torch's device name, upper-cased, ``-``/``_`` as spaces.
+        chip: its datasheet figures (FP32 and dense tensor peaks in FLOP/s, bandwidth in bytes/s).
+        pcie_gen: its host interface (PCIe generation, x16).
+        nvlink: bandwidth per NVLink link per direction (bytes/s; 0: none).
+    """
+
+    pattern: str
+    chip: ServerChip
+    pcie_gen: int
+    nvlink: float
+
+
+GPU_DATASHEETS: dict[str, GpuDatasheet] = {
+    "k80-gk210": GpuDatasheet(r"(TESLA )?K80", _server_chip(CHIPS["k80-gk210"]), 3, 0.0),
+    "p100-pcie-16gb": GpuDatasheet(r"(TESLA )?P100 PCIE 16GB", _server_chip(CHIPS["p100-pcie-16gb"]), 3, 0.0),
+    "p100-pcie-12gb": GpuDatasheet(r"(TESLA )?P100 PCIE 12GB", NEW_CHIPS["p100-pcie-12gb"], 3, 0.0),
+    "p100-sxm2-16gb": GpuDatasheet(r"(TESLA )?P100 SXM2 16GB", NEW_CHIPS["p100-sxm2-16gb"], 3, NVLINK1),
+    "v100-sxm2": GpuDatasheet(r"(TESLA )?V100 SXM2 (16|32)GB", NEW_CHIPS["v100-sxm2"], 3, NVLINK),
+    "v100-pcie": GpuDatasheet(r"(TESLA )?V100 PCIE (16|32)GB", NEW_CHIPS["v100-pcie"], 3, 0.0),
+    "v100s-pcie": GpuDatasheet(r"(TESLA )?V100S PCIE 32GB", NEW_CHIPS["v100s-pcie"], 3, 0.0),
+    "a100-sxm4-40gb": GpuDatasheet(r"(NVIDIA )?A100 SXM4? 40GB", NEW_CHIPS["a100-sxm4-40gb"], 4, NVLINK),
+    "a100-sxm4-80gb": GpuDatasheet(r"(NVIDIA )?A100 SXM4? 80GB", SERVER_CHIPS["a100-sxm4-80gb"], 4, NVLINK),
+    "a100-pcie-40gb": GpuDatasheet(r"(NVIDIA )?A100 PCIE 40GB", NEW_CHIPS["a100-pcie-40gb"], 4, NVLINK),
+    "a100-pcie-80gb": GpuDatasheet(r"(NVIDIA )?A100 (80GB PCIE|PCIE 80GB)", SERVER_CHIPS["a100-pcie-80gb"], 4, NVLINK),
+    "h100-sxm5-80gb": GpuDatasheet(r"(NVIDIA )?H100 (80GB HBM3|SXM5? 80GB)", SERVER_CHIPS["h100-sxm5-80gb"], 5, NVLINK),
+    "h100-pcie-80gb": GpuDatasheet(r"(NVIDIA )?H100 PCIE( 80GB)?", NEW_CHIPS["h100-pcie-80gb"], 5, NVLINK),
+    "h200-sxm-141gb": GpuDatasheet(r"(NVIDIA )?H200( SXM)?( 141GB)?", H200, 5, NVLINK),
+}
+"""The GPUs ``placement detect`` knows, by torch's device name (``torch.cuda.get_device_properties(i).name``,
+e.g. ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``, ``Tesla V100-SXM2-16GB``). A name that matches
+none (an H100 NVL, a MIG slice, a consumer card) is unknown. A100 and H100 PCIe boards take NVLink
+bridges, hence their per-link figure (used only where ``nvidia-smi topo -m`` lists NVLinks)."""
+KNOWN_GPUS = "K80, P100 PCIe/SXM2, V100 PCIe/SXM2, V100S, A100 40/80GB SXM/PCIe, H100 SXM/PCIe, H200 SXM"
+"""The families of :data:`GPU_DATASHEETS`, as error messages name them."""
+
+
+def match_gpu(name: str) -> str | None:
+    """The :data:`GPU_DATASHEETS` key of torch's device name ``name``, or ``None`` (unknown)."""
+    norm = " ".join(re.sub(r"[-_]", " ", name.upper()).split())
+    for key, sheet in GPU_DATASHEETS.items():
+        if re.fullmatch(sheet.pattern, norm):
+            return key
+    return None
+
+
+PCIE_GT_S = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}
+"""Transfers per second per lane of each PCIe generation (PCI-SIG base specifications 1.0-6.0)."""
+PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+"""Payload fraction of the line code: 8b/10b (1.x, 2.x), 128b/130b (3.0-5.0), 6.0's FLIT (242 of 256 bytes)."""
+
+
+def pcie_bandwidth(gen: int, width: int) -> float:
+    """Bandwidth per direction of a PCIe link (bytes/s): ``GT/s x lanes x encoding / 8`` (PCI-SIG), e.g.
+    3.0 x16 15.75 GB/s, 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s (:data:`cluster.servers.PCIE5_X16`)."""
+    return PCIE_GT_S[gen] * width * PCIE_ENCODING[gen] / 8
+
+
+def _pcie_gen(speed_text: str | None) -> int | None:
+    m = re.match(r"\s*([\d.]+)\s*GT/s", speed_text or "")
+    if not m:
+        return None
+    gts = float(m.group(1)) * 1e9
+    return next((g for g, v in PCIE_GT_S.items() if abs(v - gts) < 0.1e9), None)
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A GPU's PCIe link: generation, lanes, bandwidth per direction (bytes/s) and where they came from."""
+
+    gen: int
+    width: int
+    provenance: str
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes/s per direction (:func:`pcie_bandwidth`)."""
+        return pcie_bandwidth(self.gen, self.width)
+
+
+def read_pcie_link(bus_id: str, sys_root: str | Path = "/sys") -> PcieLink | None:
+    """The PCIe link of the PCI function ``bus_id`` (``0000:18:00.0``) from
+    ``<sys_root>/bus/pci/devices/<bus_id>/max_link_speed`` and ``max_link_width`` (the link the GPU trains
+    to under load), each capped by its upstream port's (the parent folder in ``/sys/devices``); ``None``
+    where they are not readable. ``current_link_*`` is reported in the provenance only: a GPU lowers its
+    link speed when idle."""
+    dev = Path(sys_root) / "bus/pci/devices" / bus_id
+
+    def link(folder: Path, kind: str) -> tuple[int | None, int | None]:
+        return (_pcie_gen(_read(folder / f"{kind}_link_speed")), _int(_read(folder / f"{kind}_link_width")))
+
+    gen, width = link(dev, "max")
+    if gen is None or not width:
+        gen, width = link(dev, "current")
+        if gen is None or not width:
+            return None
+        return PcieLink(gen, width, f"read: {dev}/current_link_speed and current_link_width (no max_link_*)")
+    why = f"read: {dev}/max_link_speed and max_link_width"
+    try:
+        upstream = dev.resolve().parent
+    except OSError:
+        upstream = dev.parent
+    if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", upstream.name):
+        ugen, uwidth = link(upstream, "max")
+        if ugen and uwidth and (ugen < gen or uwidth < width):
+            gen, width = min(gen, ugen), min(width, uwidth)
+            why += f", capped by the upstream port {upstream.name}'s"
+    current, cwidth = (_read(dev / "current_link_speed") or "").strip(), _int(_read(dev / "current_link_width"))
+    if current and cwidth:
+        why += f" (current_link {current} x{cwidth} when read)"
+    return PcieLink(gen, width, why)
+
+
+@dataclass(frozen=True)
+class DetectedGpu:
+    """One GPU as detected.
+
+    Attributes:
+        index: torch's device index (``/gpu:<index>``); name: torch's device name.
+        key: its :data:`GPU_DATASHEETS` key, ``None`` when unknown (then every figure is an estimate).
+        model: the model written into the spec.
+        peak_flops: FP32 peak (FLOP/s); tensor_peak_flops: dense tensor-core peaks (FLOP/s) and their source.
+        memory_bandwidth (bytes/s), memory_bytes (bytes): with their sources.
+        host_link: its PCIe link to the CPU; bus_id: its PCI address where torch gives one.
+        nvlink: NVLink bandwidth per link per direction (bytes/s; 0: none or unknown).
+    """
+
+    index: int
+    name: str
+    key: str | None
+    model: str
+    peak_flops: Figure
+    tensor_peak_flops: dict[str, float]
+    tensor_source: str
+    memory_bandwidth: Figure
+    memory_bytes: Figure
+    host_link: PcieLink
+    bus_id: str | None
+    nvlink: float = 0.0
+
+
+def _bus_id(props: Any) -> str | None:
+    dom, bus, dev = (getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    if not all(isinstance(v, int) for v in (dom, bus, dev)):
+        return None
+    return f"{dom:04x}:{bus:02x}:{dev:02x}.0"
+
+
+FP32_LANES_PER_SM: dict[tuple[int, int | None], int] = {(3, None): 192, (5, None): 128, (6, 0): 64, (6, None): 128, (7, None): 64, (8, 0): 64,
+                     (8, None): 128, (9, None): 128, (10, None): 128, (12, None): 128}
+"""FP32 multiply-adds per clock per SM by compute capability ((major, minor); ``None``: any other minor), from the
+CUDA C++ Programming Guide's arithmetic-instruction throughput table: used only to estimate an unknown GPU."""
+
+
+def detect_gpu(index: int, props: Any, sys_root: str | Path = "/sys", allow_unknown: bool = False) -> DetectedGpu:
+    """GPU ``index`` from its ``torch.cuda.get_device_properties(index)`` (``props``: ``name``,
+    ``total_memory`` in bytes, and where torch has them ``pci_domain_id``/``pci_bus_id``/``pci_device_id``,
+    ``multi_processor_count``, ``major``/``minor``, ``clock_rate`` and ``memory_clock_rate`` in kHz,
+    ``memory_bus_width`` in bits).
+
+    Sources: the peaks (FLOP/s) and the memory bandwidth (bytes/s) of :data:`GPU_DATASHEETS`; the memory
+    (bytes) is ``total_memory`` (what the framework sees); the PCIe link from sysfs (:func:`read_pcie_link`),
+    else the datasheet's generation x16. With ``allow_unknown`` a chip not in the table gets estimates
+    (FP32: SMs x :data:`FP32_LANES_PER_SM` x 2 x clock; bandwidth: memory clock x 2 x bus width / 8), each
+    flagged ``estimated`` or ``assumed``.
+
+    Raises:
+        DetectError: a chip not in the table, without ``allow_unknown``.
+    """
+    name = str(getattr(props, "name", "") or "unnamed GPU")
+    key = match_gpu(name)
+    bus = _bus_id(props)
+    link = read_pcie_link(bus, sys_root) if bus else None
+    total = getattr(props, "total_memory", None)
+    memory: Figure | None = (Figure(float(total), f"read: torch.cuda.get_device_properties({index}).total_memory")
+                             if isinstance(total, (int, float)) and total > 0 else None)
+    if key is not None:
+        sheet = GPU_DATASHEETS[key]
+        chip = sheet.chip
+        src = f"datasheet: {chip.model}"
+        if memory is None:
+            if chip.memory_bytes is None:
+                raise DetectError(f"GPU {index} {name!r}: torch gives no total_memory and its datasheet has several sizes")
+            memory = Figure(chip.memory_bytes, src)
+        if link is None:
+            link = PcieLink(sheet.pcie_gen, 16, f"datasheet: {chip.model} has a PCIe {sheet.pcie_gen}.0 x16 host interface"
+                                                + ("" if bus else " (torch gives no PCI bus id)")
+                                                + ("; sysfs link not readable" if bus else ""))
+        return DetectedGpu(index, name, key, chip.model, Figure(chip.peak_flops, src), dict(chip.tensor_peak_flops),
+                           src if chip.tensor_peak_flops else f"datasheet: {chip.model} has no tensor cores",
+                           Figure(chip.memory_bandwidth, src), memory, link, bus, sheet.nvlink)
+    if not allow_unknown:
+        raise DetectError(f"GPU {index} {name!r} is not in the datasheet table (cluster/detect.py GPU_DATASHEETS: "
+                          f"{KNOWN_GPUS}); add its datasheet figures there, or pass --allow-unknown to write estimates "
+                          "flagged as such")
+    return _estimate_unknown(index, name, props, memory, link, bus)
+
+
+def _estimate_unknown(index: int, name: str, props: Any, memory: Figure | None, link: PcieLink | None,
+                      bus: str | None) -> DetectedGpu:
+    what = f"UNKNOWN chip {name!r} (--allow-unknown)"
+    sms, major, minor = (getattr(props, k, None) for k in ("multi_processor_count", "major", "minor"))
+    lanes = None
+    if isinstance(major, int):
+        lanes = FP32_LANES_PER_SM.get((major, minor if isinstance(minor, int) else None)) \
+            or FP32_LANES_PER_SM.get((major, None))
+    clock_khz = getattr(props, "clock_rate", None)
+    if isinstance(sms, int) and sms > 0 and lanes:
+        if isinstance(clock_khz, (int, float)) and clock_khz > 0:
+            clock, clock_why = clock_khz * 1e3, "clock_rate read from torch"
+        else:
+            clock, clock_why = 1.5e9, "clock assumed 1.5 GHz (torch gives no clock_rate)"
+        peak = Figure(sms * lanes * 2 * clock, f"estimated, {what}: {sms} SMs x {lanes} FP32 lanes (compute capability "
+                                               f"{major}.{minor}) x 2 x {clock / 1e9:g} GHz ({clock_why})")
+    else:
+        peak = Figure(10e12, f"assumed, {what}: 10 TFLOP/s (no SM count or compute capability from torch)")
+    mclk, bits = getattr(props, "memory_clock_rate", None), getattr(props, "memory_bus_width", None)
+    if isinstance(mclk, (int, float)) and mclk > 0 and isinstance(bits, int) and bits > 0:
+        bandwidth = Figure(mclk * 1e3 * 2 * bits / 8, f"estimated, {what}: memory clock {mclk / 1e3:g} MHz x 2 (double "
+                                                      f"data rate) x {bits} bits / 8, read from torch")
+    else:
+        bandwidth = Figure(500e9, f"assumed, {what}: 500 GB/s (torch gives no memory clock or bus width)")
+    if memory is None:
+        memory = Figure(16e9, f"assumed, {what}: 16 GB (torch gives no total_memory)")
+    if link is None:
+        link = PcieLink(4, 16, f"assumed, {what}: PCIe 4.0 x16 (no sysfs link readable)")
+    return DetectedGpu(index, name, None, f"{name} (unknown chip: estimated)", peak, {},
+                       f"not estimated, {what}: every precision at the FP32 peak", bandwidth, memory, link, bus, 0.0)
+
+
+def parse_nvidia_topo(topo_text: str, index_text: str) -> dict[tuple[str, str], int]:
+    """NVLinks between GPU pairs from ``nvidia-smi topo -m`` (the matrix: ``NV<k>`` = k bonded links) and
+    ``nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`` (``0, 00000000:18:00.0``):
+    ``{(bus id, bus id): links}`` with bus ids as ``0000:18:00.0``, for pairs joined by NVLink."""
+    bus_of: dict[int, str] = {}
+    for line in index_text.splitlines():
+        idx, _, bus = line.partition(",")
+        m = re.fullmatch(r"\s*([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])\s*", bus)
+        if _int(idx) is not None and m:
+            d, b, s, f = (int(x, 16) for x in m.groups())
+            bus_of[int(idx)] = f"{d:04x}:{b:02x}:{s:02x}.{f}"
+    rows = [re.sub(r"\x1b\[[0-9;]*m", "", ln).split() for ln in topo_text.splitlines()]  # no underline codes
+    header = next((r for r in rows if "GPU0" in r and "X" not in r), None)
+    if header is None:
+        return {}
+    cols = [int(h[3:]) for h in header if re.fullmatch(r"GPU\d+", h)]
+    out: dict[tuple[str, str], int] = {}
+    for cells in rows:
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]) or "X" not in cells:
+            continue
+        row = int(cells[0][3:])
+        for col, cell in zip(cols, cells[1:1 + len(cols)]):
+            m = re.fullmatch(r"NV(\d+)", cell)
+            if m and row in bus_of and col in bus_of and row != col:
+                out[(bus_of[row], bus_of[col])] = int(m.group(1))
+    return out
+
+
+def run_nvidia_topo() -> tuple[str, str] | None:
+    """``nvidia-smi topo -m`` and the index-to-bus-id query (:func:`parse_nvidia_topo`), or ``None`` where
+    ``nvidia-smi`` is missing or fails (it is optional)."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = []
+    for args in (["topo", "-m"], ["--query-gpu=index,pci.bus_id", "--format=csv,noheader"]):
+        try:
+            done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True,
+                                  timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if done.returncode != 0:
+            return None
+        out.append(done.stdout)
+    return out[0], out[1]
+
+
+# ----------------------------------------------------------------------------------------------- the machine
+
+
+@dataclass(frozen=True)
+class Detected:
+    """What :func:`detect_machine` found.
+
+    Attributes:
+        host: the host name; cpu: the CPU; gpus: the GPUs in torch's order.
+        gpu_note: why there are no GPUs, or where they were read.
+        gpu_pairs: bandwidth per direction (bytes/s) of each GPU pair ``(i, j)``, ``i < j``, with its source.
+        peer_access: GPUs copy to each other directly, and why (:class:`cluster.spec.TransferSpec`).
+    """
+
+    host: str
+    cpu: DetectedCpu
+    gpus: list[DetectedGpu]
+    gpu_note: str
+    gpu_pairs: dict[tuple[int, int], Figure] = field(default_factory=dict)
+    peer_access: tuple[bool, str] = (True, "")
+
+    @property
+    def unknown(self) -> list[str]:
+        """The GPUs written from estimates (unknown chips)."""
+        return [f"/gpu:{g.index} {g.name!r}" for g in self.gpus if g.key is None]
+
+
+def torch_gpu_properties() -> tuple[list[Any], str, Callable[[int, int], bool] | None]:
+    """``torch.cuda.get_device_properties(i)`` of every visible GPU, a note saying where they came from
+    (or why there are none) and torch's peer-access check (``None`` without GPUs)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return [], f"no GPU: torch.cuda.is_available() is False (torch {torch.__version__})", None
+    n = torch.cuda.device_count()
+    props = [torch.cuda.get_device_properties(i) for i in range(n)]
+    return props, f"read: torch.cuda.get_device_properties(0..{n - 1}) (torch {torch.__version__})", \
+        torch.cuda.can_device_access_peer
+
+
+def detect_machine(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str | None = None,
+                   meminfo_path: str | Path = "/proc/meminfo", sys_root: str | Path = "/sys", use_gpu: bool = True,
+                   gpu_properties: Sequence[Any] | None = None, peer_access: Callable[[int, int], bool] | None = None,
+                   nvidia_topo: tuple[str, str] | None = None, allow_unknown: bool = False,
+                   host: str | None = None) -> Detected:
+    """Detect this machine: :func:`detect_cpu`, then (``use_gpu``) every GPU torch sees (or
+    ``gpu_properties``: objects like ``torch.cuda.get_device_properties``'s, for tests) with
+    :func:`detect_gpu`, and the links between GPUs (``nvidia_topo``: the texts of :func:`run_nvidia_topo`,
+    run here when ``None`` and there are two GPUs or more; ``peer_access(i, j)``: torch's
+    ``can_device_access_peer``). With the default ``/proc/cpuinfo`` and no ``lscpu_text``, ``lscpu`` runs
+    too; with another cpuinfo file (another machine's), neither ``lscpu`` nor cpufreq is consulted.
+    Units as :class:`DetectedCpu` and :class:`DetectedGpu`.
+
+    Raises:
+        DetectError: what :func:`detect_cpu` and :func:`detect_gpu` raise.
+    """
+    if lscpu_text is None and str(cpuinfo_path) == "/proc/cpuinfo":
+        lscpu_text = run_lscpu()
+    cpu = detect_cpu(cpuinfo_path, lscpu_text, meminfo_path, sys_root, allow_unknown)
+    if not use_gpu:
+        props, note = [], "no GPU: --no-gpu"
+    elif gpu_properties is not None:
+        props, note = list(gpu_properties), "read: the GPU properties given"
+    else:
+        props, note, torch_peer = torch_gpu_properties()
+        peer_access = peer_access or torch_peer
+    gpus = [detect_gpu(i, p, sys_root, allow_unknown) for i, p in enumerate(props)]
+    pairs: dict[tuple[int, int], Figure] = {}
+    peer: tuple[bool, str] = (True, "assumed: peer access between GPUs (no peer-access check given)")
+    if len(gpus) >= 2:
+        if nvidia_topo is None and gpu_properties is None:
+            nvidia_topo = run_nvidia_topo()
+        nvlinks = parse_nvidia_topo(*nvidia_topo) if nvidia_topo else {}
+        for a in gpus:
+            for b in gpus[a.index + 1:]:
+                n = nvlinks.get((a.bus_id or "", b.bus_id or ""), 0)
+                per_link = min(a.nvlink, b.nvlink)
+                if n and per_link:
+                    pairs[(a.index, b.index)] = Figure(n * per_link, f"read: nvidia-smi topo -m NV{n}; datasheet: "
+                                                                      f"{per_link / 1e9:g} GB/s per NVLink per direction")
+                else:
+                    slow = min(a.host_link, b.host_link, key=lambda link: link.bandwidth)
+                    why = "no NVLink in nvidia-smi topo -m" if nvidia_topo else "nvidia-smi topo -m not available"
+                    pairs[(a.index, b.index)] = Figure(slow.bandwidth, f"assumed: peer-to-peer over PCIe {slow.gen}.0 "
+                                                                       f"x{slow.width}, the slower GPU's link ({why})")
+        if peer_access is not None:
+            ok = all(peer_access(a.index, b.index) for a in gpus for b in gpus if a.index != b.index)
+            peer = (ok, f"read: torch.cuda.can_device_access_peer: {'every pair' if ok else 'not every pair'}")
+    return Detected(host or socket.gethostname() or "localhost", cpu, gpus, note, pairs, peer)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The terms a detected spec cannot detect, carried as :func:`cluster.servers.build_server_spec` carries them.
+
+    Attributes:
+        gpu: the GPU terms of :data:`cluster.servers.GPU_CARRIED` (fractions of peak, FLOP, seconds) and
+            gpu_from: the preset they come from (the servers' reference, :data:`cluster.servers.REFERENCE_PRESET`).
+        cpu: the CPU terms of :data:`cluster.servers.CHIP_TERMS` and cpu_from: their preset (``k80x2``).
+        compute_memory_overlap: the CPU reference's (as ``build_server_spec``).
+        note: why a fallback was taken, else empty.
+    """
+
+    gpu: dict[str, float]
+    gpu_from: str
+    cpu: dict[str, float]
+    cpu_from: str
+    compute_memory_overlap: bool
+    note: str = ""
+
+
+def carried_terms() -> Carried:
+    """The GPU terms of the servers' reference preset (:func:`cluster.servers.load_reference`) and the CPU
+    terms of their CPU reference (:func:`cluster.servers.load_cpu_reference`). Where the reference preset is
+    not written yet (:mod:`cluster.torch_calibrate` writes it), the GPU terms come from the CPU reference's
+    GPU, and :attr:`Carried.note` says so."""
+    cpu_ref = load_cpu_reference()
+    note = ""
+    try:
+        gpu_ref = load_reference()
+    except ValueError:
+        gpu_ref = cpu_ref
+        note = (f"the servers' reference preset {REFERENCE_PRESET} is not written (cluster/torch_calibrate.py "
+                f"writes it), so the GPU terms are {cpu_ref.name}'s")
+    ref_gpu = next((d for d in gpu_ref.devices if d.kind == "gpu"), None)
+    ref_cpu = next(d for d in cpu_ref.devices if d.kind == "cpu")
+    gpu = {k: getattr(ref_gpu, k) for k in GPU_CARRIED} if ref_gpu is not None else {}
+    return Carried(gpu, gpu_ref.name, {k: getattr(ref_cpu, k) for k in CHIP_TERMS}, cpu_ref.name,
+                   cpu_ref.compute_memory_overlap, note)
+
+
+def detected_spec(det: Detected, name: str | None = None, carried: Carried | None = None) -> ClusterSpec:
+    """The :class:`cluster.spec.ClusterSpec` of ``det``: ``/cpu:0`` and ``/gpu:K`` with the detected figures
+    (FLOP/s, bytes/s, bytes), the terms :func:`carried_terms` carries and PyTorch's software terms
+    (:data:`cluster.servers.PYTORCH_TERMS`). Links: the CPU-GPU PCIe links (the slowest as ``default_link``,
+    the others listed) and the GPU pairs (listed where they differ from it); latency :data:`LINK_LATENCY_S`."""
+    carried = carried or carried_terms()
+    terms = {k: v for k, (v, _) in PYTORCH_TERMS.items()}
+    cpu = det.cpu
+    devices: list[dict[str, Any]] = [dict(
+        name="/cpu:0", kind="cpu", model=cpu.model, peak_flops=cpu.peak_flops,
+        memory_bandwidth=cpu.memory_bandwidth.value, memory_bytes=cpu.memory_bytes.value,
+        op_overhead_s=terms["op_overhead_s"], software_flops_fraction=terms["software_flops_fraction"], **carried.cpu)]
+    for g in det.gpus:
+        devices.append({
+            "name": f"/gpu:{g.index}", "kind": "gpu", "model": g.model, "peak_flops": g.peak_flops.value,
+            "tensor_peak_flops": dict(g.tensor_peak_flops), "tf32_matmul": terms["tf32_matmul"],
+            "tf32_conv": terms["tf32_conv"], "memory_bandwidth": g.memory_bandwidth.value,
+            "memory_bytes": g.memory_bytes.value, "op_overhead_s": terms["op_overhead_s"], **carried.gpu})
+    links: list[dict[str, Any]] = []
+    default_link = None
+    if det.gpus:
+        default_bw = min(g.host_link.bandwidth for g in det.gpus)
+        default_link = {"bandwidth": default_bw, "latency_s": LINK_LATENCY_S}
+        links += [{"between": ("/cpu:0", f"/gpu:{g.index}"), "bandwidth": g.host_link.bandwidth,
+                   "latency_s": LINK_LATENCY_S} for g in det.gpus if g.host_link.bandwidth != default_bw]
+        links += [{"between": (f"/gpu:{i}", f"/gpu:{j}"), "bandwidth": f.value, "latency_s": LINK_LATENCY_S}
+                  for (i, j), f in sorted(det.gpu_pairs.items()) if f.value != default_bw]
+    description = (f"{det.host} (detected): {cpu.model}, {cpu.cores} cores, {cpu.memory_bytes.value / 1e9:.0f} GB RAM; "
+                   + (_gpu_counts(det) or "no GPU"))
+    sources = ["placement detect (cluster/detect.py): figures read on the machine, else datasheets, else assumptions; "
+               "each named in this file's comments"]
+    sources += sorted({s for g in det.gpus if g.key for s in GPU_DATASHEETS[g.key].chip.sources})
+    gpu_terms = f"the GPU terms of {carried.gpu_from} and " if det.gpus else ""
+    sources.append(f"cluster/servers.py: {gpu_terms}the CPU terms of {carried.cpu_from} (carried, as build_server_spec), "
+                   "PyTorch's software terms")
+    if det.gpus:
+        sources.append("PCI-SIG, PCI Express base specifications (GT/s and encoding)")
+    return ClusterSpec(
+        name=name or f"detected-{det.host}", description=description, devices=devices, links=links,
+        default_link=default_link,
+        transfer={"send_recv_overhead_s": terms["send_recv_overhead_s"],
+                  "bandwidth_efficiency": terms["bandwidth_efficiency"], "gpu_peer_access": det.peer_access[0]},
+        compute_memory_overlap=carried.compute_memory_overlap, sources=sources)
+
+
+def _gpu_counts(det: Detected) -> str:
+    models: dict[str, int] = {}
+    for g in det.gpus:
+        models[g.model] = models.get(g.model, 0) + 1
+    return ", ".join(f"{n}x {m}" for m, n in models.items())
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.4g} GB"
+
+
+def detected_yaml(det: Detected, name: str | None = None) -> str:
+    """The YAML text of :func:`detected_spec`, every figure with its provenance in a comment (``read``,
+    ``datasheet``, ``assumed``, ``estimated``, ``carried from``), loadable by
+    :meth:`cluster.spec.ClusterSpec.from_yaml`."""
+    import yaml
+
+    carried = carried_terms()
+    spec = detected_spec(det, name, carried)
+    cpu = det.cpu
+    lines = [f"# {spec.description}.", "# Written by `placement detect` (cluster/detect.py). Every figure says where it "
+             "came from: READ on this machine, DATASHEET, ASSUMED or ESTIMATED (flagged), CARRIED from a preset.", "#",
+             f"# /cpu:0 {cpu.model}:",
+             f"# - model: {cpu.model_source}.",
+             f"# - cores: {cpu.cores} ({cpu.sockets} socket(s), {cpu.threads} logical CPUs): {cpu.cores_source}.",
+             f"# - clock: {cpu.clock.value / 1e9:g} GHz: {cpu.clock.provenance}.",
+             f"# - FLOP/cycle: {cpu.flops_per_cycle.value:g} FP32 per core ({cpu.isa}): {cpu.flops_per_cycle.provenance}.",
+             f"# - peak_flops = {cpu.cores} cores x {cpu.clock.value / 1e9:g} GHz x {cpu.flops_per_cycle.value:g} = "
+             f"{cpu.peak_flops:.4g} FLOP/s.",
+             f"# - memory_bandwidth {_gb(cpu.memory_bandwidth.value)}/s: {cpu.memory_bandwidth.provenance}.",
+             f"# - memory_bytes {_gb(cpu.memory_bytes.value)}: {cpu.memory_bytes.provenance}."]
+    lines.append(f"# GPUs: {det.gpu_note}.")
+    for g in det.gpus:
+        flag = " UNKNOWN CHIP, figures estimated (--allow-unknown): check them" if g.key is None else ""
+        tensor = ", ".join(f"{k} {v / 1e12:g}" for k, v in g.tensor_peak_flops.items()) or "none"
+        lines += [f"# /gpu:{g.index} {g.name!r} -> {g.model}{flag}:",
+                  f"# - peak_flops {g.peak_flops.value / 1e12:g} TFLOP/s FP32: {g.peak_flops.provenance}.",
+                  f"# - tensor_peak_flops (dense, TFLOP/s): {tensor}: {g.tensor_source}.",
+                  f"# - memory_bandwidth {_gb(g.memory_bandwidth.value)}/s: {g.memory_bandwidth.provenance}.",
+                  f"# - memory_bytes {_gb(g.memory_bytes.value)}: {g.memory_bytes.provenance}.",
+                  *([f"# - datasheet source: {'; '.join(GPU_DATASHEETS[g.key].chip.sources)}."] if g.key else []),
+                  f"# - link to /cpu:0: PCIe {g.host_link.gen}.0 x{g.host_link.width} = {_gb(g.host_link.bandwidth)}/s per "
+                  f"direction (PCI-SIG: GT/s x lanes x encoding / 8): {g.host_link.provenance}."]
+    for (i, j), f in sorted(det.gpu_pairs.items()):
+        lines.append(f"# - /gpu:{i} <-> /gpu:{j}: {_gb(f.value)}/s per direction: {f.provenance}.")
+    if det.gpus:
+        lines += [f"# - latency_s {LINK_LATENCY_S:g} s on every link: assumed (an estimate, as cluster/servers.py).",
+                  f"# - transfer.gpu_peer_access {str(det.peer_access[0]).lower()}: {det.peer_access[1]}."]
+    lines += ["#", "# CARRIED (not detectable; as cluster/servers.py's build_server_spec carries them):"]
+    if det.gpus:
+        lines.append(f"# - gpu: from the shipped {carried.gpu_from} preset: "
+                     + ", ".join(f"{k} {v:.6g}" for k, v in carried.gpu.items()) + ".")
+    lines.append(f"# - cpu: from the shipped {carried.cpu_from} preset (the K80 fit's chip-independent terms): "
+                 + ", ".join(f"{k} {v:.6g}" for k, v in carried.cpu.items()) + ".")
+    lines.append(f"# - compute_memory_overlap {str(carried.compute_memory_overlap).lower()}, {carried.cpu_from}'s.")
+    if carried.note:
+        lines.append(f"# - NOTE: {carried.note}.")
+    lines += ["#", "# SOFTWARE terms of PyTorch (carried from cluster/servers.py PYTORCH_TERMS; named, not fitted):"]
+    lines += [f"# - {k} = {v}: {why}" + (f" (the CPU's; the GPU's is carried from {carried.gpu_from})"
+                                          if k in carried.gpu and det.gpus else "") + "."
+              for k, (v, why) in PYTORCH_TERMS.items()]
+    lines += ["# - allocator_overhead = 1 (PyTorch's caching allocator is not modelled)."]
+    if det.unknown:
+        lines += ["#", f"# WARNING: unknown GPU(s) {', '.join(det.unknown)}: their figures are estimates, not datasheet "
+                       "values (written because of --allow-unknown)."]
+    data = spec.model_dump(mode="json", exclude_defaults=False)
+    for dev in data["devices"]:
+        for k in ("tf_device", "compute_pool"):
+            dev.pop(k, None)
+    data.pop("fit", None)
+    return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+def summary(det: Detected) -> str:
+    """One line: what was detected (CPU cores, clock, ISA, peak in TFLOP/s, RAM in GB; each GPU model)."""
+    cpu = det.cpu
+    text = (f"CPU {cpu.model}: {cpu.cores} cores x {cpu.clock.value / 1e9:g} GHz x {cpu.flops_per_cycle.value:g} FLOP/cycle "
+            f"({cpu.isa}) = {cpu.peak_flops / 1e12:.3g} TFLOP/s, {cpu.memory_bandwidth.value / 1e9:.4g} GB/s"
+            f"{' (assumed)' if cpu.memory_bandwidth.provenance.startswith('assumed') else ''}, "
+            f"{cpu.memory_bytes.value / 1e9:.3g} GB RAM")
+    if not det.gpus:
+        return f"{text}; {det.gpu_note}"
+    gpus = _gpu_counts(det)
+    links = sorted({f"PCIe {g.host_link.gen}.0 x{g.host_link.width}" for g in det.gpus})
+    unknown = f" (UNKNOWN, estimated: {', '.join(det.unknown)})" if det.unknown else ""
+    return f"{text}; GPUs {gpus}{unknown} on {', '.join(links)}"
