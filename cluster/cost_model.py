@@ -34,6 +34,13 @@ and TensorFlow's executor dispatch, which dominate small ops). With every effici
 ``half_efficiency_flops`` 0 and ``compute_memory_overlap`` true (the defaults) this is the
 plain roofline (Williams et al., "Roofline", CACM 2009) plus overhead.
 
+**Host dispatch.** A device with ``dispatch_s > 0`` (:class:`cluster.spec.Device`; PyTorch eager's
+per-op host dispatch and kernel launch) gives every op that does work (``f > 0`` or ``m > 0``)
+``max(t(o, d), dispatch_s(d))``: the host issues the next op while the device runs this one, so a
+step of small ops is bounded below by its dispatches (launch-bound), one of large ops by its
+kernels. Per op, this is an upper bound of a host queue running ahead of the device. With the
+default ``dispatch_s = 0`` it changes nothing.
+
 **Transfers.** A transfer of ``b`` bytes over an effective link takes
 ``latency_s + b / bandwidth`` seconds (:func:`transfer_time`); :func:`effective_link`
 folds TensorFlow's Send/Recv overhead, the achieved link bandwidth and, for GPUs without
@@ -120,6 +127,8 @@ def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarra
         memory = nbytes / (dev.memory_bandwidth * dev.memory_efficiency)
         body = np.maximum(compute, memory) if spec.compute_memory_overlap else compute + memory
         out[:, j] = body + dev.op_overhead_s
+        if dev.dispatch_s > 0:  # host dispatch overlapped with the kernels of ops that do work
+            out[:, j] = np.where((flops > 0) | (nbytes > 0), np.maximum(out[:, j], dev.dispatch_s), out[:, j])
     return out
 
 

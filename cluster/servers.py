@@ -23,15 +23,22 @@ NVLink: GPU-to-GPU copies are peer-to-peer DMA through the host's PCIe root comp
 x16 link per pair.
 
 **Efficiencies and software terms.** No published table measures a placed training step on these
-machines, so nothing here is fitted. The chip-independent terms are the K80 fit's
-(:mod:`cluster.fitting`, the shipped ``k80x2`` values: achieved fractions of peak for dense ops,
-convolutions, other ops and memory, and the dense-op size at half efficiency), as ``p100x4`` takes
-them. The software terms of TensorFlow 2017 are not carried over: the per-op overhead and the
-per-transfer overhead take the physical-model issue's reference values (:data:`cluster.fitting.FIT_PARAMS`'
-``ref``: 10 us per op, a CUDA kernel launch; 50 us per transfer, a ``cudaMemcpyAsync`` set-up and the
+machines, so nothing here is fitted. The chip-independent GPU terms are CARRIED from ``h200x1``
+(:data:`REFERENCE_PRESET`, :data:`GPU_CARRIED`): the achieved fractions of peak for dense ops,
+convolutions, other ops and memory, the dense-op size at half efficiency, the device-side gap per
+kernel and PyTorch's host dispatch per op, fitted to real PyTorch 2.11 steps on one H200
+(:mod:`cluster.torch_calibrate`; they replaced the K80 fit's, TensorFlow 2017 on Kepler, which made
+one H200 1.3-2x too slow). The CPU keeps the K80 fit's terms (:data:`CPU_REFERENCE_PRESET`; h200x1's
+CPU is a 16-vCPU slice). The per-transfer overhead takes the physical-model issue's reference value
+(:data:`cluster.fitting.FIT_PARAMS`' ``ref``: 50 us per transfer, a ``cudaMemcpyAsync`` set-up and the
 framework's bookkeeping) and the link bandwidth efficiency its reference 0.5, each inside its bound
-and with its source; the CPU's software fraction is 1 (PyTorch's oneDNN/MKL kernels use AVX2 or
-AVX-512 with FMA); the allocator overhead is 1 (PyTorch's caching allocator is not modelled).
+and with its source; the CPU's per-op overhead 10 us; the CPU's software fraction is 1 (PyTorch's
+oneDNN/MKL kernels use AVX2 or AVX-512 with FMA); the allocator overhead is 1 (PyTorch's caching
+allocator is not modelled).
+
+Single-GPU hosts (:data:`SINGLE_GPU_HOSTS`: ``h200x1``, ``h100x1``) are not written here:
+:func:`cluster.torch_calibrate.write_single_gpu_presets` fits ``h200x1`` from the shared measurements
+and derives ``h100x1``; :func:`single_gpu_datasheet_spec` gives their datasheet figures.
 """
 
 from __future__ import annotations
@@ -102,6 +109,20 @@ SERVER_CHIPS: dict[str, ServerChip] = {
         ("NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 and FP16 "
          "1,979 TFLOPS*, * with sparsity; 80 GB, 3.35 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s)",),
         {"tf32": 494.5e12, "bfloat16": 989.5e12, "float16": 989.5e12}),
+    "h200-sxm-141gb": ServerChip(
+        "gpu", "H200 SXM 141GB", 67e12, 4800e9, 141e9,
+        "FP32 67 TFLOP/s; tensor cores dense: TF32 494.5, BF16 989.5, FP16 989.5 TFLOP/s (half the datasheet's "
+        "989/1,979/1,979 with sparsity); HBM3e 4.8 TB/s; 141 GB",
+        ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 and FP16 1,979 "
+         "TFLOPS*, * with sparsity; 141 GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s)",),
+        {"tf32": 494.5e12, "bfloat16": 989.5e12, "float16": 989.5e12}),
+    "xeon-emr-16vcpu": ServerChip(
+        "cpu", "Intel Xeon 5th gen (Emerald Rapids, model 207), 16 vCPUs", 16 * 2.0e9 * 64, 8 * 5600e6 * 8, None,
+        "16 cores (1 thread each) x 2.0 GHz x 64 FP32 FLOP/cycle (two 512-bit FMA units per core) = 2.048e12 FLOP/s; "
+        "the clock is an ASSUMPTION (lscpu reports none in the VM; 2.0 GHz is the base clock of the 5th-gen Xeon "
+        "Platinum 8580); 8 channels DDR5-5600 = 358.4 GB/s (the socket's, shared with other tenants)",
+        ("env.json of shared/measurements/h200-2026-11-26 (lscpu: model 207, 16 CPUs, AVX-512, AMX; 128 GiB)",
+         "Intel ARK, 5th Gen Intel Xeon Platinum 8580 (2.0 GHz base, 8 channels DDR5-5600, AVX-512 with 2 FMA units)")),
 }
 
 PCIE4_X16 = 16e9 * 16 * 128 / 130 / 8
@@ -176,28 +197,64 @@ PYTORCH_TERMS = {
     "tf32_conv": (True, "torch.backends.cudnn.allow_tf32: on by default"),
 }
 CHIP_TERMS = ("dense_efficiency", "conv_efficiency", "other_efficiency", "memory_efficiency", "half_efficiency_flops")
-"""The K80 fit's chip-independent terms that every server takes (from the shipped ``k80x2``)."""
+"""The chip-independent CPU terms every server takes from :data:`CPU_REFERENCE_PRESET` (the K80 fit's)."""
+
+SINGLE_GPU_HOSTS: dict[str, Server] = {
+    "h200x1": Server(
+        "h200x1", "xeon-emr-16vcpu", "h200-sxm-141gb", 1, 131981020 * 1024,
+        (PCIE5_X16, "no other GPU"), (PCIE5_X16, "PCIe 5.0 x16, 63 GB/s per direction"),
+        "one NVIDIA H200 SXM 141GB with a 16-vCPU Intel Xeon (Emerald Rapids) host, 128 GiB",
+        ("shared/measurements/h200-2026-11-26 env.json (NVIDIA H200, driver 580.159.04; MemTotal 131981020 kB)",)),
+    "h100x1": Server(
+        "h100x1", "xeon-emr-16vcpu", "h100-sxm5-80gb", 1, 131981020 * 1024,
+        (PCIE5_X16, "no other GPU"), (PCIE5_X16, "PCIe 5.0 x16, 63 GB/s per direction"),
+        "one NVIDIA H100 SXM5 80GB with a 16-vCPU Intel Xeon (Emerald Rapids) host, 128 GiB (derived, unmeasured)",
+        ("h200x1's host, assumed the same",)),
+}
+"""One-GPU hosts: datasheet figures only (their terms come from :mod:`cluster.torch_calibrate`)."""
 
 
-def build_server_spec(server: Server, reference: ClusterSpec | None = None) -> ClusterSpec:
-    """The :class:`cluster.spec.ClusterSpec` of ``server``: datasheet figures, the chip-independent
-    terms of ``reference`` (default: the shipped ``k80x2`` preset) and :data:`PYTORCH_TERMS`."""
-    ref = reference or load_reference()
-    ref_dev = {d.kind: d for d in ref.devices}
+def single_gpu_datasheet_spec(name: str) -> ClusterSpec:
+    """The datasheet figures of a :data:`SINGLE_GPU_HOSTS` host (``/cpu:0``, ``/gpu:0``; PCIe 5.0 x16 link, 2 us
+    latency, an estimate), with PyTorch's named software terms (:data:`PYTORCH_TERMS`) and every efficiency 1:
+    the base spec :func:`cluster.torch_calibrate.fit_from_profile` fits."""
+    server = SINGLE_GPU_HOSTS[name]
     cpu, gpu = SERVER_CHIPS[server.cpu], SERVER_CHIPS[server.gpu]
     terms = {k: v for k, (v, _) in PYTORCH_TERMS.items()}
+    return ClusterSpec(
+        name=name, description=server.description,
+        devices=[dict(name="/cpu:0", kind="cpu", model=cpu.model, peak_flops=cpu.peak_flops,
+                      memory_bandwidth=cpu.memory_bandwidth, memory_bytes=server.ram_bytes,
+                      software_flops_fraction=terms["software_flops_fraction"]),
+                 dict(name="/gpu:0", kind="gpu", model=gpu.model, peak_flops=gpu.peak_flops,
+                      tensor_peak_flops=dict(gpu.tensor_peak_flops), tf32_matmul=terms["tf32_matmul"],
+                      tf32_conv=terms["tf32_conv"], memory_bandwidth=gpu.memory_bandwidth,
+                      memory_bytes=gpu.memory_bytes)],
+        default_link={"bandwidth": server.host_link[0], "latency_s": 2e-6}, compute_memory_overlap=False,
+        sources=[*server.sources, *cpu.sources, *gpu.sources, "PCI-SIG, PCI Express 5.0 x16 per direction"])
 
-    def chip_terms(kind):
-        return {k: getattr(ref_dev[kind], k) for k in CHIP_TERMS}
+
+def build_server_spec(server: Server, reference: ClusterSpec | None = None,
+                      cpu_reference: ClusterSpec | None = None) -> ClusterSpec:
+    """The :class:`cluster.spec.ClusterSpec` of ``server``: datasheet figures, the chip-independent GPU
+    terms of ``reference`` (:data:`GPU_CARRIED`; default the shipped ``h200x1`` preset), the CPU terms of
+    ``cpu_reference`` (:data:`CHIP_TERMS`; default the shipped ``k80x2``) and :data:`PYTORCH_TERMS`."""
+    ref = reference or load_reference()
+    cpu_ref = cpu_reference or load_cpu_reference()
+    ref_gpu = next(d for d in ref.devices if d.kind == "gpu")
+    ref_cpu = next(d for d in cpu_ref.devices if d.kind == "cpu")
+    cpu, gpu = SERVER_CHIPS[server.cpu], SERVER_CHIPS[server.gpu]
+    terms = {k: v for k, (v, _) in PYTORCH_TERMS.items()}
+    gpu_terms = {k: getattr(ref_gpu, k) for k in GPU_CARRIED}
 
     devices = [dict(name="/cpu:0", kind="cpu", model=cpu.model, peak_flops=cpu.peak_flops,
                     memory_bandwidth=cpu.memory_bandwidth, memory_bytes=server.ram_bytes,
                     op_overhead_s=terms["op_overhead_s"], software_flops_fraction=terms["software_flops_fraction"],
-                    **chip_terms("cpu"))]
+                    **{k: getattr(ref_cpu, k) for k in CHIP_TERMS})]
     devices += [dict(name=f"/gpu:{i}", kind="gpu", model=gpu.model, peak_flops=gpu.peak_flops,
                      tensor_peak_flops=dict(gpu.tensor_peak_flops), tf32_matmul=terms["tf32_matmul"],
                      tf32_conv=terms["tf32_conv"], memory_bandwidth=gpu.memory_bandwidth,
-                     memory_bytes=gpu.memory_bytes, op_overhead_s=terms["op_overhead_s"], **chip_terms("gpu"))
+                     memory_bytes=gpu.memory_bytes, **gpu_terms)
                 for i in range(server.gpus)]
     links = [{"between": (f"/gpu:{i}", f"/gpu:{j}"), "bandwidth": server.gpu_link[0], "latency_s": 2e-6}
              for i in range(server.gpus) for j in range(i + 1, server.gpus)]
@@ -206,9 +263,10 @@ def build_server_spec(server: Server, reference: ClusterSpec | None = None) -> C
         default_link={"bandwidth": server.host_link[0], "latency_s": 2e-6},
         transfer={"send_recv_overhead_s": terms["send_recv_overhead_s"],
                   "bandwidth_efficiency": terms["bandwidth_efficiency"], "gpu_peer_access": True},
-        compute_memory_overlap=ref.compute_memory_overlap,
+        compute_memory_overlap=cpu_ref.compute_memory_overlap,
         sources=[*server.sources, *cpu.sources, *gpu.sources, "PCI-SIG, PCI Express 4.0 and 5.0 x16 per direction",
-                 "cluster/servers.py: the K80 fit's chip-independent terms and PyTorch's software terms"])
+                 "cluster/servers.py: h200x1's chip-independent GPU terms (carried), the K80 fit's CPU terms and "
+                 "PyTorch's software terms"])
 
 
 def server_yaml(server: Server) -> str:
@@ -223,12 +281,18 @@ def server_yaml(server: Server) -> str:
              f"# - RAM: {server.ram_bytes / 1e12:g} TB.",
              f"# - GPU-GPU links: {server.gpu_link[1]}; latency_s 2 us (estimate).",
              f"# - CPU-GPU links (default_link): {server.host_link[1]}; latency_s 2 us (estimate).",
-             "#", "# CHIP-INDEPENDENT terms: the K80 fit's (the shipped k80x2 preset; cluster/fitting.py bounds):"]
-    ref = {d.kind: d for d in reference.devices}
-    for kind in ("cpu", "gpu"):
-        lines.append(f"# - {kind}: " + ", ".join(f"{k} {getattr(ref[kind], k):.6g}" for k in CHIP_TERMS) + ".")
+             "#", "# CHIP-INDEPENDENT terms:"]
+    ref_gpu = next(d for d in reference.devices if d.kind == "gpu")
+    ref_cpu = next(d for d in load_cpu_reference().devices if d.kind == "cpu")
+    lines.append("# - gpu: CARRIED from h200x1 (fitted on one H200 from real PyTorch 2.11 steps, "
+                 "cluster/torch_calibrate.py; bounds there): "
+                 + ", ".join(f"{k} {getattr(ref_gpu, k):.6g}" for k in GPU_CARRIED) + ".")
+    lines.append("# - cpu: the K80 fit's (the shipped k80x2 preset; cluster/fitting.py bounds): "
+                 + ", ".join(f"{k} {getattr(ref_cpu, k):.6g}" for k in CHIP_TERMS) + ".")
     lines += ["#", "# SOFTWARE terms of PyTorch (named, not fitted):"]
-    lines += [f"# - {k} = {v}: {why}." for k, (v, why) in PYTORCH_TERMS.items()]
+    lines += [f"# - {k} = {v}: {why}." for k, (v, why) in PYTORCH_TERMS.items()
+              if not (k == "op_overhead_s" and "op_overhead_s" in GPU_CARRIED)]
+    lines += ["# - op_overhead_s = 1e-05 on the CPU (the GPU's is carried from h200x1)."]
     lines += ["# - allocator_overhead = 1 (PyTorch's caching allocator is not modelled)."]
     data = spec.model_dump(mode="json", exclude_defaults=False)
     for dev in data["devices"]:
@@ -237,11 +301,30 @@ def server_yaml(server: Server) -> str:
     return "\n".join(lines) + "\n" + yaml.safe_dump(data, sort_keys=False, width=120)
 
 
+REFERENCE_PRESET = "h200x1"
+"""The preset whose chip-independent GPU terms the servers carry: ``h200x1``, calibrated on one H200 from real
+PyTorch steps (:mod:`cluster.torch_calibrate`). It replaced the K80 fit's GPU terms (TensorFlow 2017 on Kepler)."""
+CPU_REFERENCE_PRESET = "k80x2"
+"""The preset whose chip-independent CPU terms the servers keep: the K80 fit's (a dual-socket host; ``h200x1``'s
+CPU is a 16-vCPU slice, not a server's CPUs)."""
+GPU_CARRIED = (*("dense_efficiency", "conv_efficiency", "other_efficiency", "memory_efficiency", "half_efficiency_flops"),
+               "op_overhead_s", "dispatch_s")
+"""The GPU terms carried from :data:`REFERENCE_PRESET`: the achieved fractions of peak, the size term, the
+device-side gap per kernel and PyTorch's host dispatch per op."""
+
+
 def load_reference() -> ClusterSpec:
-    """The preset whose chip-independent terms the servers take: ``k80x2``."""
+    """The preset whose chip-independent GPU terms the servers carry (:data:`REFERENCE_PRESET`)."""
     from cluster.spec import load_cluster
 
-    return load_cluster("k80x2")
+    return load_cluster(REFERENCE_PRESET)
+
+
+def load_cpu_reference() -> ClusterSpec:
+    """The preset whose CPU terms the servers keep (:data:`CPU_REFERENCE_PRESET`)."""
+    from cluster.spec import load_cluster
+
+    return load_cluster(CPU_REFERENCE_PRESET)
 
 
 def write_server_presets(names=None) -> list[Path]:

@@ -100,6 +100,11 @@ class Device(_Strict):
         tf32_matmul, tf32_conv: named software terms: the framework runs FP32 matrix products /
             convolutions on the TF32 tensor cores (PyTorch's ``torch.backends.cuda.matmul.allow_tf32``,
             default off since 1.12, and ``torch.backends.cudnn.allow_tf32``, default on).
+        dispatch_s: host-side dispatch per op (seconds): the framework's eager dispatch and the
+            kernel launch on the host thread (PyTorch eager, :mod:`cluster.torch_calibrate`). The
+            host issues ops while the device runs earlier ones, so an op that does work (FLOPs or
+            bytes) takes ``max(op time, dispatch_s)`` (:mod:`cluster.cost_model`): a step of many
+            small ops is launch-bound, ``>= ops * dispatch_s``. 0 (the default) = not modelled.
         compute_pool: optional name of the executor this device shares with others. Devices
             that name the same pool run one op at a time between them, in the order ops became
             ready (as one device does alone): e.g. logical TensorFlow CPU devices of one process,
@@ -127,6 +132,7 @@ class Device(_Strict):
     tensor_peak_flops: dict[Literal["tf32", "bfloat16", "float16"], PositiveFloat] = {}
     tf32_matmul: bool = False
     tf32_conv: bool = False
+    dispatch_s: float = Field(0.0, ge=0)
 
     @property
     def tensor_capacity_bytes(self) -> float:

@@ -15,8 +15,8 @@ CPU_FLOPS = 1.3248e12  # 18 cores x 2.3 GHz x 32 FLOP/cycle
 
 
 def test_preset_names():
-    assert preset_names() == ["a100x4-pcie", "a100x8", "cpu4", "gcp-k80x2", "gcp-k80x4", "gcp-k80x8", "h100x8", "k80x2",
-                              "k80x4", "p100x4"]
+    assert preset_names() == ["a100x4-pcie", "a100x8", "cpu4", "gcp-k80x2", "gcp-k80x4", "gcp-k80x8", "h100x1", "h100x8",
+                              "h200x1", "k80x2", "k80x4", "p100x4"]
 
 
 @pytest.mark.parametrize("name, n_gpus", [("k80x2", 2), ("k80x4", 4)])

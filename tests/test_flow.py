@@ -139,8 +139,8 @@ def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_
         (["experiment", "--ray-address", "auto"], "--ray-address needs --controllers"),
         (["experiment", "--controllers", "-1"], "--controllers must be at least 0, got -1"),
         (["experiment", "--grouper", "nope"], "unknown --grouper value 'nope'; valid: 'heuristic', '2017', 'metis' or 'fluid'"),
-        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: a100x4-pcie, a100x8, cpu4, gcp-k80x2, gcp-k80x4, gcp-k80x8, h100x8, k80x2, "
-                                                "k80x4, p100x4"),
+        (["experiment", "--cluster", "nope"], "unknown cluster 'nope'; valid: a100x4-pcie, a100x8, cpu4, gcp-k80x2, gcp-k80x4, gcp-k80x8, h100x1, h100x8, "
+                                                "h200x1, k80x2, k80x4, p100x4"),
         (["experiment", "--methods", "rl,magic"], "unknown --methods value 'magic'; valid: 'single_cpu'"),
         (["experiment", "--budget", "0"], "--budget must be at least 1, got 0"),
         (["graph-stats", "--model", "nope"], "unknown model 'nope'"),
@@ -164,7 +164,7 @@ def test_cli_lists_models_and_clusters():
     assert models[0] == "rnnlm" and {"nmt", "gnmt", "bert_base", "gpt", "resnet50_torch"} <= set(models)
     lines = runner.invoke(app, ["clusters"]).output.strip().splitlines()
     assert [x.split("\t")[0] for x in lines] == ["a100x4-pcie", "a100x8", "cpu4", "gcp-k80x2", "gcp-k80x4", "gcp-k80x8",
-                                                 "h100x8", "k80x2", "k80x4", "p100x4"]
+                                                 "h100x1", "h100x8", "h200x1", "k80x2", "k80x4", "p100x4"]
 
 
 def test_cli_graph_stats_json(rnnlm_small):

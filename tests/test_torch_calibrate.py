@@ -1,0 +1,181 @@
+"""cluster/torch_calibrate.py: the bounded fit of a cluster's terms to real PyTorch profiles (one H200, 2026-11-26).
+
+The profiles are read from ``tests/data/h200-2026-11-26/`` (copies of the small JSON files of
+``../shared/measurements/h200-2026-11-26/``, so that the tests do not need ``../shared``; a test checks the
+copies equal the shared files where those exist). Captures and fits are cached per module (a ResNet-50 or
+GPT-2 capture takes a few seconds, a fit a few more).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("scipy")
+
+from cluster import torch_calibrate as tc  # noqa: E402
+from cluster.spec import ClusterSpec, load_cluster  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "h200-2026-11-26"
+SHARED = ROOT.parent / "shared" / "measurements" / "h200-2026-11-26"
+
+
+def _base() -> ClusterSpec:
+    from cluster.servers import single_gpu_datasheet_spec
+
+    return single_gpu_datasheet_spec("h200x1")
+
+
+@pytest.fixture(scope="module")
+def full_fit():
+    return tc.fit_from_profile(DATA, _base())
+
+
+def test_data_copies_match_the_shared_measurements():
+    if not SHARED.is_dir():
+        pytest.skip("../shared/measurements/h200-2026-11-26 is not beside this clone")
+    for f in DATA.iterdir():
+        assert json.loads(f.read_text()) == json.loads((SHARED / f.name).read_text()), f.name
+
+
+def test_dispatch_s_defaults_to_nothing_and_floors_ops_that_do_work():
+    from cluster.cost_model import op_time_matrix
+    from compgraph.ir import Op, OpGraph
+
+    ops = [Op(name="p", type="Parameter", output_shapes=[(4,)], output_bytes=[16], param_bytes=16),
+           Op(name="a", type="aten.add_", output_shapes=[(4,)], output_bytes=[16], flops=4.0, bytes_accessed=48.0)]
+    graph = OpGraph(name="g", ops=ops, edges=[], fetches=[])
+    spec = load_cluster("k80x2")
+    before = op_time_matrix(graph, spec)
+    assert all(d.dispatch_s == 0 for d in spec.devices)
+    devs = [d.model_copy(update={"dispatch_s": 1e-3}) for d in spec.devices]
+    after = op_time_matrix(graph, spec.model_copy(update={"devices": devs}))
+    assert np.array_equal(after[0], before[0])  # a Parameter does no work: no dispatch
+    assert np.all(after[1] == 1e-3)  # a small op is launch-bound
+
+
+def _scaled_profile(tmp: Path, factor: float) -> Path:
+    """The ResNet-50 profile with every measured time multiplied by ``factor`` (absurd data)."""
+    out = tmp / f"x{factor:g}"
+    out.mkdir()
+    steps = json.loads((DATA / "steps.json").read_text())
+    for r in steps["eager"]:
+        r["median_s"] *= factor
+    (out / "steps.json").write_text(json.dumps(steps))
+    rows = json.loads((DATA / "prof_resnet50_shapes.json").read_text())
+    for r in rows:
+        r["self_device_us"] *= factor
+        r["self_cpu_us"] *= factor
+    (out / "prof_resnet50_shapes.json").write_text(json.dumps(rows))
+    cpu = json.loads((DATA / "cpuprof_resnet50.json").read_text())
+    cpu["wall_s"] *= factor
+    for r in cpu["rows"]:
+        r["self_cpu_us"] *= factor
+    (out / "cpuprof_resnet50.json").write_text(json.dumps(cpu))
+    copies = json.loads((DATA / "copies.json").read_text())
+    for c in copies:
+        c["median_s"] *= factor
+    (out / "copies.json").write_text(json.dumps(copies))
+    shutil.copy(DATA / "env.json", out / "env.json")
+    return out
+
+
+@pytest.mark.parametrize("factor", [1e4, 1e-4])
+def test_a_fit_to_absurd_data_stays_inside_every_bound(tmp_path, factor):
+    spec, report = tc.fit_from_profile(_scaled_profile(tmp_path, factor), _base(), models=("resnet50",))
+    bounds = {p.key: p for p in tc.ALL_PARAMS}
+    assert set(report["values"]) == set(bounds)
+    for key, v in report["values"].items():
+        p = bounds[key]
+        assert p.lo <= v <= p.hi, (key, v, p.lo, p.hi)
+    # the spec holds them, and something sits on a bound: the data asks for more than physics allows
+    gpu = next(d for d in spec.devices if d.kind == "gpu")
+    assert gpu.dispatch_s == report["values"]["gpu.dispatch_s"]
+    assert spec.fit["on_bound"]
+    lo, hi = tc.ALLOCATOR_BOUND
+    assert lo <= gpu.allocator_overhead <= hi
+    for params in (tc.TORCH_GPU_PARAMS, tc.TORCH_CPU_PARAMS, tc.TORCH_TRANSFER_PARAMS):
+        for p in params:  # every bound has its source
+            assert p.lo < p.ref < p.hi and len(p.source) > 40
+
+
+def test_every_profiled_kernel_group_is_matched_to_captured_ops():
+    prof = tc.load_profile(DATA)
+    for model in ("resnet50", "gpt2"):
+        cap = tc.captured(model)
+        match = tc.match_groups(cap, prof.gpu_rows[model], "gpu")
+        total = sum(r["self_device_us"] for r in prof.gpu_rows[model] if r["name"].startswith("aten::")) * 1e-6
+        assert match.matched_s > 0.85 * total  # most of the kernel time is matched op by op or by name
+        assert any(g.shapes for g in match.groups)  # by input shapes where the capture and the profile agree
+
+
+def test_the_fit_reproduces_the_fit_set_within_ten_percent(full_fit):
+    spec, report = full_fit
+    prof = tc.load_profile(DATA)
+    for model in ("gpt2", "resnet50"):
+        step, peak = tc.simulate_single(tc.captured(model), spec, "gpu")
+        row = prof.eager_step(model, "cuda")
+        assert step == pytest.approx(row["median_s"], rel=0.10)
+        gpu = next(d for d in spec.devices if d.kind == "gpu")
+        assert peak * gpu.allocator_overhead == pytest.approx(row["peak_bytes"], rel=0.10)
+    cpu_step, _ = tc.simulate_single(tc.captured("resnet50"), spec, "cpu")
+    assert cpu_step == pytest.approx(prof.eager_step("resnet50", "cpu")["median_s"], rel=0.10)
+    # the pageable copies of 1 MiB and up within 40% (pageable h2d varies 9-15 GB/s by size)
+    link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0])
+    for c in prof.copies:
+        if not c["pinned"] and c["bytes"] >= 1 << 20:
+            assert link.latency_s + c["bytes"] / link.bandwidth == pytest.approx(c["median_s"], rel=0.40)
+
+
+def test_the_shipped_h200x1_preset_reproduces_its_calibration_steps():
+    spec = load_cluster("h200x1")
+    prof = tc.load_profile(DATA)
+    for model, kind, device in (("gpt2", "gpu", "cuda"), ("resnet50", "gpu", "cuda"), ("resnet50", "cpu", "cpu")):
+        step, _ = tc.simulate_single(tc.captured(model), spec, kind)
+        assert step == pytest.approx(prof.eager_step(model, device)["median_s"], rel=0.10), (model, kind)
+    derived = load_cluster("h100x1")
+    assert derived.fit["measured"] is False and derived.fit["derived_from"] == "h200x1"
+    h100, h200 = derived.devices[1], spec.devices[1]
+    assert h100.dispatch_s == h200.dispatch_s and h100.dense_efficiency == h200.dense_efficiency
+    assert h100.memory_bytes == 80e9 and h100.memory_bandwidth == 3350e9
+
+
+def test_held_out_rows_are_marked_and_reported():
+    spec, report = tc.fit_from_profile(DATA, _base(), holdout="gpt2")
+    assert report["fit_models"] == ["resnet50"] and report["holdout"] == "gpt2"
+    rows = tc.fidelity_rows(DATA, spec, report["fit_models"], copies=False)
+    sets = {r["figure"].split()[0]: r["set"] for r in rows}
+    assert sets == {"gpt2": "held-out", "resnet50": "fit"}
+    assert all(math.isfinite(r["ratio"]) and r["ratio"] > 0 for r in rows)
+    assert "| figure |" in tc.format_table(rows)
+    with pytest.raises(ValueError, match="unknown profile model"):
+        tc.fit_from_profile(DATA, _base(), holdout="bert")
+
+
+def test_cli_writes_a_loadable_preset(tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    out = tmp_path / "fit.yaml"
+    res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(DATA), "--cluster", "h200x1",
+                                   "--output", str(out), "--holdout", "gpt2"])
+    assert res.exit_code == 0, res.output
+    spec = ClusterSpec.from_yaml(out)
+    assert spec.fit["holdout"] == "gpt2" and spec.fit["fit_models"] == ["resnet50"]
+    text = out.read_text()
+    assert "# CALIBRATED by cluster/torch_calibrate.py" in text and "torch 2.11.0+cu130" in text
+    assert "gpu.dispatch_s" in text
+    # refusals: one line, exit 2
+    res = CliRunner().invoke(app, ["calibrate", "--torch", "--cluster", "h200x1", "--output", str(out)])
+    assert res.exit_code == 2 and "--from-profile" in res.output
+    res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(tmp_path), "--cluster", "h200x1",
+                                   "--output", str(out)])
+    assert res.exit_code == 2 and "steps.json" in res.output
