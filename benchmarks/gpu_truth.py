@@ -1,0 +1,390 @@
+"""Ground truth on a GPU: real PyTorch steps beside the simulator's; prints one JSON object and a table.
+
+What it measures (``--form gpu``, the default where CUDA is available; about 2-4 minutes on one H200):
+
+* **Single-device steps**: GPT-2 small (``gpt`` at ``gpt2``: tokens [8, 1024], Adam) and ResNet-50
+  (``resnet50_torch`` at ``paper``: images [32, 3, 224, 224], SGD), each eager (``torch.optim`` with
+  ``foreach=False``, the single-tensor update the capture models) and as the placed ``torch.fx`` step
+  (:class:`cluster.torch_real.TorchRealEnvironment`, every op on ``/gpu:0``): median, quartiles,
+  count, and the peak memory (``torch.cuda.max_memory_allocated``) beside the simulated.
+* **CPU+GPU placements** (:data:`PLACEMENTS`, 6 a model, 12 in all): layer-based splits (the
+  benchmark's own ``expert_layer`` numbering: GPT-2's blocks, ResNet-50's bottlenecks) with some
+  layers on the host CPU, measured for real (``--repeats`` timed steps after ``--warmup``, median
+  and spread) and simulated on ``--cluster`` (default ``h200x1``); per model the Kendall tau of the
+  two orders and ``|sim/real - 1|`` per placement (median and mean).
+* **Copies**: host-to-device and back, pageable and pinned, 4 KiB to 256 MiB, median of repeats,
+  beside the cluster's link (``latency_s + bytes / bandwidth``).
+
+``--form cpu`` (the default without CUDA; what ``tests/test_gpu_truth.py`` runs, so it cannot rot): the
+``small`` sizes of both models, ``/gpu:0`` run on the logical CPU ``cpu:1`` (copies kept), 3
+placements a model, 2 timed steps, copies between ``cpu`` and ``cpu:1``. Its figures say nothing
+of a GPU: they check the script.
+
+The placements are rules over layers, so the JSON (``placements``: rule -> the layers on the CPU)
+lets any later simulator be judged against these real times again without a GPU.
+
+Usage: ``python benchmarks/gpu_truth.py [--form gpu|cpu] [--cluster h200x1] [--repeats 3] [--warmup 1]
+[--json PATH] [--threads N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: Placement rules: name -> which layers go to the CPU, as a function of the layer count ``L``
+#: (layers numbered by the benchmark's ``expert_layer``; everything else on the GPU).
+PLACEMENTS = {
+    "gpu_only": lambda L: [],
+    "cpu_first": lambda L: [0],
+    "cpu_last": lambda L: [L - 1],
+    "cpu_second": lambda L: [1],
+    "cpu_middle": lambda L: [L // 2],
+    "cpu_first_two": lambda L: [0, 1],
+    "cpu_every_4th": lambda L: list(range(1, L, 4)),
+}
+GPU_RULES = ("gpu_only", "cpu_second", "cpu_middle", "cpu_last", "cpu_first", "cpu_first_two", "cpu_every_4th")
+CPU_RULES = ("gpu_only", "cpu_second", "cpu_every_4th")
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float | None:
+    """Kendall's tau-a of two equally long lists (``None`` for fewer than two pairs)."""
+    n = len(a)
+    if n < 2:
+        return None
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            x, y = a[i] - a[j], b[i] - b[j]
+            s += (x > 0) - (x < 0) if y > 0 else ((x < 0) - (x > 0) if y < 0 else 0)
+    return s / (n * (n - 1) / 2)
+
+
+def _sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed(fn, warmup: int, repeats: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    _sync()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _stats(times: list[float]) -> dict:
+    from cluster.torch_real import spread
+
+    return {**spread(times), "steps": len(times), "times_s": times}
+
+
+def eager_step(prepared, device: str, warmup: int, repeats: int, seed: int = 0) -> dict:
+    """One eager training step of a PyTorch benchmark on ``device``, timed (module docstring)."""
+    import torch
+
+    from cluster.torch_real import load_step, step_tensors
+
+    step, build = load_step(prepared)
+    torch.manual_seed(seed)
+    module, args, optimizer = build()
+    tensors = step_tensors(step, module, args, optimizer, seed)
+    module = module.to(device).train()
+    inputs = [tensors[f"input/{k}"].to(device) for k in range(len(args))]
+    opt = (torch.optim.SGD(module.parameters(), lr=1e-3) if optimizer == "sgd"
+           else torch.optim.Adam(module.parameters(), foreach=False))
+
+    def one():
+        opt.zero_grad(set_to_none=True)
+        module(*inputs).backward()
+        opt.step()
+
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    times = _timed(one, warmup, repeats)
+    peak = int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
+    opt.state.clear()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return {**_stats(times), "peak_bytes": peak}
+
+
+def rule_placement(prepared, units, rule_layers: list[int], cpu: int, gpu: int):
+    """Unit placement ``[num_units]``: a unit on ``cpu`` when its first op's layer is in ``rule_layers``."""
+    import numpy as np
+
+    bench = prepared.benchmark
+    cfg = prepared.config
+    layers = set(rule_layers)
+    op_dev = np.array([cpu if bench.expert_layer(op.name, cfg) in layers else gpu for op in prepared.graph.ops])
+    first = {}
+    for i, g in enumerate(units.op_group):
+        first.setdefault(int(g), i)
+    return np.array([op_dev[first[g]] for g in range(units.num_groups)], dtype=np.int64)
+
+
+def copies(form: str, repeats: int, spec) -> list[dict]:
+    """Host<->device copy times (median seconds) by size, pageable and pinned, beside the spec's link."""
+    import torch
+
+    from cluster.cost_model import transfer_time
+
+    rows = []
+    sizes = [4096, 262144, 4 << 20, 64 << 20, 256 << 20] if form == "gpu" else [4096, 262144, 4 << 20]
+    link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0]) if spec.cpu_indices and spec.gpu_indices else None
+    for nbytes in sizes:
+        n = nbytes // 4
+        reps = repeats if nbytes <= (4 << 20) else max(3, repeats // 4)
+        if form == "gpu":
+            host = torch.randn(n)
+            pinned = host.pin_memory()
+            dev = torch.empty(n, device="cuda")
+            cases = {
+                "h2d_pageable_new": lambda: host.to("cuda"),
+                "h2d_pageable": lambda: dev.copy_(host),
+                "h2d_pinned": lambda: dev.copy_(pinned, non_blocking=True),
+                "d2h_pageable_new": lambda: dev.to("cpu"),
+                "d2h_pinned": lambda: pinned.copy_(dev, non_blocking=True),
+            }
+        else:
+            host = torch.randn(n)
+            cases = {"cpu_to_cpu1_new": lambda: torch.ops.aten._to_copy.default(host, device=torch.device("cpu:1"))}
+        row: dict = {"bytes": nbytes}
+        for name, fn in cases.items():
+            times = _timed(fn, 2, reps)
+            row[f"{name}_s"] = statistics.median(times)
+        if link is not None:
+            row["sim_s"] = transfer_time(nbytes, link.bandwidth, link.latency_s)
+        rows.append(row)
+    return rows
+
+
+def load_spec(name: str):
+    """The cluster ``name``; a missing ``h200x1`` is derived from ``h100x8``'s host and first GPU (flagged)."""
+    from cluster.spec import load_cluster
+
+    try:
+        return load_cluster(name), None
+    except ValueError as exc:
+        if name != "h200x1":
+            raise
+        base = load_cluster("h100x8")
+        spec = base.model_copy(update={"name": "h200x1-derived", "devices": base.devices[:2]})
+        return spec, f"{exc}; used h100x8's host and first GPU instead"
+
+
+def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None, models: list[str],
+        partial: str | None = None, only_rules: list[str] | None = None, with_copies: bool = True) -> dict:
+    """The whole measurement (module docstring) -> the JSON object."""
+    import numpy as np
+    import torch
+
+    from cluster.environment import make_environment
+    from cluster.torch_real import TorchRealEnvironment
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from compgraph.grouping import colocation_grouping
+
+    t_start = time.perf_counter()
+    if threads:
+        torch.set_num_threads(threads)
+    spec, spec_note = load_spec(cluster)
+    cpu, gpu = spec.cpu_indices[0], spec.gpu_indices[0]
+    devices = None if form == "gpu" else ["cpu" if i == cpu else f"cpu:{i}" for i in range(len(spec.devices))]
+    sizes = {"gpt": "gpt2", "resnet50_torch": "paper"} if form == "gpu" else {"gpt": "small", "resnet50_torch": "small"}
+    rules = GPU_RULES if form == "gpu" else CPU_RULES
+    if only_rules:
+        unknown = [r for r in only_rules if r not in PLACEMENTS]
+        if unknown:
+            raise ValueError(f"--rules: unknown {unknown[0]!r}; valid: {', '.join(PLACEMENTS)}")
+        rules = tuple(only_rules)
+    out: dict = {
+        "form": form, "cluster": spec.name, "cluster_note": spec_note,
+        "device": torch.cuda.get_device_name(0) if form == "gpu" else platform.processor() or platform.machine(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+        "repeats": repeats, "warmup": warmup, "date": time.strftime("%Y-%m-%d"),
+        "models": {}, "placements": {}, "copies": [],
+    }
+    for model in models:
+        t_model = time.perf_counter()
+        prepared = prepare_source(BenchmarkSource(model=model, size=sizes[model]))
+        units = colocation_grouping(prepared.graph)
+        sim = make_environment("sim", prepared, spec, grouping=units)
+        real = TorchRealEnvironment(prepared, spec, grouping=units, repeats=repeats, warmup=warmup,
+                                    devices=devices, time_limit_s=60.0)
+        L = prepared.benchmark.num_layers(prepared.config)
+        entry: dict = {"size": sizes[model], "ops": prepared.graph.num_ops, "layers": L, "rows": []}
+        # single device: eager and placed, and the simulated
+        dev = "cuda" if form == "gpu" else "cpu"
+        single_reps = max(repeats, 5) if form == "gpu" else repeats
+        entry["eager"] = eager_step(prepared, dev, warmup + (2 if form == "gpu" else 0), single_reps)
+        all_gpu = np.full(units.num_groups, gpu, dtype=np.int64)
+        placed = real.run(all_gpu, single_reps, warmup + (1 if form == "gpu" else 0))
+        s = sim.measure(all_gpu)
+        entry["placed_single"] = {"median_s": placed.step_time_s, "iqr_s": placed.iqr_s, "steps": placed.steps,
+                                  "times_s": placed.step_times_s, "peak_bytes": placed.peak_memory_bytes[gpu]}
+        entry["sim_single"] = {"step_s": s.simulated_step_time_s, "peak_bytes": int(s.peak_memory_bytes[gpu])}
+        if form == "cpu":  # the host alone, as the shared set's ResNet-50 CPU step
+            all_cpu = np.full(units.num_groups, cpu, dtype=np.int64)
+            entry["sim_cpu_only_s"] = sim.measure(all_cpu).simulated_step_time_s
+        for rule in rules:
+            layers = PLACEMENTS[rule](L)
+            gp = rule_placement(prepared, units, layers, cpu, gpu)
+            out["placements"].setdefault(model, {})[rule] = layers
+            try:
+                m = real.measure(gp)
+            except Exception as exc:  # noqa: BLE001 (one placement's error loses no other measurement)
+                print(f"  {model} {rule}: real run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                from cluster.torch_real import TorchMeasurement
+
+                m = TorchMeasurement(step_time_s=None, oom=False, failure=f"{type(exc).__name__}: {exc}"[:300])
+            try:  # a simulator error loses no real measurement (the placement is recorded: simulate it later)
+                sm = sim.measure(gp)
+            except Exception as exc:  # noqa: BLE001
+                print(f"  {model} {rule}: simulator failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                sm = type(m)(step_time_s=None, oom=False)
+            copies_n = int(sum(1 for e in prepared.graph.edges if not e.control
+                               and gp[units.op_group[e.src]] != gp[units.op_group[e.dst]]))
+            row = {"placement": rule, "cpu_layers": layers, "cpu_ops": int(np.sum(units.expand(gp) == cpu)),
+                   "cross_edges": copies_n, "real_s": m.step_time_s, "real_iqr_s": m.iqr_s, "real_times_s": m.step_times_s,
+                   "oom": m.oom, "failure": m.failure, "sim_s": sm.simulated_step_time_s}
+            if m.step_time_s and sm.simulated_step_time_s:
+                row["sim_over_real"] = sm.simulated_step_time_s / m.step_time_s
+            entry["rows"].append(row)
+            print(f"  {model} {rule}: real {m.step_time_s} s (iqr {m.iqr_s}), sim {sm.simulated_step_time_s} s",
+                  file=sys.stderr, flush=True)
+        ok = [r for r in entry["rows"] if r.get("sim_over_real")]  # both measured
+        mixed = [r for r in ok if r["cpu_ops"] > 0]
+        entry["kendall_tau_all"] = kendall_tau([r["sim_s"] for r in ok], [r["real_s"] for r in ok])
+        entry["kendall_tau_mixed"] = kendall_tau([r["sim_s"] for r in mixed], [r["real_s"] for r in mixed])
+        errs = [abs(r["sim_over_real"] - 1) for r in mixed]
+        entry["median_abs_err_mixed"] = statistics.median(errs) if errs else None
+        entry["mean_abs_err_mixed"] = statistics.fmean(errs) if errs else None
+        entry["seconds"] = time.perf_counter() - t_model
+        out["models"][model] = entry
+        if partial:  # what is measured so far survives a run cut short
+            Path(partial).write_text(json.dumps(out, indent=1, default=str) + "\n")
+        del real, sim
+        if form == "gpu":
+            torch.cuda.empty_cache()
+    out["copies"] = copies(form, 20 if form == "gpu" else 3, spec) if with_copies else []
+    out["seconds"] = time.perf_counter() - t_start
+    return out
+
+
+def profile_placement(form: str, cluster: str, model: str, rule: str, warmup: int, row_limit: int = 40) -> str:
+    """``torch.profiler``'s table (CPU and, with a GPU, CUDA activity; rows by op, sorted by self CPU
+    time) of one step of placement ``rule`` of ``model``, after ``warmup`` steps: where a placed step's
+    time goes when it is far from the simulated one."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from cluster.torch_real import TorchRealEnvironment
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from compgraph.grouping import colocation_grouping
+
+    spec, _ = load_spec(cluster)
+    cpu, gpu = spec.cpu_indices[0], spec.gpu_indices[0]
+    devices = None if form == "gpu" else ["cpu" if i == cpu else f"cpu:{i}" for i in range(len(spec.devices))]
+    size = {"gpt": "gpt2", "resnet50_torch": "paper"}[model] if form == "gpu" else "small"
+    prepared = prepare_source(BenchmarkSource(model=model, size=size))
+    units = colocation_grouping(prepared.graph)
+    real = TorchRealEnvironment(prepared, spec, grouping=units, devices=devices)
+    gp = rule_placement(prepared, units, PLACEMENTS[rule](prepared.benchmark.num_layers(prepared.config)), cpu, gpu)
+    module, inputs = real.placed(units.expand(gp))
+    assert real._tensors is not None
+    tensors = [real._tensors[name].to(dev, copy=True) for name, dev in inputs]
+    for _ in range(warmup):
+        module(*tensors)
+        _sync()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if form == "gpu" else [])
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        module(*tensors)
+        _sync()
+    wall = time.perf_counter() - t0
+    text = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)
+    return f"{model} {rule}: one profiled step {wall:.3f} s, torch {torch.__version__}, {torch.get_num_threads()} threads\n{text}"
+
+
+def table(result: dict) -> str:
+    """A plain-text table of the result (what the JSON holds, rounded)."""
+    lines = [f"gpu_truth ({result['form']}) on {result['device']}, cluster {result['cluster']}, "
+             f"torch {result['torch']}, {result['threads']} threads, {result['seconds']:.0f} s"]
+    for model, e in result["models"].items():
+        lines.append(f"{model} ({e['size']}, {e['ops']} ops): eager {e['eager']['median_s']:.4g} s, placed "
+                     f"{e['placed_single']['median_s']:.4g} s, sim {e['sim_single']['step_s']:.4g} s; peak real "
+                     f"{e['placed_single']['peak_bytes']} B, sim {e['sim_single']['peak_bytes']} B")
+        lines.append(f"  {'placement':<16}{'real s':>10}{'iqr s':>10}{'sim s':>10}{'sim/real':>10}{'cross':>7}")
+        for r in e["rows"]:
+            ratio = f"{r['sim_over_real']:.2f}" if r.get("sim_over_real") else "-"
+            real = f"{r['real_s']:.4g}" if r["real_s"] else ("OOM" if r["oom"] else "fail")
+            iqr = f"{r['real_iqr_s']:.3g}" if r["real_iqr_s"] is not None else "-"
+            sim = f"{r['sim_s']:.4g}" if r["sim_s"] else "-"
+            lines.append(f"  {r['placement']:<16}{real:>10}{iqr:>10}{sim:>10}{ratio:>10}{r['cross_edges']:>7}")
+        tau = e["kendall_tau_mixed"]
+        err = e["median_abs_err_mixed"]
+        lines.append(f"  Kendall tau (CPU+GPU) {tau if tau is None else round(tau, 3)}, median |sim/real-1| "
+                     f"{err if err is None else round(err, 3)}")
+    for c in result["copies"]:
+        lines.append("  copy " + ", ".join(f"{k} {v:.3g}" for k, v in c.items()))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse the arguments, run, print the table (stderr) and the JSON (stdout or ``--json``)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--form", choices=("gpu", "cpu"), default=None)
+    ap.add_argument("--cluster", default="h200x1")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--models", default="gpt,resnet50_torch")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--rules", default=None, help="comma-separated placements of PLACEMENTS (default: the form's)")
+    ap.add_argument("--no-copies", action="store_true", help="skip the copy micro-benchmark")
+    ap.add_argument("--profile", default=None, metavar="RULE",
+                    help="instead: print torch.profiler's table of one step of this placement of --models' first")
+    args = ap.parse_args(argv)
+    import torch
+
+    if args.profile:
+        form = args.form or ("gpu" if torch.cuda.is_available() else "cpu")
+        text = profile_placement(form, args.cluster, args.models.split(",")[0], args.profile, args.warmup)
+        print(text)
+        if args.json:
+            Path(args.json).write_text(text)
+        return {}
+
+    form = args.form or ("gpu" if torch.cuda.is_available() else "cpu")
+    if form == "gpu" and not torch.cuda.is_available():
+        ap.error("--form gpu: no CUDA device here")
+    repeats = args.repeats or (3 if form == "gpu" else 2)
+    result = run(form, args.cluster, repeats, args.warmup, args.threads, args.models.split(","), args.json,
+                 args.rules.split(",") if args.rules else None, not args.no_copies)
+    print(table(result), file=sys.stderr)
+    text = json.dumps(result, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    else:
+        print(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

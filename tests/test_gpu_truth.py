@@ -1,0 +1,44 @@
+"""benchmarks/gpu_truth.py's CPU form runs end to end and writes the JSON its README table reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_the_cpu_form_measures_placements_beside_the_simulator(tmp_path):
+    out = tmp_path / "truth.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_truth.py"), "--form", "cpu", "--threads", "1",
+                           "--json", str(out)], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["form"] == "cpu" and result["threads"] == 1
+    for model in ("gpt", "resnet50_torch"):
+        entry = result["models"][model]
+        assert entry["eager"]["median_s"] > 0 and entry["placed_single"]["median_s"] > 0
+        assert entry["sim_single"]["step_s"] > 0
+        rows = {r["placement"]: r for r in entry["rows"]}
+        assert set(rows) == {"gpu_only", "cpu_second", "cpu_every_4th"}
+        assert rows["gpu_only"]["cpu_ops"] == 0 and rows["cpu_second"]["cpu_ops"] > 0
+        assert rows["cpu_every_4th"]["cross_edges"] > 0
+        for r in rows.values():
+            assert r["real_s"] > 0 and r["sim_s"] > 0 and len(r["real_times_s"]) == 2
+        assert -1 <= entry["kendall_tau_mixed"] <= 1 and entry["median_abs_err_mixed"] >= 0
+    assert result["copies"] and all(c["cpu_to_cpu1_new_s"] > 0 for c in result["copies"])
+    assert "Kendall tau" in proc.stderr  # the table
+
+
+def test_kendall_tau():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_truth import kendall_tau
+
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
+    assert kendall_tau([1], [1]) is None
