@@ -24,7 +24,10 @@ The placements are rules over layers, so the JSON (``placements``: rule -> the l
 lets any later simulator be judged against these real times again without a GPU.
 
 Usage: ``python benchmarks/gpu_truth.py [--form gpu|cpu] [--cluster h200x1] [--repeats 3] [--warmup 1]
-[--json PATH] [--threads N]``.
+[--json PATH] [--threads N] [--models gpt,resnet50_torch] [--rules R1,R2] [--no-copies]``;
+``--profile RULE`` prints ``torch.profiler``'s table of one step of one placement instead, and
+``--judge RUN.json ...`` judges ``--cluster`` against saved runs without a GPU (the README's
+out-of-sample table: ``--judge benchmarks/results/h200-2026-11-26/gpu_truth-run*.json``).
 """
 
 from __future__ import annotations
@@ -322,6 +325,79 @@ def profile_placement(form: str, cluster: str, model: str, rule: str, warmup: in
     return f"{model} {rule}: one profiled step {wall:.3f} s, torch {torch.__version__}, {torch.get_num_threads()} threads\n{text}"
 
 
+def judge(paths: list[str], cluster: str) -> dict:
+    """The simulator on ``cluster`` judged against saved ``gpu_truth`` runs (no GPU needed): each
+    recorded placement (a rule over layers) simulated again; the truth is the median of the runs'
+    medians. Per model: the single-GPU step and peak memory beside the simulated, and over the
+    CPU+GPU placements Kendall's tau and ``|sim/real - 1|`` (median, mean, max).
+
+    Raises:
+        ValueError: runs of another form or of different placements.
+    """
+    import numpy as np
+
+    from cluster.environment import make_environment
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from compgraph.grouping import colocation_grouping
+
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    if len({r["form"] for r in runs}) != 1:
+        raise ValueError("runs of different forms")
+    spec, note = load_spec(cluster)
+    cpu, gpu = spec.cpu_indices[0], spec.gpu_indices[0]
+    out: dict = {"cluster": spec.name, "cluster_note": note, "runs": [str(p) for p in paths], "models": {}}
+    for model in runs[0]["models"]:
+        size = runs[0]["models"][model]["size"]
+        prepared = prepare_source(BenchmarkSource(model=model, size=size))
+        units = colocation_grouping(prepared.graph)
+        sim = make_environment("sim", prepared, spec, grouping=units)
+        all_gpu = sim.measure(np.full(units.num_groups, gpu, dtype=np.int64))
+        real_single = statistics.median(r["models"][model]["placed_single"]["median_s"] for r in runs)
+        real_peak = statistics.median(r["models"][model]["placed_single"]["peak_bytes"] or 0 for r in runs)
+        rows = []
+        for rule, layers in runs[0]["placements"][model].items():
+            reals = [row["real_s"] for r in runs for row in r["models"][model]["rows"]
+                     if row["placement"] == rule and row["real_s"]]
+            if not reals:
+                continue
+            gp = rule_placement(prepared, units, layers, cpu, gpu)
+            sim_s = sim.measure(gp).simulated_step_time_s
+            real = statistics.median(reals)
+            rows.append({"placement": rule, "real_s": real, "real_runs_s": reals, "sim_s": sim_s,
+                         "sim_over_real": sim_s / real, "cpu_ops": int(np.sum(units.expand(gp) == cpu))})
+        mixed = [r for r in rows if r["cpu_ops"] > 0]
+        errs = [abs(r["sim_over_real"] - 1) for r in mixed]
+        out["models"][model] = {
+            "size": size,
+            "single_gpu": {"real_s": real_single, "sim_s": all_gpu.simulated_step_time_s,
+                           "sim_over_real": all_gpu.simulated_step_time_s / real_single},
+            "peak_bytes": {"real": real_peak, "sim": int(all_gpu.peak_memory_bytes[gpu]),
+                           "sim_over_real": all_gpu.peak_memory_bytes[gpu] / real_peak if real_peak else None},
+            "rows": rows,
+            "kendall_tau_mixed": kendall_tau([r["sim_s"] for r in mixed], [r["real_s"] for r in mixed]),
+            "median_abs_err_mixed": statistics.median(errs) if errs else None,
+            "mean_abs_err_mixed": statistics.fmean(errs) if errs else None,
+            "max_abs_err_mixed": max(errs) if errs else None,
+        }
+    return out
+
+
+def judge_table(result: dict) -> str:
+    """A plain-text table of :func:`judge`'s result."""
+    lines = [f"simulator {result['cluster']} judged against {len(result['runs'])} run(s)"]
+    for model, e in result["models"].items():
+        sg, pk = e["single_gpu"], e["peak_bytes"]
+        lines.append(f"{model} ({e['size']}): single GPU real {sg['real_s']:.4g} s, sim {sg['sim_s']:.4g} s "
+                     f"(x{sg['sim_over_real']:.3f}); peak real {pk['real'] / 1e9:.3f} GB, sim {pk['sim'] / 1e9:.3f} GB")
+        lines.append(f"  {'placement':<16}{'real s':>10}{'sim s':>10}{'sim/real':>10}  runs")
+        for r in e["rows"]:
+            runs = ", ".join(f"{x:.4g}" for x in r["real_runs_s"])
+            lines.append(f"  {r['placement']:<16}{r['real_s']:>10.4g}{r['sim_s']:>10.4g}{r['sim_over_real']:>10.2f}  {runs}")
+        lines.append(f"  CPU+GPU: Kendall tau {e['kendall_tau_mixed']:.3f}, |sim/real-1| median "
+                     f"{e['median_abs_err_mixed']:.3f}, mean {e['mean_abs_err_mixed']:.3f}, max {e['max_abs_err_mixed']:.3f}")
+    return "\n".join(lines)
+
+
 def table(result: dict) -> str:
     """A plain-text table of the result (what the JSON holds, rounded)."""
     lines = [f"gpu_truth ({result['form']}) on {result['device']}, cluster {result['cluster']}, "
@@ -360,9 +436,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-copies", action="store_true", help="skip the copy micro-benchmark")
     ap.add_argument("--profile", default=None, metavar="RULE",
                     help="instead: print torch.profiler's table of one step of this placement of --models' first")
+    ap.add_argument("--judge", nargs="+", default=None, metavar="RUN_JSON",
+                    help="instead: simulate the placements of saved runs on --cluster and judge it against them")
     args = ap.parse_args(argv)
     import torch
 
+    if args.judge:
+        verdict = judge(args.judge, args.cluster)
+        print(judge_table(verdict), file=sys.stderr)
+        text = json.dumps(verdict, indent=1)
+        if args.json:
+            Path(args.json).write_text(text + "\n")
+        else:
+            print(text)
+        return verdict
     if args.profile:
         form = args.form or ("gpu" if torch.cuda.is_available() else "cpu")
         text = profile_placement(form, args.cluster, args.models.split(",")[0], args.profile, args.warmup)

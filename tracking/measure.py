@@ -102,7 +102,8 @@ def record_training(
         params: the run's parameters (model, size, cluster, method, steps, seed, env...).
         result: :func:`tasks.measure.train_placement`'s dict: ``steps``, ``seconds``,
             ``simulated``, ``step_times_s`` ``[steps]`` (seconds), ``losses`` ``[steps]``,
-            and optionally ``step_time_s`` and ``setup_s`` (seconds).
+            and optionally ``step_time_s``, ``setup_s`` and the spread ``median_s``, ``q1_s``,
+            ``q3_s``, ``iqr_s`` (seconds; logged as ``step_time_<key>``).
         placement: ``{group name: device name}``, logged as ``placement.json``.
         prefect_flow_run_id: tagged on the run.
     Raises:
@@ -135,6 +136,9 @@ def record_training(
         metrics.append(Metric("total_s", float(result["seconds"]), now, 0))
         if _finite(result.get("setup_s")):
             metrics.append(Metric("setup_s", float(result["setup_s"]), now, 0))
+        for key in ("median_s", "q1_s", "q3_s", "iqr_s"):  # the spread of the real steps
+            if _finite(result.get(key)):
+                metrics.append(Metric(f"step_time_{key}", float(result[key]), now, 0))
     client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()], tags=[RunTag("oom", str(bool(result.get("oom"))))])
     for i in range(0, len(metrics), 1000):
         client.log_batch(rid, metrics=metrics[i : i + 1000])
