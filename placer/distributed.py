@@ -865,11 +865,18 @@ def distributed_search(
     if env_kind not in ENVIRONMENTS:
         raise ValueError(f"env_kind: unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
     if env_kind == "real":
-        if prepared.__dict__.get("_graph_def") is None:  # without parsing it
+        from cluster.torch_real import is_torch_step
+
+        # a PyTorch step runs its placed torch.fx code (cluster.torch_real), a TensorFlow graph its GraphDef
+        if not is_torch_step(prepared) and prepared.__dict__.get("_graph_def") is None:  # without parsing it
             raise ValueError("env_kind 'real': needs the TensorFlow GraphDef of the graph (PreparedGraph.graph_def)")
-        if spec.gpu_indices and gpus_per_worker < len(spec.gpu_indices):
+        from cluster.torch_real import torch_devices
+
+        # the spec's devices that run on a real GPU (cpu4's stand-in GPUs run on logical CPUs: tf_device)
+        real_gpus = sum(1 for d in torch_devices(spec, (env_options or {}).get("devices")) if d.startswith("cuda"))
+        if real_gpus and gpus_per_worker < real_gpus:
             raise ValueError(f"gpus_per_worker: {gpus_per_worker}, but env 'real' on cluster {spec.name!r} runs each "
-                             f"placement on its {len(spec.gpu_indices)} GPUs; ask for {len(spec.gpu_indices)}")
+                             f"placement on its {real_gpus} GPUs; ask for {real_gpus}")
     if ray_address is not None:
         check_ray_address(ray_address)
     env_options = dict(env_options or {})

@@ -408,3 +408,21 @@ def test_killed_parameter_server_synchronous_same_result(local_ray, rnnlm_small,
     assert faulty.distributed["server_restarts"] >= 1
     _, recs = _records(log)
     assert sorted(r["index"] for r in recs) == list(range(16))
+
+
+@pytest.mark.slow  # a PyTorch capture in each worker
+def test_workers_measure_a_pytorch_step_for_real(local_ray, tmp_path):
+    """--env real on Ray for a PyTorch step: each worker runs the placed torch.fx step (cluster.torch_real)
+    on its node's devices (here cpu4's logical CPUs) and the placement log keeps the spread."""
+    from cluster.spec import load_cluster
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from placer.search import PlacementLog
+
+    prepared = prepare_source(BenchmarkSource(model="gpt", size="small"))
+    cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
+    log = tmp_path / "real.jsonl"
+    got = distributed_search("rl", cfg, prepared, load_cluster("cpu4"), env_kind="real", controllers=1, workers=1,
+                             env_options={"repeats": 2, "warmup": 0, "threads": 1}, log_path=log)
+    assert len(got.step_times) == 4 and all(t is not None and t > 0 for t in got.step_times)
+    records = PlacementLog(log, json.loads(log.read_text().splitlines()[0])).records
+    assert len(records) == 4 and records[0]["step_time_s"] > 0
