@@ -264,6 +264,8 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
             copies_n = int(sum(1 for e in prepared.graph.edges if not e.control
                                and gp[units.op_group[e.src]] != gp[units.op_group[e.dst]]))
             row = {"placement": rule, "cpu_layers": layers, "cpu_ops": int(np.sum(units.expand(gp) == cpu)),
+                   # the placement itself, so that a later front end (another layer numbering) judges the same one
+                   "cpu_units": [units.names[g] for g in range(units.num_groups) if gp[g] == cpu],
                    "cross_edges": copies_n, "real_s": m.step_time_s, "real_iqr_s": m.iqr_s, "real_times_s": m.step_times_s,
                    "oom": m.oom, "failure": m.failure, "sim_s": sm.simulated_step_time_s}
             if m.step_time_s and sm.simulated_step_time_s:
@@ -360,7 +362,13 @@ def judge(paths: list[str], cluster: str) -> dict:
                      if row["placement"] == rule and row["real_s"]]
             if not reals:
                 continue
-            gp = rule_placement(prepared, units, layers, cpu, gpu)
+            recorded = next((row.get("cpu_units") for row in runs[0]["models"][model]["rows"]
+                             if row["placement"] == rule), None)
+            if recorded is not None:  # the placement as run (unit names), whatever the layer rules say now
+                on_cpu = set(recorded)
+                gp = np.array([cpu if name in on_cpu else gpu for name in units.names], dtype=np.int64)
+            else:
+                gp = rule_placement(prepared, units, layers, cpu, gpu)
             sim_s = sim.measure(gp).simulated_step_time_s
             real = statistics.median(reals)
             rows.append({"placement": rule, "real_s": real, "real_runs_s": reals, "sim_s": sim_s,
@@ -393,8 +401,12 @@ def judge_table(result: dict) -> str:
         for r in e["rows"]:
             runs = ", ".join(f"{x:.4g}" for x in r["real_runs_s"])
             lines.append(f"  {r['placement']:<16}{r['real_s']:>10.4g}{r['sim_s']:>10.4g}{r['sim_over_real']:>10.2f}  {runs}")
-        lines.append(f"  CPU+GPU: Kendall tau {e['kendall_tau_mixed']:.3f}, |sim/real-1| median "
-                     f"{e['median_abs_err_mixed']:.3f}, mean {e['mean_abs_err_mixed']:.3f}, max {e['max_abs_err_mixed']:.3f}")
+        def f3(x):
+            return "-" if x is None else f"{x:.3f}"
+
+        lines.append(f"  CPU+GPU: Kendall tau {f3(e['kendall_tau_mixed'])}, |sim/real-1| median "
+                     f"{f3(e['median_abs_err_mixed'])}, mean {f3(e['mean_abs_err_mixed'])}, "
+                     f"max {f3(e['max_abs_err_mixed'])}")
     return "\n".join(lines)
 
 

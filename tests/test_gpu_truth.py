@@ -33,6 +33,15 @@ def test_the_cpu_form_measures_placements_beside_the_simulator(tmp_path):
         assert -1 <= entry["kendall_tau_mixed"] <= 1 and entry["median_abs_err_mixed"] >= 0
     assert result["copies"] and all(c["cpu_to_cpu1_new_s"] > 0 for c in result["copies"])
     assert "Kendall tau" in proc.stderr  # the table
+    judged = tmp_path / "judged.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_truth.py"), "--judge", str(out), "--json",
+                           str(judged)], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict = json.loads(judged.read_text())
+    for model in ("gpt", "resnet50_torch"):  # the same placements, simulated again: the same simulated times
+        again = {r["placement"]: r["sim_s"] for r in verdict["models"][model]["rows"]}
+        for r in result["models"][model]["rows"]:
+            assert again[r["placement"]] == pytest.approx(r["sim_s"], rel=1e-9)
 
 
 def test_kendall_tau():
@@ -42,3 +51,22 @@ def test_kendall_tau():
     assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
     assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
     assert kendall_tau([1], [1]) is None
+
+
+@pytest.mark.slow
+def test_the_readme_out_of_sample_table_comes_from_the_saved_h200_runs(tmp_path):
+    """`--judge` over the two saved H200 runs gives the README's figures (h200x1 as shipped)."""
+    runs = sorted(str(p) for p in (ROOT / "benchmarks" / "results" / "h200-2026-11-26").glob("gpu_truth-run*.json"))
+    assert len(runs) == 2
+    out = tmp_path / "judge.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_truth.py"), "--judge", *runs,
+                           "--json", str(out)], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdict = json.loads(out.read_text())
+    gpt, resnet = verdict["models"]["gpt"], verdict["models"]["resnet50_torch"]
+    assert gpt["single_gpu"]["sim_over_real"] == pytest.approx(1.010, abs=0.002)
+    assert resnet["single_gpu"]["sim_over_real"] == pytest.approx(1.033, abs=0.002)
+    assert gpt["kendall_tau_mixed"] == pytest.approx(1.0) and resnet["kendall_tau_mixed"] == pytest.approx(0.6)
+    assert gpt["median_abs_err_mixed"] == pytest.approx(0.482, abs=0.002)
+    assert resnet["median_abs_err_mixed"] == pytest.approx(0.377, abs=0.002)
+    assert len(gpt["rows"]) == len(resnet["rows"]) == 7
