@@ -1,43 +1,73 @@
 """``placement export``: one method's placement of a finished run, per op, as JSON, a TensorFlow GraphDef
-or a placed ``torch.fx`` step."""
+or a placed ``torch.fx`` step. A run is a record, not a program: nothing it names is imported; ``tf`` and
+``torch`` take the graph's source from this command line (:mod:`tracking.export`)."""
 
 from __future__ import annotations
 
 import typer
 
 from cli.common import _fail, app
-from cli.options import TrackingUri
+from cli.options import GraphDef, Keras, SavedModel, Signature, Torch, TorchOptimizer, TrackingUri
 
 
 @app.command("export")
 def export_command(
     run: str = typer.Argument(..., help="a run folder (runs/<stamp>-...) or the experiment's MLflow run id"),
     method: str = typer.Option(..., help="the method whose placement to export (a baseline or a learner of the run)"),
-    fmt: str = typer.Option("json", "--format", help="json (op -> device, every method) | tf (the GraphDef with "
-                                                     "device fields, which TensorFlow imports and runs) | torch (a "
-                                                     "Python file: the captured step's torch.fx code, placed, with "
-                                                     "the transfers inserted)"),
-    output: str = typer.Option(None, "--output", help="the file to write (default: <method>-placement.json or .pb "
-                                                      "in the current folder)"),
+    fmt: str = typer.Option("json", "--format", help="json (op -> device, every method; read from the run's record "
+                                                     "only) | tf (the GraphDef with device fields, which TensorFlow "
+                                                     "imports and runs) | torch (a Python file: the captured step's "
+                                                     "torch.fx code, placed, with the transfers inserted); tf and torch "
+                                                     "need the graph's source on this command line"),
+    output: str = typer.Option(None, "--output", help="the file to write (default: <method>-placement.json, .pb or .py "
+                                                      "in the current folder); its folder must exist, and not be a run "
+                                                      "folder nor the out-dir's runs/"),
+    force: bool = typer.Option(False, "--force", help="replace --output if it exists"),
     device_map: str = typer.Option(None, help="SPEC_DEVICE=TARGET,...: the target machine's device names, e.g. "
                                               "/gpu:0=/device:GPU:2 (default: /gpu:K -> /device:GPU:K for tf)"),
-    out_dir: str = typer.Option("placement-runs", help="folder whose SQLite MLflow store is read for a run id"),
+    model: str = typer.Option(None, help="tf/torch: the benchmark the run placed (checked against the run's graph hash)"),
+    size: str = typer.Option(None, help="tf/torch: its size (default small)"),
+    graph_def: GraphDef = None,
+    saved_model: SavedModel = None,
+    signature: Signature = None,
+    keras: Keras = None,
+    torch: Torch = None,
+    torch_optimizer: TorchOptimizer = "adam",
+    out_dir: str = typer.Option("placement-runs", help="folder whose SQLite MLflow store is read for a run id (an "
+                                                       "existing one only); --output may not go into its runs/"),
     tracking_uri: TrackingUri = None,
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache of benchmarks (default: <out-dir>/graph-cache)"),
 ) -> None:
     """Export one method's placement of a finished experiment at op level: the JSON op -> device map
     (group methods expanded to their ops), the step's TensorFlow GraphDef with each node's device
-    set, or a PyTorch step's placed torch.fx code with the transfers inserted."""
+    set, or a PyTorch step's placed torch.fx code with the transfers inserted. The run's record
+    (export.json) is read as data; tf and torch prepare the graph from the source given here
+    (--model/--size, --graph-def, --saved-model, --keras or --torch), which must be the graph the run
+    placed (its recorded hash), and are refused without one."""
     from pathlib import Path
 
+    from cli.common import _check_model, cli_graph_source
     from tracking import default_tracking_uri
-    from tracking.export import ExportError, export_placement, parse_device_map
+    from tracking.export import FORMATS, ExportError, check_output, export_placement, parse_device_map
 
+    if fmt not in FORMATS:
+        _fail(f"--format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
     out = output or f"{method}-placement.{ {'tf': 'pb', 'torch': 'py'}.get(fmt, 'json')}"
     try:
-        done = export_placement(run, method, fmt, out, parse_device_map(device_map),
-                                tracking_uri or default_tracking_uri(out_dir),
-                                cache_dir or str(Path(out_dir) / "graph-cache"))
+        check_output(out, force, run, out_dir)  # before any work
+        dmap = parse_device_map(device_map)
+    except ExportError as exc:
+        _fail(str(exc))
+    if size is not None and model is None:
+        _fail("--size is for --model")
+    given = any(v is not None for v in (model, graph_def, saved_model, signature, keras, torch))
+    if model is not None and not any(v is not None for v in (graph_def, saved_model, keras, torch)):
+        _check_model(model, size or "small")
+    source = cli_graph_source(model, size or "small", graph_def, keras, saved_model, signature, torch,
+                              torch_optimizer) if given else None
+    try:
+        done = export_placement(run, method, fmt, out, dmap, tracking_uri or default_tracking_uri(out_dir),
+                                cache_dir or str(Path(out_dir) / "graph-cache"), source, force, out_dir)
     except ExportError as exc:
         _fail(str(exc))
     per_device = ", ".join(f"{d} {n}" for d, n in sorted(done["devices"].items()))

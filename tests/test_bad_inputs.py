@@ -114,6 +114,30 @@ CASES = [
      "needs a GPU"),
     ("compare-without-store", ["compare", "--out-dir", "OUT"], "no MLflow store"),
     ("log-run-not-a-run", ["log-run", "DATA"], "is not a run folder"),
+    # placement export (issue 35): a run is a record, not a program; the module the records name
+    # (marker_on_import:build, importable here) leaves a file in the current folder if it ever runs
+    ("export-record-names-a-module-tf", ["export", "DATA/run_names_a_module", "--method", "expert", "--format", "tf"],
+     "give the graph's source on the command line"),
+    ("export-record-names-a-module-torch", ["export", "DATA/run_names_a_module", "--method", "expert", "--format", "torch"],
+     "give the graph's source on the command line"),
+    ("export-tf-another-graph", ["export", "DATA/run_names_a_module", "--method", "expert", "--format", "tf", "--model",
+                                 "rnnlm", "--out-dir", "OUT"], "is not the graph this run placed"),
+    ("export-old-run-json", ["export", "DATA/old_run", "--method", "expert"], "predates the recorded placements"),
+    ("export-old-run-torch", ["export", "DATA/old_run", "--method", "expert", "--format", "torch"],
+     "predates the recorded placements"),
+    ("export-malformed-record", ["export", "DATA/run_malformed", "--method", "expert"], "not JSON"),
+    ("export-json-with-a-source", ["export", "DATA/run_names_a_module", "--method", "expert", "--model", "rnnlm"],
+     "a graph source is for tf and torch"),
+    ("export-output-into-the-run", ["export", "DATA/run_names_a_module", "--method", "expert", "--output",
+                                    "DATA/run_names_a_module/results.json", "--force"], "inside the run folder"),
+    ("export-output-exists", ["export", "DATA/run_names_a_module", "--method", "expert", "--output", "DATA/README.md"],
+     "the file exists; give --force"),
+    ("export-output-folder-impossible", ["export", "DATA/run_names_a_module", "--method", "expert", "--output",
+                                         "DATA/README.md/x.json"], "is not a folder"),
+    ("export-run-id-without-a-store", ["export", "0123456789abcdef0123456789abcdef", "--method", "expert"],
+     "no MLflow store at"),
+    ("export-unknown-format", ["export", "DATA/run_names_a_module", "--method", "expert", "--format", "onnx"],
+     "unknown 'onnx'"),
 ]
 if shutil.which("nvidia-smi") is None:
     CASES.append(("policy-device-cuda-without-cuda", ["experiment", "--methods", "rl", "--controllers", "1",
@@ -132,6 +156,7 @@ def not_ray():
 
 
 SLOW_CASES = {"garbage-graph-def", "graph-def-too-large", "keras-exits-on-import", "reproduce-fit-missing"}  # over 5 s here
+SLOW_CASES |= {"export-tf-another-graph"}  # prepares rnnlm small with TensorFlow
 
 
 @pytest.mark.parametrize("case, args, needle", [

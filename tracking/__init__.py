@@ -181,7 +181,8 @@ def record_experiment(
         run_ids: ``{"parent": id, "children": {method: id}}`` of runs created at the start
             (:class:`tracking.live.ExperimentRecorder`): they are completed instead of new runs
             created, and the curves, already logged as the search went, are not logged again.
-        run_dir: the experiment's run folder; its ``table.md`` and ``plots/`` are logged to the parent run.
+        run_dir: the experiment's run folder; its ``table.md``, ``plots/`` and ``export.json`` are logged to
+            the parent run.
     """
     from mlflow.entities import Metric, Param, RunTag
 
@@ -214,6 +215,8 @@ def record_experiment(
             elif path.exists():
                 client.log_artifact(pid, str(path))
                 client.set_tag(pid, "mlflow.note.content", path.read_text()[:50_000])  # the run's description
+        if (Path(run_dir) / "export.json").is_file():  # what `placement export` reads (tracking.export)
+            client.log_artifact(pid, str(Path(run_dir) / "export.json"))
     children = (run_ids or {}).get("children", {})
     best = results.get(summary.get("best_baseline") or "", {})
     best_s = best.get("step_time_s") if not best.get("oom") else None

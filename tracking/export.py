@@ -1,10 +1,21 @@
 """Placements that leave the project: a run's placement of one method, per op, for TensorFlow or as JSON.
 
-:func:`load_run` reads a finished experiment, from its run folder (``results.json``) or from MLflow
-(the parent run's parameters and its ``results.json`` artifact); :func:`prepare_run_graph` prepares
-the same graph again from the recorded source (the parameter ``source``; a benchmark's ``model``,
-``size`` and grouper for runs recorded before it); :func:`op_placement` expands the method's
-placement (its groups', colocation units' or ops' names -> device) to every op.
+A run is a record, not a program: export never imports or calls anything a run record names.
+
+* An experiment writes, beside ``results.json`` in its run folder and as its MLflow parent run's
+  artifact, ``export.json`` (:func:`export_record`, :class:`ExportRecord`): the op names, a hash of
+  the captured graph (:func:`graph_hash`: op names and output shapes), the cluster spec itself
+  (``spec.model_dump(mode="json")`` and its sha256) and every method's op-level placement.
+* :func:`load_record` reads it, from a run folder or by MLflow run id (an existing store only), at
+  most :data:`MAX_RECORD_BYTES`, and checks it (lengths, device indices, the spec and its hash).
+* ``json`` export reads that record only, and prepares no graph. ``tf`` and ``torch`` need the graph
+  again: its source is the user's own (``source``: ``--model/--size``, ``--graph-def``, ``--torch``...
+  on the command line), prepared and checked against the recorded graph hash; without one, or with
+  another graph, they are refused. Run folders written before ``export.json`` are refused.
+* :func:`check_output` is done before any work: the output is not inside a run folder (a folder
+  holding a ``results.json``) nor the out-dir's ``runs/``, ``mlartifacts/`` or store; not an existing
+  file unless ``force``; its folder exists and is writable; not a symlink leading out of its folder.
+  The file is written next to it and renamed over it (a symlink is replaced, never followed).
 
 Formats (:func:`export_placement`):
 
@@ -26,87 +37,280 @@ Device names are mapped to the target machine's: by default ``/cpu:K`` -> ``/dev
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import stat
+import tempfile
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 FORMATS = ("json", "tf", "torch")
 """What :func:`export_placement` writes."""
 
+EXPORT_FILE = "export.json"
+"""The record of what export needs, in a run folder and as the MLflow parent run's artifact."""
+
+RESULTS_FILE = "results.json"
+"""What makes a folder a run folder (:mod:`tracking.live`)."""
+
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""The largest record export reads (bytes; 64 MiB)."""
+
+RECORD_VERSION = 1
+
 
 class ExportError(ValueError):
-    """A run, method or device map that cannot be exported (the message says which and why)."""
+    """A run, method, source, output or device map that cannot be exported (the message says which and why)."""
 
 
-def load_run(run: str, tracking_uri: str | None = None) -> tuple[dict, dict]:
-    """``(params, results)`` of a finished experiment: its parameters (``model``, ``size``, ``cluster``,
-    ``grouper``, ``source``...) and per method ``{"placement": {name: device}, "step_time_s", "oom"}``.
+def _canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
+
+
+def graph_hash(graph) -> str:
+    """sha256 (hex) of a canonical JSON of ``[[op name, [output shape, ...]], ...]`` in the graph's op
+    order (a shape as a list of ints, ``null`` when unknown): the same captured graph gives the same hash."""
+    ops = [[op.name, [None if s is None else [int(d) for d in s] for s in op.output_shapes]] for op in graph.ops]
+    return hashlib.sha256(_canonical(ops)).hexdigest()
+
+
+def spec_hash(spec_json: dict) -> str:
+    """sha256 (hex) of a canonical JSON (sorted keys) of a cluster spec's ``model_dump(mode="json")``."""
+    return hashlib.sha256(_canonical(spec_json)).hexdigest()
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RecordedCluster(_Record):
+    """The cluster a run placed on: its name, its spec (``ClusterSpec.model_dump(mode="json")``) and
+    the spec's sha256 (:func:`spec_hash`)."""
+
+    name: str
+    spec: dict
+    sha256: str
+
+
+class RecordedMethod(_Record):
+    """One method's outcome: ``devices``, ``[num_ops]`` indices into the spec's devices (``None``: its
+    placement names neither the groups, the colocation units nor the ops, or it found none);
+    ``step_time_s`` (s, ``None`` when it failed) and ``oom``."""
+
+    devices: list[int] | None = None
+    step_time_s: float | None = None
+    oom: bool = False
+
+
+class ExportRecord(_Record):
+    """``export.json``: everything ``placement export --format json`` needs, as data.
+
+    Attributes:
+        version: :data:`RECORD_VERSION`.
+        model, size: the graph's name and size (``user`` for a user's graph), for the output only.
+        framework: ``tf`` (the step has a TensorFlow GraphDef) or ``torch`` (a PyTorch step).
+        ops: the op names, in the graph's order.
+        graph_sha256: :func:`graph_hash` of the graph the run placed.
+        cluster: :class:`RecordedCluster`.
+        methods: method -> :class:`RecordedMethod`.
+    Raises:
+        pydantic.ValidationError: a placement of another length than ``ops``, a device index out of
+            range, a spec that is not a valid cluster spec or does not match its hash.
+    """
+
+    version: int
+    model: str
+    size: str
+    framework: Literal["tf", "torch"]
+    ops: list[str]
+    graph_sha256: str
+    cluster: RecordedCluster
+    methods: dict[str, RecordedMethod]
+    _spec: object = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ExportRecord":
+        from cluster.spec import ClusterSpec
+
+        if self.version != RECORD_VERSION:
+            raise ValueError(f"version {self.version}: this placement export reads version {RECORD_VERSION}")
+        if spec_hash(self.cluster.spec) != self.cluster.sha256:
+            raise ValueError("cluster.spec does not match cluster.sha256")
+        try:
+            self._spec = ClusterSpec.model_validate(self.cluster.spec)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ValueError(f"cluster.spec.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        num_devices = len(self.device_names)
+        for method, row in self.methods.items():
+            if row.devices is None:
+                continue
+            if len(row.devices) != len(self.ops):
+                raise ValueError(f"methods.{method}: {len(row.devices)} devices for {len(self.ops)} ops")
+            if row.devices and not 0 <= min(row.devices) <= max(row.devices) < num_devices:
+                raise ValueError(f"methods.{method}: a device index outside 0..{num_devices - 1}")
+        return self
+
+    @property
+    def spec(self):
+        """The recorded :class:`cluster.spec.ClusterSpec` (validated with the record)."""
+        return self._spec
+
+    @property
+    def device_names(self) -> list[str]:
+        """The recorded spec's device names, which the placements index."""
+        return list(self._spec.device_names)  # type: ignore[attr-defined]
+
+
+def _framework(prepared) -> str:
+    bench = prepared.benchmark
+    if getattr(prepared, "torch_source", None) is not None or (bench is not None and bench.framework == "torch"):
+        return "torch"
+    return "tf"
+
+
+def export_record(prepared, spec, results: dict[str, dict]) -> dict:
+    """The :class:`ExportRecord` of an experiment, as JSON-able data.
 
     Args:
-        run: a run folder (holding ``results.json``) or an MLflow run id (the experiment's parent run).
-        tracking_uri: the MLflow store of a run id.
+        prepared: the experiment's :class:`compgraph.prepare.PreparedGraph`.
+        spec: its :class:`cluster.spec.ClusterSpec`.
+        results: method -> its row (``placement``: names -> device names, ``step_time_s`` in s, ``oom``).
+    """
+    from tracking.timeline import op_devices
+
+    devices = list(spec.device_names)
+    spec_json = spec.model_dump(mode="json")
+    methods = {}
+    for method, row in results.items():
+        ops = op_devices(prepared, row.get("placement") or {}, devices)
+        step = row.get("step_time_s")
+        methods[method] = {"devices": None if ops is None else [int(d) for d in ops],
+                           "step_time_s": None if step is None else float(step), "oom": bool(row.get("oom"))}
+    return {"version": RECORD_VERSION, "model": prepared.name, "size": prepared.size, "framework": _framework(prepared),
+            "ops": [op.name for op in prepared.graph.ops], "graph_sha256": graph_hash(prepared.graph),
+            "cluster": {"name": spec.name, "spec": spec_json, "sha256": spec_hash(spec_json)}, "methods": methods}
+
+
+def write_export_record(run_dir: str | Path, prepared, spec, results: dict[str, dict]) -> Path:
+    """Write :func:`export_record` as ``<run_dir>/export.json``; returns its path."""
+    path = Path(run_dir) / EXPORT_FILE
+    path.write_text(json.dumps(export_record(prepared, spec, results), separators=(",", ":")) + "\n")
+    return path
+
+
+def read_limited(path: str | Path, what: str, limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The bytes of the regular file ``path``, refused past ``limit`` bytes (checked before and while reading).
+
     Raises:
-        ExportError: neither a run folder nor a run of the store; a run without results.
+        ExportError: not a regular file, unreadable, or larger than ``limit``.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ExportError(f"{what} {path}: not a regular file")
+            if st.st_size > limit:
+                raise ExportError(f"{what} {path}: {st.st_size:,} bytes, more than the {limit:,} "
+                                  f"({limit / 2**20:.0f} MiB) export reads")
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ExportError(f"{what} {path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if len(data) > limit:
+        raise ExportError(f"{what} {path}: more than the {limit:,} bytes ({limit / 2**20:.0f} MiB) export reads")
+    return data
+
+
+def parse_record(data: bytes, where: str) -> ExportRecord:
+    """An :class:`ExportRecord` from ``export.json``'s bytes.
+
+    Raises:
+        ExportError: not JSON, or not a valid record (the first bad field named).
+    """
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ExportError(f"{where}: not JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
+    try:
+        return ExportRecord.model_validate(obj)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        raise ExportError(f"{where}: not a valid export record: {loc}: {err['msg'][:200]}") from None
+    except (ValueError, RecursionError) as exc:  # the recorded spec, validated in the record's check
+        raise ExportError(f"{where}: not a valid export record: {str(exc)[:200]}") from None
+
+
+_PREDATES = "predates the recorded placements (it has no export.json): run the experiment again to export it"
+
+
+def load_record(run: str, tracking_uri: str | None = None) -> ExportRecord:
+    """The :class:`ExportRecord` of a finished experiment: ``<run>/export.json`` of a run folder, or the
+    ``export.json`` artifact of the MLflow parent run ``run`` (a 32-hex-digit id) in ``tracking_uri``,
+    an existing store only (a SQLite file that is not there is refused, never created).
+
+    Raises:
+        ExportError: neither a run folder nor a run of the store; a run recorded before ``export.json``;
+            a record too large (:data:`MAX_RECORD_BYTES`), malformed or invalid.
     """
     path = Path(run)
-    if (path / "results.json").is_file():
-        data = json.loads((path / "results.json").read_text())
-        return dict(data["record"]["params"]), dict(data["record"]["results"])
+    if path.is_dir():
+        if not (path / RESULTS_FILE).is_file():
+            raise ExportError(f"run {run!r}: a folder without {RESULTS_FILE} (not an experiment's run folder)")
+        if not (path / EXPORT_FILE).exists():
+            raise ExportError(f"run {run!r} {_PREDATES}")
+        return parse_record(read_limited(path / EXPORT_FILE, "run record"), f"run record {path / EXPORT_FILE}")
     if path.exists():
-        raise ExportError(f"run {run!r}: a folder without results.json (not an experiment's run folder)")
+        raise ExportError(f"run {run!r}: a file, not a run folder nor an MLflow run id")
     if not re.fullmatch(r"[0-9a-f]{32}", run):
         raise ExportError(f"run {run!r}: neither a run folder nor an MLflow run id (32 hex digits)")
-    import mlflow
+    return _load_mlflow_record(run, tracking_uri)
+
+
+def _load_mlflow_record(run: str, tracking_uri: str | None) -> ExportRecord:
+    if not tracking_uri:
+        raise ExportError(f"run {run!r}: an MLflow run id needs a store (--out-dir or --tracking-uri)")
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        if not db.is_file():
+            raise ExportError(f"run {run!r}: no MLflow store at {db} (nothing created; give --out-dir or --tracking-uri "
+                              "of the experiment's store)")
+    else:
+        from tracking.live import TrackingUnavailable, check_tracking
+
+        try:
+            check_tracking(tracking_uri)
+        except TrackingUnavailable as exc:
+            raise ExportError(str(exc)) from None
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri)
     try:
-        info = client.get_run(run)
+        client.get_run(run)
     except Exception as exc:  # MlflowException: no such run in this store
-        raise ExportError(f"run {run!r}: not in the MLflow store {tracking_uri or mlflow.get_tracking_uri()}: "
-                          f"{' '.join(str(exc).split())[:200]}") from None
+        raise ExportError(f"run {run!r}: not in the MLflow store {tracking_uri}: {' '.join(str(exc).split())[:200]}") from None
+    where = f"run {run!r}'s {EXPORT_FILE} artifact"
     try:
-        results = mlflow.artifacts.load_dict(f"{info.info.artifact_uri}/results.json")["results"]
+        files = {f.path: f for f in client.list_artifacts(run)}
     except Exception as exc:
-        raise ExportError(f"run {run!r}: no results.json artifact (a parent run of `placement experiment`?): "
-                          f"{type(exc).__name__}") from None
-    return dict(info.data.params), dict(results)
-
-
-def prepare_run_graph(params: dict, cache_dir: str | Path | None = None):
-    """The run's graph prepared again (:func:`compgraph.frontends.prepare_source`) from its recorded
-    source, grouper, target number of groups and seed.
-
-    Raises:
-        ExportError: the run recorded no source and is no benchmark's.
-    """
-    from compgraph.frontends import prepare_source
-
-    source = _source_of(params)
-    target = params.get("num_groups_target")
-    num_groups = int(target) if target not in (None, "none", "None") else None
-    automatic = params.get("grouper") in ("metis", "fluid")
-    return prepare_source(source, params.get("grouper"), num_groups if automatic else None,
-                          int(params.get("seed", 0)), cache_dir if source.kind == "benchmark" else None)
-
-
-def _source_of(params: dict):
-    """The graph source a run recorded (its parameter ``source``; a benchmark's ``model`` and ``size``
-    for runs recorded before it).
-
-    Raises:
-        ExportError: a user's graph recorded without its source.
-    """
-    from pydantic import TypeAdapter
-
-    from compgraph.frontends import BenchmarkSource, GraphSource
-
-    if params.get("source"):
-        return TypeAdapter(GraphSource).validate_json(params["source"])
-    if params.get("size") != "user":
-        return BenchmarkSource(model=params["model"], size=params["size"])
-    raise ExportError(f"run of {params.get('model')!r}: a user's graph recorded without its source (an older run); "
-                      "run the experiment again to export it")
+        raise ExportError(f"run {run!r}: its artifacts cannot be listed: {type(exc).__name__}") from None
+    info = files.get(EXPORT_FILE)
+    if info is None or info.is_dir:
+        raise ExportError(f"run {run!r} {_PREDATES}")
+    if info.file_size is not None and info.file_size > MAX_RECORD_BYTES:
+        raise ExportError(f"{where}: {info.file_size:,} bytes, more than the {MAX_RECORD_BYTES:,} "
+                          f"({MAX_RECORD_BYTES / 2**20:.0f} MiB) export reads")
+    with tempfile.TemporaryDirectory(prefix="placement-export-") as tmp:
+        try:
+            local = client.download_artifacts(run, EXPORT_FILE, tmp)
+        except Exception as exc:
+            raise ExportError(f"{where}: cannot be downloaded: {type(exc).__name__}") from None
+        return parse_record(read_limited(local, "run record"), where)
 
 
 def op_placement(prepared, placement: dict[str, str], devices: list[str], method: str) -> list[str]:
@@ -153,66 +357,171 @@ def target_device(name: str, fmt: str, device_map: dict[str, str]) -> str:
     return name
 
 
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_output(out: str | Path, force: bool = False, run: str | None = None,
+                 out_dir: str | Path | None = None) -> Path:
+    """Refuse an output export may not write, before any work (module docstring).
+
+    Args:
+        out: the file to write.
+        force: an existing file (or a symlink within its folder) may be replaced.
+        run: the run being exported (a folder: nothing is written inside it).
+        out_dir: the experiments' out-dir, whose ``runs/``, ``mlartifacts/`` and ``mlflow.db`` are off limits.
+    Returns:
+        ``out`` as a path.
+    Raises:
+        ExportError: one line naming ``--output`` and why.
+    """
+    out = Path(out)
+    name = f"--output {str(out)!r}"
+    if out.name in ("", ".", ".."):
+        raise ExportError(f"{name}: not a file name")
+    parent = out.parent
+    if not parent.is_dir():
+        raise ExportError(f"{name}: its folder {str(parent)!r} " + ("is not a folder" if parent.exists() else "does not exist"))
+    folder = parent.resolve()
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"{name}: its folder {str(parent)!r} is not writable")
+    if out.is_symlink():
+        target = Path(os.path.realpath(out))
+        if target.parent != folder:
+            raise ExportError(f"{name}: a symlink to {str(target)!r}, outside its folder {str(parent)!r}; refused")
+    if out.is_dir():
+        raise ExportError(f"{name}: a folder; give a file path")
+    for d in (folder, *folder.parents):
+        if (d / RESULTS_FILE).is_file():
+            raise ExportError(f"{name}: inside the run folder {str(d)!r}; write it elsewhere")
+    if run is not None and Path(run).is_dir() and _within(folder, Path(run).resolve()):
+        raise ExportError(f"{name}: inside the run being exported; write it elsewhere")
+    if out_dir is not None:
+        root = Path(out_dir).resolve()
+        for sub in ("runs", "mlartifacts"):
+            if _within(folder, root / sub):
+                raise ExportError(f"{name}: inside {str(root / sub)!r}, where the experiments' records are; "
+                                  "write it elsewhere")
+        if folder / out.name == root / "mlflow.db":
+            raise ExportError(f"{name}: the MLflow store; write it elsewhere")
+    if (out.exists() or out.is_symlink()) and not force:
+        raise ExportError(f"{name}: the file exists; give --force to replace it")
+    return out
+
+
+def _write(out: Path, data: bytes) -> None:
+    """Write ``data`` next to ``out`` and rename it over ``out`` (a symlink there is replaced, not followed)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _graph_of(record: ExportRecord, fmt: str, source, cache_dir):
+    """The graph ``fmt`` needs, from the user's ``source``, checked against the record: ``(graph, prepared or
+    captured step)``.
+
+    Raises:
+        ExportError: no source; a source of the other framework; a graph other than the recorded one.
+    """
+    if source is None:
+        raise ExportError(f"--format {fmt}: give the graph's source on the command line (--model/--size, --graph-def, "
+                          "--saved-model, --keras or --torch): export prepares nothing a run record names")
+    from compgraph.frontends import tensorflow_source
+
+    if fmt == "tf" and (record.framework != "tf" or not tensorflow_source(source)):
+        raise ExportError(f"--format tf: {record.model} is a PyTorch step, with no TensorFlow GraphDef; use json or torch"
+                          if record.framework != "tf" else f"--format tf: the source given is a PyTorch step, but "
+                          f"{record.model} is a TensorFlow graph")
+    if fmt == "torch" and (record.framework != "torch" or tensorflow_source(source)):
+        raise ExportError(f"--format torch: {record.model} is a TensorFlow graph; use tf or json"
+                          if record.framework != "torch" else f"--format torch: the source given is a TensorFlow graph, "
+                          f"but {record.model} is a PyTorch step")
+    made: Any
+    try:
+        if fmt == "tf":
+            from compgraph.frontends import is_user_graph, prepare_source
+
+            made = prepare_source(source, None, None, 0, None if is_user_graph(source) else cache_dir)
+        else:
+            from compgraph.torch_step import capture_source
+
+            made = capture_source(source)
+    except ValueError as exc:  # UserGraphError, TorchStepError, an unknown model or size
+        raise ExportError(f"the source given: {exc}") from None
+    given = graph_hash(made.graph)
+    if given != record.graph_sha256:
+        raise ExportError(f"the source given is not the graph this run placed (graph hash {given[:12]} "
+                          f"!= recorded {record.graph_sha256[:12]}: other ops or shapes)")
+    return made
+
+
 def export_placement(run: str, method: str, fmt: str, out: str | Path, device_map: dict[str, str] | None = None,
-                     tracking_uri: str | None = None, cache_dir: str | Path | None = None) -> dict:
+                     tracking_uri: str | None = None, cache_dir: str | Path | None = None, source=None,
+                     force: bool = False, out_dir: str | Path | None = None) -> dict:
     """Write ``method``'s placement of ``run`` in format ``fmt`` to ``out``.
 
+    Args:
+        run: a run folder or the experiment's MLflow run id (:func:`load_record`).
+        source: the graph source the user gave (a :data:`compgraph.frontends.GraphSource`), for ``tf``
+            and ``torch`` only; checked against the recorded graph hash.
+        force: replace an existing ``out``.
+        out_dir: the experiments' out-dir, whose records ``out`` may not touch (:func:`check_output`).
     Returns:
         ``{"path", "format", "method", "ops", "devices": {target device: ops placed there}, "fetches"}``
         (``fetches``: the op names one step runs, for ``tf``).
     Raises:
-        ExportError: an unknown format or method, a method that found no placement (OOM is exported;
-            a failed method has none), a PyTorch step asked for ``tf``, a device map naming a device
-            the cluster lacks; those of :func:`load_run` and :func:`prepare_run_graph`.
+        ExportError: an output refused (:func:`check_output`, before anything is read); an unknown format
+            or method, a method that found no placement (OOM is exported; a failed method has none), a
+            device map naming a device the cluster lacks; a source for ``json``, none or another graph
+            for ``tf``/``torch``, a PyTorch step asked for ``tf``; those of :func:`load_record`.
     """
     if fmt not in FORMATS:
         raise ExportError(f"--format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
+    out = check_output(out, force, run, out_dir)
+    if fmt == "json" and source is not None:
+        raise ExportError("--format json reads the run's record only; a graph source is for tf and torch")
     device_map = dict(device_map or {})
-    params, results = load_run(run, tracking_uri)
-    if method not in results:
-        raise ExportError(f"--method: {method!r} is not in this run; its methods: {', '.join(results)}")
-    placement = results[method].get("placement") or {}
-    if not placement:
-        raise ExportError(f"--method: {method!r} has no placement in this run")
-    from cluster.spec import load_cluster
-
-    try:
-        spec = load_cluster(params["cluster"])
-    except ValueError as exc:
-        raise ExportError(f"run's cluster: {exc}") from None
-    devices = list(spec.device_names)
+    record = load_record(run, tracking_uri)
+    if method not in record.methods:
+        raise ExportError(f"--method: {method!r} is not in this run; its methods: {', '.join(record.methods)}")
+    row = record.methods[method]
+    if row.devices is None:
+        raise ExportError(f"--method: {method!r} has no op-level placement in this run")
+    devices = record.device_names
     unknown = sorted(set(device_map) - set(devices))
     if unknown:
-        raise ExportError(f"--device-map: {', '.join(unknown)} not a device of {spec.name} ({', '.join(devices)})")
-    prepared = prepare_run_graph(params, cache_dir)
-    names = op_placement(prepared, placement, devices, method)
-    placed = {op.name: target_device(d, fmt, device_map) for op, d in zip(prepared.graph.ops, names)}
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+        raise ExportError(f"--device-map: {', '.join(unknown)} not a device of {record.cluster.name} ({', '.join(devices)})")
+    placed = {op: target_device(devices[d], fmt, device_map) for op, d in zip(record.ops, row.devices)}
+    fetches: list[str] = []
     if fmt == "json":
-        out.write_text(json.dumps({"model": prepared.name, "method": method, "cluster": spec.name,
-                                   "step_time_s": results[method].get("step_time_s"), "devices": placed}, indent=1) + "\n")
+        _write(out, (json.dumps({"model": record.model, "method": method, "cluster": record.cluster.name,
+                                 "step_time_s": row.step_time_s, "devices": placed}, indent=1) + "\n").encode())
     elif fmt == "torch":
-        from compgraph.frontends import tensorflow_source
-        from compgraph.torch_step import capture_source, module_source, placed_module
+        from compgraph.torch_step import module_source, placed_module
 
-        source = _source_of(params)
-        if tensorflow_source(source):
-            raise ExportError(f"--format torch: {prepared.name} is a TensorFlow graph; use tf or json")
-        module, inputs = placed_module(capture_source(source), placed)
-        header = (f"placement export: {prepared.name}, method {method} on {spec.name} "
-                  f"(simulated step time {results[method].get('step_time_s')} s)")
-        out.write_text(module_source(module, inputs, header))
+        step = _graph_of(record, fmt, source, cache_dir)
+        module, inputs = placed_module(step, placed)
+        header = (f"placement export: {record.model}, method {method} on {record.cluster.name} "
+                  f"(simulated step time {row.step_time_s} s)")
+        _write(out, module_source(module, inputs, header).encode())
     else:
+        prepared = _graph_of(record, fmt, source, cache_dir)
         if prepared.graph_def is None:
-            raise ExportError(f"--format tf: {prepared.name} is a PyTorch step, with no TensorFlow GraphDef; use json or torch")
+            raise ExportError(f"--format tf: {record.model} is a PyTorch step, with no TensorFlow GraphDef; use json or torch")
         gd = type(prepared.graph_def)()
         gd.CopyFrom(prepared.graph_def)
         for node in gd.node:
             node.device = placed.get(node.name, "")
-        out.write_bytes(gd.SerializeToString(deterministic=True))
+        _write(out, gd.SerializeToString(deterministic=True))
+        fetches = list(prepared.fetches)
     counts: dict[str, int] = {}
     for d in placed.values():
         counts[d] = counts.get(d, 0) + 1
     return {"path": str(out), "format": fmt, "method": method, "ops": len(placed), "devices": counts,
-            "fetches": list(prepared.fetches)}
+            "fetches": fetches}

@@ -375,7 +375,8 @@ mark_killed = _hook("KILLED")
 def save_run_folder(run_dir: str | Path, record: dict, result: dict, prepared=None, spec=None) -> Path:
     """Write the run folder: ``results.json`` (``record``: the keyword arguments of
     :func:`tracking.record_experiment` but the store, plus ``result``: the flow's result object),
-    ``table.md``, ``placements.json`` and, given ``prepared`` and ``spec``, the pictures in ``plots/``.
+    ``table.md``, ``placements.json`` and, given ``prepared`` and ``spec``, ``export.json`` (what
+    ``placement export`` reads: :func:`tracking.export.write_export_record`) and the pictures in ``plots/``.
 
     Returns:
         ``run_dir``. Plots that fail to draw are warned about, never fatal.
@@ -389,6 +390,12 @@ def save_run_folder(run_dir: str | Path, record: dict, result: dict, prepared=No
     placements = {m: r["placement"] for m, r in record["results"].items()}
     (run_dir / "placements.json").write_text(json.dumps(placements, indent=1) + "\n")
     if prepared is not None and spec is not None:
+        from tracking.export import write_export_record
+
+        try:
+            write_export_record(run_dir, prepared, spec, record["results"])
+        except Exception as exc:
+            warnings.warn(f"export.json not written (placement export will refuse this run): {type(exc).__name__}: {exc}")
         try:
             write_plots(run_dir / "plots", record, prepared, spec)
         except Exception as exc:
