@@ -426,3 +426,30 @@ def test_workers_measure_a_pytorch_step_for_real(local_ray, tmp_path):
     assert len(got.step_times) == 4 and all(t is not None and t > 0 for t in got.step_times)
     records = PlacementLog(log, json.loads(log.read_text().splitlines()[0])).records
     assert len(records) == 4 and records[0]["step_time_s"] > 0
+
+
+@pytest.mark.slow  # a PyTorch capture in each worker, measured for real
+def test_a_worker_killed_while_it_runs_a_pytorch_step_is_retried(local_ray, tmp_path):
+    """Issue 35 item 5: a worker holding the real environment's devices, killed mid-search, is
+    replaced; every sample is measured and logged once, the killed one again on a new attempt."""
+    from cluster.spec import load_cluster
+    from compgraph.frontends import BenchmarkSource, prepare_source
+
+    prepared = prepare_source(BenchmarkSource(model="gpt", size="small"))
+    cfg = ReinforceConfig(budget=6, k=2, seed=0, hidden_size=16)
+    actors: dict = {}
+    log = tmp_path / "real-faults.jsonl"
+    stop = threading.Event()
+    killer = _kill_when_measuring(log, lambda: actors["workers"][0], stop, min_records=1, after_s=0.0)
+    t0 = time.perf_counter()
+    try:
+        got = distributed_search("rl", cfg, prepared, load_cluster("cpu4"), env_kind="real", controllers=1,
+                                 workers=1, env_options={"repeats": 2, "warmup": 0, "threads": 1}, log_path=log,
+                                 on_start=actors.update)
+    finally:
+        _stop(stop, killer)
+    _, recs = _records(log)
+    assert sorted(r["index"] for r in recs) == list(range(6))
+    assert got.distributed["worker_retries"] >= 1 and any(r["attempt"] >= 1 for r in recs)
+    assert all(r["step_time_s"] > 0 for r in recs)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "worker_retries": got.distributed["worker_retries"]}))
