@@ -119,6 +119,12 @@ def _prepare_graph(
     if not is_user_graph(source):
         _check_model(model, size)
     try:  # UserGraphError is a ValueError
+        if source.kind in ("keras", "torch"):  # a function that ends its process would end this one silently
+            from compgraph.tf_env import import_tensorflow
+            from compgraph.user_graph import probe_user_function
+
+            framework = import_tensorflow if source.kind == "keras" else lambda: __import__("torch")
+            probe_user_function(source.spec, source.kind, meanwhile=framework)  # imported while the child runs
         prepared = prepare_source(source, grouper, num_groups, seed, None if is_user_graph(source) else cache_dir,
                                   int_bounds, keep=keep)
     except ValueError as exc:

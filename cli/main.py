@@ -180,9 +180,21 @@ def experiment(
             _fail(problem)
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
+    names = (model, size, config.spec().name, grouper or "2017")  # the placement logs' names (tasks.search.run_paths)
     if config.user_graph:
-        _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
-                       config.real.int_bounds, env, torch, torch_optimizer, keep=True)  # the flow takes it
+        prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
+                                  config.real.int_bounds, env, torch, torch_optimizer, keep=True)  # the flow takes it
+        names = (prepared.name, prepared.size, config.spec().name, prepared.grouping.grouper)
+    from pathlib import Path
+
+    from tasks.search import busy_problem
+
+    try:  # the same settings running now hold their placement logs: refused here, before Prefect and MLflow
+        problem = busy_problem(Path(out_dir), *names, chosen, seed, budget, config.learner_options, config.ray)
+    except ValueError as exc:  # a log path leading out of --out-dir (compgraph.paths.UnsafePath)
+        problem = str(exc)
+    if problem:
+        _fail(problem)
 
     from tracking.progress import say
 

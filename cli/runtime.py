@@ -219,8 +219,32 @@ def run_flow(flow_fn, fail, **kwargs):
         fail(str(exc))
 
 
+OUT_DIR_ENTRIES = ("runs", "placement-logs", "checkpoints", "graph-cache", "cost-tables", "plots")
+"""What a run writes under ``--out-dir`` (besides the default MLflow store, ``mlflow.db`` and
+``mlartifacts``): each must resolve inside it (:func:`out_dir_problem`)."""
+
+
+def out_dir_problem(out_dir: str, default_store: bool) -> str | None:
+    """The first of :data:`OUT_DIR_ENTRIES` (and, with ``default_store``, ``mlflow.db`` and
+    ``mlartifacts``) under ``out_dir`` that resolves outside it (a symlink leading out), as one line;
+    ``None`` if none does. A run would be refused there only once it writes, after all its work."""
+    from compgraph.paths import UnsafePath, inside
+
+    entries = (*OUT_DIR_ENTRIES, *(("mlflow.db", "mlartifacts") if default_store else ()))
+    for name in entries:
+        path = Path(out_dir) / name
+        if not (path.is_symlink() or path.exists()):
+            continue
+        try:
+            inside(out_dir, path)
+        except UnsafePath as exc:
+            return f"--out-dir: {exc}"
+    return None
+
+
 def preflight(out_dir: str, tracking_uri: str | None, spool: bool, fail) -> None:
-    """Before any work: ``out_dir`` writable, (unless ``spool``) the MLflow store usable (a
+    """Before any work: ``out_dir`` writable, the folders a run writes there inside it
+    (:func:`out_dir_problem`: no symlink leading out), (unless ``spool``) the MLflow store usable (a
     tracking server must answer ``/health`` within 5 s), and a given Prefect API answering
     (:func:`check_prefect_api`). Failures go to ``fail(message)``."""
     from tracking import default_tracking_uri
@@ -228,6 +252,9 @@ def preflight(out_dir: str, tracking_uri: str | None, spool: bool, fail) -> None
 
     try:
         check_writable(out_dir, "--out-dir")
+        problem = out_dir_problem(out_dir, default_store=not spool and not tracking_uri)
+        if problem:
+            fail(problem)
         if not spool:
             check_tracking(tracking_uri or default_tracking_uri(out_dir))
         check_prefect_api()

@@ -18,6 +18,9 @@ MAX_SPEC_BYTES = 1_000_000
 """Largest cluster spec file read (bytes): a spec of 1,000 devices is about 300 kB."""
 QUOTE_CHARS = 200
 """Characters of a bad value quoted in an error message, at most."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of a YAML file read (levels of nodes): a spec needs about 4; PyYAML composes a
+node's children by recursion, so 300,000 levels in a 600 kB file would end in ``RecursionError``."""
 
 
 class _Strict(BaseModel):
@@ -34,20 +37,31 @@ def quote_value(value: object, limit: int = QUOTE_CHARS) -> str:
 
 class _NoAliasLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses aliases (``*name``): a spec needs none, and nested aliases
-    ("billion laughs") expand a 1 kB file into gigabytes once anything walks the result."""
+    ("billion laughs") expand a 1 kB file into gigabytes once anything walks the result; and nesting
+    deeper than :data:`MAX_YAML_DEPTH` (refused as its node starts, before any recursion deeper)."""
+
+    _depth = 0
 
     def compose_node(self, parent, index):  # noqa: D102 (PyYAML's Composer hook)
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, f"YAML aliases (*{event.anchor}) are not allowed", event.start_mark)
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"YAML nested more than {MAX_YAML_DEPTH} levels deep is not "
+                                              "allowed", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def load_yaml_file(path: str | Path, max_bytes: int = MAX_SPEC_BYTES, what: str = "cluster spec") -> object:
     """The YAML document in ``path``, read only if it is at most ``max_bytes`` bytes, without aliases.
 
     Raises:
-        ValueError: unreadable, too large, not YAML, or using aliases (one line naming ``what`` and the file).
+        ValueError: unreadable, too large, not YAML, using aliases or nested deeper than :data:`MAX_YAML_DEPTH`
+            (one line naming ``what`` and the file).
     """
     path = Path(path)
     try:

@@ -232,13 +232,37 @@ def _lock_log(path: Path):
         fh.seek(0)
         owner = fh.read().strip() or "?"
         fh.close()
-        raise PlacementLogBusy(f"placement log {path} is in use by another run (pid {owner}); wait for it to end, "
-                               "or give this run another --seed or --out-dir") from None
+        raise PlacementLogBusy(_busy_message(path, owner)) from None
     fh.seek(0)
     fh.truncate()
     fh.write(str(os.getpid()))
     fh.flush()
     return fh
+
+
+def _busy_message(path: Path, owner: str) -> str:
+    return (f"placement log {path} is in use by another run (pid {owner}); wait for it to end, "
+            "or give this run another --seed or --out-dir")
+
+
+def placement_log_busy(path: str | Path) -> str | None:
+    """Before a run starts: :class:`PlacementLogBusy`'s line if another process holds the lock of the
+    placement log ``path`` now, else ``None``. Tries the lock and releases it at once; creates
+    nothing (no lock file: nobody holds it)."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        fh = open(path.with_name(path.name + ".lock"))
+    except OSError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _busy_message(path, fh.read().strip() or "?")
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return None
 
 
 def settings_difference(old: object, new: object, where: str = "") -> str:

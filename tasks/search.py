@@ -101,6 +101,28 @@ def resume_problem(out: Path, model: str, size: str, cluster: str, grouper: str,
     return None
 
 
+def busy_problem(out: Path, model: str, size: str, cluster: str, grouper: str, methods: list[str], seed: int,
+                 budget: int, learner_options: dict | None, ray: RayOptions | None = None) -> str | None:
+    """Before a run starts (the CLI, before Prefect): the first learner whose placement log another run
+    holds now (the same settings, at once), as :class:`placer.search.PlacementLogBusy`'s line; ``None``
+    if none is held. Each log is named as :func:`learner_searches` names it (``-ray<N>`` on Ray)."""
+    from placer import LEARNER_NAMES
+    from placer.search import placement_log_busy
+
+    ray = ray or RayOptions()
+    for method in methods:
+        if method not in LEARNER_NAMES:
+            continue
+        config = learner_config(method, budget, seed, (learner_options or {}).get(method))
+        log, _ = run_paths(Path(out), model, size, cluster, grouper, method, seed, config.budget)
+        if ray.distributes(method):
+            log = log.with_name(log.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
+        problem = placement_log_busy(log)
+        if problem:
+            return problem
+    return None
+
+
 @task(name="learner-search", task_run_name="search-{method}", cache_policy=NONE)
 def learner_search(
     method: str,

@@ -37,7 +37,9 @@ def _http_port_that_is_not_ray() -> tuple[int, object]:
 
 
 # (id, args after `placement`, a piece of the one line). OUT: the out-dir; DATA: this corpus's files;
-# BIG: a 2 MB spec written by the test; BIGPB: a 2 MB .pb; HTTP: a port that answers HTTP but is not Ray; DEAD: a free port.
+# BIG: a 2 MB spec written by the test; DEEP: a 600 kB spec nested 300,000 levels deep; BIGPB: a 2 MB .pb;
+# HTTP: a port that answers HTTP but is not Ray; DEAD: a free port. Cases in HELD_LOGS and OUT_LINKS set up
+# their out-dir first (a placement log another run holds; a folder of the out-dir that is a symlink out).
 CASES = [
     # cluster specs (YAML): bounded before parsing
     ("yaml-alias-bomb", ["experiment", "--cluster", "DATA/billion_laughs.yaml"], "YAML aliases (*a0) are not allowed"),
@@ -48,6 +50,8 @@ CASES = [
     ("yaml-negative-flops", ["experiment", "--cluster", "DATA/negative_flops.yaml"], "devices.1.peak_flops"),
     ("yaml-unknown-kind", ["experiment", "--cluster", "DATA/unknown_kind.yaml"], "devices.1.kind"),
     ("yaml-malformed", ["experiment", "--cluster", "DATA/malformed.yaml"], "cluster spec"),
+    ("yaml-nested-too-deep", ["experiment", "--cluster", "DEEP"], "YAML nested more than 64 levels deep is not allowed"),
+    ("yaml-nested-too-deep-baselines", ["baselines", "--cluster", "DEEP"], "deep.yaml: YAML nested more than 64 levels"),
     # names and numbers
     ("unknown-model", ["experiment", "--model", "rnn"], "unknown model 'rnn'"),
     ("unknown-size", ["experiment", "--size", "huge"], "unknown size 'huge'"),
@@ -85,6 +89,19 @@ CASES = [
     ("torch-exits-on-import", ["graph-stats", "--torch", "exits:build"], "it called sys.exit(0)"),
     ("torch-on-real-exits", ["experiment", "--torch", "exits:build", "--env", "real", "--cluster", "cpu4"],
      "it called sys.exit(0)"),
+    # a function (or module) that ends its own process: probed in a child before the in-process capture (issue 35)
+    ("torch-function-os-exit", ["experiment", "--torch", "ends_process:exit_now"],
+     "torch 'ends_process:exit_now': the function exit_now() ended its process (exit code 0) before returning"),
+    ("torch-function-kills-itself", ["graph-stats", "--torch", "ends_process:kill_self"],
+     "the function kill_self() ended its process (killed by SIGKILL) before returning"),
+    ("torch-module-os-exit-on-import", ["experiment", "--torch", "ends_on_import:build"],
+     "importing 'ends_on_import' ended its process (exit code 0) before returning"),
+    ("torch-on-real-os-exit", ["experiment", "--torch", "ends_process:exit_now", "--env", "real", "--cluster", "cpu4"],
+     "ended its process (exit code 0)"),
+    ("keras-function-os-exit", ["experiment", "--keras", "ends_process:exit_now"],
+     "keras 'ends_process:exit_now': the function exit_now() ended its process (exit code 0) before returning"),
+    ("keras-function-kills-itself-baselines", ["baselines", "--keras", "ends_process:kill_self"],
+     "ended its process (killed by SIGKILL)"),
     ("torch-on-real-without-its-gpus", ["experiment", "--model", "gpt", "--env", "real", "--cluster", "k80x2"],
      "device /gpu:0 runs on cuda:0, but this machine has 0 CUDA device(s)"),
     ("torch-repeats-zero", ["experiment", "--model", "gpt", "--env", "real", "--cluster", "cpu4", "--repeats", "0"],
@@ -113,6 +130,16 @@ CASES = [
     ("train-gpu-method-on-cpu-cluster", ["train", "--model", "rnnlm", "--cluster", "DATA/cpu_only.yaml", "--method", "single_gpu"],
      "needs a GPU"),
     ("compare-without-store", ["compare", "--out-dir", "OUT"], "no MLflow store"),
+    # a second identical run at once (its placement log held: HELD_LOGS), refused before Prefect starts (issue 35)
+    ("second-run-at-once", ["experiment"], "rnnlm-small-k80x2-2017-post-seed0-budget1000.jsonl is in use by another run"),
+    ("second-run-at-once-on-ray", ["experiment", "--controllers", "1", "--methods", "rl"],
+     "rnnlm-small-k80x2-2017-rl-ray1-seed0-budget1000.jsonl is in use by another run"),
+    # a folder of the out-dir that is a symlink leading out (OUT_LINKS), refused before any work (issue 35)
+    ("runs-symlink-out", ["experiment"], "--out-dir: refusing to write"),
+    ("placement-logs-symlink-out", ["compare-learners", "--learners", "rl"], "placement-logs: it resolves to"),
+    ("checkpoints-symlink-out-train", ["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "rl"],
+     "checkpoints: it resolves to"),
+    ("mlflow-db-symlink-out", ["experiment"], "mlflow.db: it resolves to"),
     ("log-run-not-a-run", ["log-run", "DATA"], "is not a run folder"),
     # placement export (issue 35): a run is a record, not a program; the module the records name
     # (marker_on_import:build, importable here) leaves a file in the current folder if it ever runs
@@ -144,6 +171,14 @@ if shutil.which("nvidia-smi") is None:
                                                       "--policy-device", "cuda"], "torch sees no CUDA device"))
 
 
+HELD_LOGS = {"second-run-at-once": "rnnlm-small-k80x2-2017-post-seed0-budget1000",
+             "second-run-at-once-on-ray": "rnnlm-small-k80x2-2017-rl-ray1-seed0-budget1000"}
+"""Case -> the placement log (under OUT/placement-logs) the test holds open, as a run with those settings does."""
+OUT_LINKS = {"runs-symlink-out": "runs", "placement-logs-symlink-out": "placement-logs",
+             "checkpoints-symlink-out-train": "checkpoints", "mlflow-db-symlink-out": "mlflow.db"}
+"""Case -> the entry of OUT made a symlink to a path outside (a folder there; for mlflow.db, a file not there yet)."""
+
+
 def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
@@ -157,6 +192,9 @@ def not_ray():
 
 SLOW_CASES = {"garbage-graph-def", "graph-def-too-large", "keras-exits-on-import", "reproduce-fit-missing"}  # over 5 s here
 SLOW_CASES |= {"export-tf-another-graph"}  # prepares rnnlm small with TensorFlow
+SLOW_CASES |= {"keras-function-os-exit", "keras-function-kills-itself-baselines",  # TensorFlow imported beside the probe
+               "torch-function-os-exit", "second-run-at-once", "second-run-at-once-on-ray"}  # 4.3-7.6 s here
+SLOW_CASES |= {"torch-on-real-os-exit", "torch-module-os-exit-on-import"}  # about 4.7-4.9 s here: near the line
 
 
 @pytest.mark.parametrize("case, args, needle", [
@@ -168,8 +206,19 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing_outside(case, args, nee
     (work / "empty-saved-model").mkdir(parents=True)
     (data / "big.yaml").write_text("name: big\n# " + "x" * 2_000_000 + "\n")
     (data / "big.pb").write_bytes(b"\0" * 2_000_000)
+    (data / "deep.yaml").write_text("name: " + "[" * 300_000 + "]" * 300_000 + "\n")
     subs = {"DATA": str(data), "OUT": str(out), "BIGPB": str(data / "big.pb"), "BIG": str(data / "big.yaml"), "DEAD": str(_free_port()),
-            "HTTP": str(not_ray)}
+            "HTTP": str(not_ray), "DEEP": str(data / "deep.yaml")}
+    held = None
+    if case in HELD_LOGS:  # another run with the same settings, holding its placement log
+        from placer.search import PlacementLog
+
+        held = PlacementLog(out / "placement-logs" / f"{HELD_LOGS[case]}.jsonl", {"run": "another, at once"})
+    if case in OUT_LINKS:
+        target = tmp_path / "elsewhere" / OUT_LINKS[case]
+        (target.parent if "." in target.name else target).mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / OUT_LINKS[case]).symlink_to(target)
     argv = []
     for a in args:
         for key, value in subs.items():
@@ -188,6 +237,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing_outside(case, args, nee
             _, status, usage = os.wait4(child.pid, 0)  # the child's own peak RSS (KB), not the session's
         finally:
             timer.cancel()
+            if held is not None:
+                held.close()
     rc = os.waitstatus_to_exitcode(status)
     stdout, stderr = stdout_f.read_text(), stderr_f.read_text()
     before |= {"stdout.txt", "stderr.txt"}
