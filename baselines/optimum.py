@@ -29,31 +29,43 @@ search a larger space and may beat it.
   Every constraint holds for the simulated schedule of any placement that fits in memory
   (queues, channel contention and the rest only delay), so the MILP's optimum -- and its
   proven dual bound at the time limit -- is a **lower bound on the simulated optimum**;
-  it is *not* the simulated step time of its own placement. The reported placement is the
-  best, **as simulated**, of the MILP's incumbent and the ``candidates`` given (e.g. the
-  other baselines); ``bound_s`` is the larger of the MILP's dual bound and
-  :func:`baselines.bounds.lower_bound`; the best is then polished by local search, moving one
-  group (or, when ``(groups * devices)^2 <= 20000``, two groups) to other devices while the
-  simulated time improves (within ``polish_evaluations`` simulated placements);
-  ``proven`` is True when the simulated time of the
+  it is *not* the simulated step time of its own placement. The MILP's incumbent and the
+  ``candidates`` given (e.g. the other baselines) are simulated and polished by local search,
+  the fastest first, moving one group (or, when ``(groups * devices)^2 <= 20000``, two groups)
+  to other devices while the simulated time improves, then the next start, within
+  ``polish_evaluations`` simulated placements in all; the reported placement is the fastest
+  seen, **as simulated**. ``bound_s`` is the larger of the MILP's dual bound and
+  :func:`baselines.bounds.lower_bound`; ``proven`` is True when the simulated time of the
   reported placement is within ``1e-9`` (relative) of ``bound_s``.
 
 **Deterministic.** The work is limited by counts, not by the clock: HiGHS' branch-and-bound
 stops after ``node_limit`` nodes (HiGHS solves a MILP deterministically on one thread), and
-the polish after ``polish_evaluations`` placements. So the same inputs give the same
+the polish after ``polish_evaluations`` simulated placements. So the same inputs give the same
 placement, step time and bound on a quiet and on a loaded machine; only the seconds differ.
-A MILP over more than ``max_milp_ops`` ops is not built (its root relaxation alone takes
-minutes: nmt paper, 17,396 ops); the candidates are then polished and the bound is
+
+**The default work limit** (:func:`default_polish_evaluations`, :data:`MAX_MILP_OPS`): the
+MILP is built only for graphs of at most :data:`MAX_MILP_OPS` ops, and the polish simulates at
+most ``min(20,000, 400 million // num_ops)`` placements (a fixed number of simulated op
+executions, the fast simulator's cost, which grows with the ops of one placement). Measured on
+the paper graphs, 2-core machine: the MILP's root node alone takes 17 s on rnnlm paper (7,632
+ops, 253 groups, ``k80x4``), its heuristics another 75 s, and 50 nodes did not end within 25
+minutes (issue 36), while its dual bound stayed at :func:`baselines.bounds.lower_bound`'s
+(0.38301 s). Above the MILP limit the candidates are polished and the bound is
 :func:`baselines.bounds.lower_bound`'s. ``time_limit_s`` is an optional wall-clock cap for
 those who prefer a deadline to a reproducible value: when it cuts the work short the result
 says so (``deterministic=False``).
+
+**The gap** (:attr:`OptimumResult.gap`): ``step_time_s / bound_s - 1``, how far the placement
+found may be from the best one (0 when proven). On the paper graphs it is 0.5 to 2.3 (the
+bound ignores most transfers), so read ``step_time_s`` there as the best placement known, not
+as the optimum.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -65,9 +77,30 @@ from compgraph.ir import Grouping, OpGraph
 
 MAX_ENUMERATE = 3**10  #: group placements enumerated at most
 DEFAULT_NODE_LIMIT = 50  #: HiGHS branch-and-bound nodes at most
-DEFAULT_POLISH_EVALUATIONS = 20_000  #: simulated placements the polish may try
-MAX_MILP_OPS = 8_000  #: ops above which the MILP is not built (candidates and polish only)
+DEFAULT_POLISH_EVALUATIONS = 20_000  #: simulated placements the polish may try, at most (small graphs)
+POLISH_OP_WORK = 400_000_000
+"""Simulated op executions (placements x ops) the default polish may spend: 400 million, about
+30 CPU-seconds of the fast simulator on this 2-core machine (0.07-0.08 us an op, measured on nmt
+and gnmt paper). It binds above 20,000 ops only: gnmt paper (39,432 ops) gets 10,144 placements."""
+MAX_MILP_OPS = 2_000
+"""Ops above which the MILP is not built by default (candidates and polish only). 8,000 until
+issue 36. Measured at 50 nodes on this 2-core machine (loaded, load average 3-6): rnnlm small
+(1,616 ops) 34-46 CPU-s, its bound 2.5% (``k80x2``) and 23% (``k80x4``) higher than
+:func:`baselines.bounds.lower_bound`'s; resnet50_torch paper (944 ops) 6-9 s, +0.2%; nmt small
+(2,810 ops) 143 CPU-s, +7%; inception_v3 paper (5,527 ops) 22 and 76 s, +0%; rnnlm paper (7,632
+ops) 9 minutes on ``k80x2`` (+9%), more than 25 on ``k80x4``. HiGHS' time is not a function of the
+size (the LSTMs' cross-group edges make them hard), and scipy's interface bounds its nodes, not its
+root (cuts and heuristics: 92 s on rnnlm paper before the first node), so the rule is by size, with
+room: every TensorFlow paper graph (5,527 ops and up) skips the MILP."""
 DEFAULT_TIME_LIMIT_S = None  #: no wall-clock cap by default (a cap makes the value depend on load)
+
+
+def default_polish_evaluations(num_ops: int) -> int:
+    """The default polish budget of a graph of ``num_ops`` ops: ``min(DEFAULT_POLISH_EVALUATIONS,
+    POLISH_OP_WORK // num_ops)`` simulated placements (20,000 up to 20,000 ops, nmt paper's 17,396
+    included; 10,144 on gnmt paper), at least 1. It depends on the graph only, so the result stays
+    reproducible."""
+    return max(1, min(DEFAULT_POLISH_EVALUATIONS, POLISH_OP_WORK // max(1, int(num_ops))))
 
 
 @dataclass
@@ -85,6 +118,10 @@ class OptimumResult:
         seconds: time taken.
         milp_status: HiGHS' message (MILP only).
         deterministic: False when the optional wall-clock cap cut the work short.
+        work: the work limits and what was spent: ``max_milp_ops``, ``milp_built``,
+            ``node_limit``, ``milp_nodes`` (HiGHS' branch-and-bound nodes), ``polish_evaluations``
+            (the limit, simulated placements) and ``polish_spent`` (moves simulated); empty when
+            enumerated.
     """
 
     placement: np.ndarray | None
@@ -96,6 +133,15 @@ class OptimumResult:
     seconds: float
     milp_status: str = ""
     deterministic: bool = True
+    work: dict = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float | None:
+        """``step_time_s / bound_s - 1``: at most how much slower than the best group placement
+        the one found is (a fraction; 0 when proven); ``None`` without a placement or a bound."""
+        if self.step_time_s is None or not self.bound_s:
+            return None
+        return max(0.0, self.step_time_s / self.bound_s - 1.0)
 
 
 def enumerate_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
@@ -148,8 +194,8 @@ def _neighbours(p: np.ndarray, D: int, pairs: bool) -> np.ndarray:
 def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
                  time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
                  lower_bound_s: float | None = None, disjunctive: bool | None = None,
-                 node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int = DEFAULT_POLISH_EVALUATIONS,
-                 max_milp_ops: int = MAX_MILP_OPS) -> OptimumResult:
+                 node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
+                 max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None) -> OptimumResult:
     """The work-limited MILP of the module docstring; see there for what is proven.
 
     Args:
@@ -158,8 +204,13 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
         time_limit_s: an optional wall-clock cap (seconds) on the MILP and the polish;
             ``None`` (default): none, the result depends on the inputs only.
         node_limit: HiGHS' branch-and-bound nodes at most.
-        polish_evaluations: simulated placements the polish may try at most.
+        polish_evaluations: simulated placements the polish may try at most; ``None`` (default):
+            :func:`default_polish_evaluations` of the graph's ops.
         max_milp_ops: graphs with more ops skip the MILP (method ``"polish"``).
+        on_progress: called with ``{"phase": "milp" | "polish", "evaluated", "budget",
+            "best_step_time_s", "bound_s"}`` (placements the polish simulated, its limit, seconds;
+            the ``"milp"`` point also has ``"ops"`` and ``"node_limit"``) before the MILP and after
+            each batch of the polish (at most 512 placements).
         candidates: group placements (``[num_groups]``) to compare the MILP's incumbent with.
         lower_bound_s: a bound already computed (:func:`baselines.bounds.lower_bound`), else computed.
         disjunctive: add the pairwise no-overlap constraints per compute pool (default: for
@@ -168,14 +219,21 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
 
+    if polish_evaluations is None:
+        polish_evaluations = default_polish_evaluations(graph.num_ops)
     if node_limit < 1 or polish_evaluations < 0:
         raise ValueError(f"node_limit={node_limit!r} must be >= 1 and polish_evaluations={polish_evaluations!r} >= 0")
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + time_limit_s
     n, G, D = graph.num_ops, grouping.num_groups, len(spec.devices)
+    work: dict[str, Any] = {"max_milp_ops": int(max_milp_ops), "milp_built": n <= max_milp_ops, "node_limit": int(node_limit),
+                            "milp_nodes": None, "polish_evaluations": int(polish_evaluations), "polish_spent": 0}
     if n > max_milp_ops:
         return _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, polish_evaluations, deadline, start,
-                            max_milp_ops)
+                            max_milp_ops, work, on_progress)
+    if on_progress is not None:
+        on_progress({"phase": "milp", "evaluated": 0, "budget": polish_evaluations, "best_step_time_s": None,
+                     "bound_s": lower_bound_s, "ops": n, "node_limit": node_limit})
     times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)
     og = np.asarray(grouping.op_group, dtype=np.int64)
     is_gpu = np.array([d.kind == "gpu" for d in spec.devices])
@@ -303,14 +361,17 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
     cut = "time limit" in status.lower()
     dual = getattr(res, "mip_dual_bound", None)
     dual = float(dual) * (1 - 1e-9) if dual is not None and np.isfinite(dual) else None
+    work["milp_nodes"] = None if getattr(res, "mip_node_count", None) is None else int(res.mip_node_count)
     pool_of = list(candidates or [])
     if res.x is not None:
         pool_of.append(np.argmax(res.x[:nx_].reshape(G, D), axis=1))
-    best_p, best_t, evaluated, cut_polish = _polish(graph, grouping, spec, op_times, pool_of, polish_evaluations, deadline)
     bound = _bound(graph, spec, op_times, dual, lower_bound_s)
+    best_p, best_t, evaluated, cut_polish, spent = _polish(graph, grouping, spec, op_times, pool_of, polish_evaluations,
+                                                           deadline, on_progress, bound)
+    work["polish_spent"] = spent
     proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
     return OptimumResult(best_p, best_t, bound, proven, "milp", evaluated, time.perf_counter() - start, status,
-                         deterministic=not (cut or cut_polish))
+                         deterministic=not (cut or cut_polish), work=work)
 
 
 def _bound(graph: OpGraph, spec: ClusterSpec, op_times, dual: float | None, lower_bound_s: float | None) -> float | None:
@@ -322,66 +383,131 @@ def _bound(graph: OpGraph, spec: ClusterSpec, op_times, dual: float | None, lowe
     return max([b for b in (dual, lower_bound_s) if b is not None and np.isfinite(b)], default=None)
 
 
+def _pair_moves(p: np.ndarray, D: int, gi: np.ndarray, gj: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Rows ``lo:hi`` of the two-group moves of ``p`` (the pairs ``gi < gj`` of ``np.triu_indices``,
+    each with every ``D x D`` pair of devices, in :func:`_neighbours`' order), made only when asked:
+    all of them would take ``G^2 D^2 / 2`` rows (1.6 GB on rnnlm paper, 253 groups, ``k80x4``)."""
+    r = np.arange(lo, hi)
+    k = r // (D * D)
+    out = np.repeat(p[None, :], len(r), axis=0)
+    rows = np.arange(len(r))
+    out[rows, gi[k]] = (r // D) % D
+    out[rows, gj[k]] = r % D
+    return out
+
+
 def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, pool_of: list, budget: int,
-            deadline: float | None) -> tuple[np.ndarray | None, float | None, int, bool]:
-    """The fastest of ``pool_of`` as simulated, then improved one (or two) group moves at a time
-    while a move improves, within ``budget`` simulated moves (and the optional ``deadline``).
+            deadline: float | None, on_progress: Callable[[dict], None] | None = None, bound_s: float | None = None,
+            ) -> tuple[np.ndarray | None, float | None, int, bool, int]:
+    """Local search from each placement of ``pool_of`` that fits, fastest (as simulated) first, within
+    ``budget`` simulated moves in all (and the optional ``deadline``); the best placement seen wins.
+
+    * Each start descends: the best improving move of the first batch of 512 moves that has one,
+      until none improves. A move puts one group on another device (and, when ``(groups *
+      devices)^2 <= 20000``, also two groups at once). The first start is searched exactly as
+      before issue 36, so the result is never slower than that search's at the same budget.
+    * Then the next start, on what the first left (a MILP incumbent that simulates fastest can end
+      in a slower local optimum than a baseline's start: resnet50_torch paper, 2.0190 s against
+      2.0147 s).
+    * Then, if budget is left and the graph is too big for pair moves in every step, the best
+      placement descends once more with the two-group moves after the one-group ones (resnet101
+      paper ``k80x4``: 4.1997 s to 4.1426 s; bert_base paper ``k80x4``: 4.3653 s to 4.3612 s).
+
+    ``on_progress`` (see :func:`milp_optimum`) at the start and after each batch.
 
     Returns:
-        ``(placement [G] or None, step time s or None, placements simulated, cut by the deadline)``.
+        ``(placement [G] or None, step time s or None, placements simulated, cut by the deadline,
+        moves simulated)``.
     """
     if not pool_of:
-        return None, None, 0, False
+        return None, None, 0, False, 0
     G, D = grouping.num_groups, len(spec.devices)
     og = np.asarray(grouping.op_group, dtype=np.int64)
     sim = FastSimulator(graph, spec, op_times=op_times)
     places = np.array([np.asarray(c, dtype=np.int64) for c in pool_of])
     rr = sim.run_group_arrays(places, og)
     evaluated = len(places)
-    t = np.where(rr.oom, np.inf, rr.step_time_s)
-    k = int(np.argmin(t))
-    if not np.isfinite(t[k]):
-        return None, None, evaluated, False
-    best_p, best_t = places[k], float(t[k])
-    spent, improved, cut = 0, True, False
-    while improved and spent < budget and not cut:
-        improved = False
-        moves = _neighbours(best_p, D, pairs=(G * D) ** 2 <= 20000)
-        for lo_ in range(0, len(moves), 512):  # chunks: take the best improving move of the first chunk that has one
-            if spent >= budget:
-                break
-            if deadline is not None and time.perf_counter() >= deadline:
-                cut = True
-                break
-            chunk = moves[lo_:lo_ + min(512, budget - spent)]
-            rr = sim.run_group_arrays(chunk, og)
-            evaluated += len(chunk)
-            spent += len(chunk)
-            t = np.where(rr.oom, np.inf, rr.step_time_s)
-            k = int(np.argmin(t))
-            if t[k] < best_t:
-                best_p, best_t, improved = chunk[k].copy(), float(t[k]), True
-                break
-    return best_p, best_t, evaluated, cut
+    t0 = np.where(rr.oom, np.inf, rr.step_time_s)
+    starts: list[int] = []
+    seen: set[bytes] = set()
+    for i in np.argsort(t0, kind="stable"):  # distinct starts that fit, fastest first (ties: pool order)
+        if np.isfinite(t0[i]) and places[i].tobytes() not in seen:
+            seen.add(places[i].tobytes())
+            starts.append(int(i))
+    if not starts:
+        return None, None, evaluated, False, 0
+    best_p, best_t = places[starts[0]].copy(), float(t0[starts[0]])
+    spent, cut = 0, False
+    small = (G * D) ** 2 <= 20000  # pair moves in every step
+
+    def report() -> None:
+        if on_progress is not None:
+            on_progress({"phase": "polish", "evaluated": spent, "budget": budget, "best_step_time_s": best_t,
+                         "bound_s": bound_s})
+
+    def descend(p: np.ndarray, pt: float, pairs_after: bool) -> None:
+        nonlocal best_p, best_t, spent, evaluated, cut
+        gi, gj = np.triu_indices(G, 1) if pairs_after else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        improved = True
+        while improved and spent < budget and not cut:
+            improved = False
+            ones = _neighbours(p, D, pairs=small)
+            total = len(ones) + len(gi) * D * D
+            for lo_ in range(0, total, 512):  # chunks: take the best improving move of the first chunk that has one
+                if spent >= budget:
+                    break
+                if deadline is not None and time.perf_counter() >= deadline:
+                    cut = True
+                    break
+                hi_ = min(lo_ + 512, total, lo_ + budget - spent)
+                chunk = (ones[lo_:hi_] if hi_ <= len(ones) else
+                         np.concatenate([ones[lo_:], _pair_moves(p, D, gi, gj, max(lo_, len(ones)) - len(ones),
+                                                                 hi_ - len(ones))]))
+                rr = sim.run_group_arrays(chunk, og)
+                evaluated += len(chunk)
+                spent += len(chunk)
+                t = np.where(rr.oom, np.inf, rr.step_time_s)
+                k = int(np.argmin(t))
+                if t[k] < pt:
+                    p, pt, improved = chunk[k].copy(), float(t[k]), True
+                    if pt < best_t:
+                        best_p, best_t = p.copy(), pt
+                report()
+                if improved:
+                    break
+
+    report()  # the fastest start
+    for i in starts:
+        if spent >= budget or cut:
+            break
+        descend(places[i].copy(), float(t0[i]), pairs_after=False)
+    if not small and spent < budget and not cut:
+        descend(best_p.copy(), best_t, pairs_after=True)
+    return best_p, best_t, evaluated, cut, spent
 
 
 def _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, budget, deadline, start,
-                 max_milp_ops) -> OptimumResult:
+                 max_milp_ops, work: dict, on_progress=None) -> OptimumResult:
     """A graph too big for the MILP: the candidates polished, the bound from :func:`baselines.bounds.lower_bound`."""
-    best_p, best_t, evaluated, cut = _polish(graph, grouping, spec, op_times, list(candidates or []), budget, deadline)
     bound = _bound(graph, spec, op_times, None, lower_bound_s)
+    best_p, best_t, evaluated, cut, spent = _polish(graph, grouping, spec, op_times, list(candidates or []), budget,
+                                                    deadline, on_progress, bound)
+    work["polish_spent"] = spent
     proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
     return OptimumResult(best_p, best_t, bound, proven, "polish", evaluated, time.perf_counter() - start,
-                         f"MILP not built: {graph.num_ops} ops > {max_milp_ops}", deterministic=not cut)
+                         f"MILP not built: {graph.num_ops} ops > {max_milp_ops}", deterministic=not cut, work=work)
 
 
 def optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
             time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
             max_enumerate: int = MAX_ENUMERATE, lower_bound_s: float | None = None,
-            node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int = DEFAULT_POLISH_EVALUATIONS) -> OptimumResult:
+            node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
+            max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None) -> OptimumResult:
     """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else :func:`milp_optimum`
-    (``node_limit``, ``polish_evaluations`` and the optional wall-clock cap ``time_limit_s``)."""
+    (``node_limit``, ``max_milp_ops``, ``polish_evaluations`` -- ``None``: :func:`default_polish_evaluations`
+    --, ``on_progress`` and the optional wall-clock cap ``time_limit_s``)."""
     if len(spec.devices) ** grouping.num_groups <= min(max_enumerate, MAX_ENUMERATE):
         return enumerate_optimum(graph, grouping, spec, op_times)
     return milp_optimum(graph, grouping, spec, op_times, time_limit_s, candidates, lower_bound_s,
-                        node_limit=node_limit, polish_evaluations=polish_evaluations)
+                        node_limit=node_limit, polish_evaluations=polish_evaluations, max_milp_ops=max_milp_ops,
+                        on_progress=on_progress)

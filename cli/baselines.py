@@ -3,16 +3,27 @@
 Prints a rich table (method, step time, OOM, devices used, seconds to compute, x lower
 bound, x optimum) and, with ``--json PATH``, writes the same ``methods`` shape as
 ``placement experiment --json`` plus ``seconds``, ``devices_used``, ``lower_bound_s``,
-``optimum_s`` and ``optimum_proven``. No Prefect flow, no MLflow run: a quick look.
+``optimum_s``, ``optimum_proven``, ``optimum_bound_s``, ``optimum_gap`` (``optimum_s /
+optimum_bound_s - 1``, a fraction) and ``optimum_work`` (the optimum's work limits and what it
+spent). No Prefect flow, no MLflow run: a quick look.
+
+Progress goes to standard error as the experiment's stage lines (:mod:`tracking.progress`,
+``[   0.4 s] baselines ...``): what runs, then each stage (preprocess, baselines -- a line as each
+one is placed --, lower bound, optimum -- a line every 10% of its polish or 15 s --, evaluation).
+The optimum's default work limit (:mod:`baselines.optimum`) is a count, so its result is the same on
+any machine load; on the paper graphs the whole command takes 0.5 to 2 minutes on a 2-core machine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from collections.abc import Iterator
 
 import typer
 
-from cli.common import _choose_methods, _fail, _prepare_graph, _write_json, app, max_graph_mb_option
+from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, max_graph_mb_option
 from cli.options import CacheDir, Cluster, GraphDef, Grouper, Json, Keras, Model, NumGroups, OutDir, SavedModel, Signature, Size, Torch, TorchOptimizer
 
 
@@ -34,6 +45,10 @@ def baselines_command(
     cache_dir: CacheDir = None,
     out_dir: OutDir = "placement-runs",
     node_limit: int = typer.Option(50, help="the optimum's MILP: branch-and-bound nodes at most (a work limit: the same value on any machine load)"),
+    max_milp_ops: int = typer.Option(None, help="the optimum's MILP is built only for graphs of at most this many ops "
+                                     "(default 2000: larger MILPs take minutes to hours at 50 nodes; the polish and the lower bound remain)"),
+    polish_evaluations: int = typer.Option(None, help="the optimum's local search: simulated placements at most "
+                                           "(default: min(20000, 400 million / ops), a work limit)"),
     time_limit: float = typer.Option(None, help="an optional wall-clock cap on the optimum (seconds); with it the value may depend on machine load"),
     json_path: Json = None,
 ) -> None:
@@ -58,19 +73,111 @@ def baselines_command(
         _fail(f"--time-limit must be positive, got {time_limit}")
     if node_limit < 1:
         _fail(f"--node-limit must be at least 1, got {node_limit}")
+    if max_milp_ops is not None and max_milp_ops < 0:
+        _fail(f"--max-milp-ops must be at least 0, got {max_milp_ops}")
+    if polish_evaluations is not None and polish_evaluations < 0:
+        _fail(f"--polish-evaluations must be at least 0, got {polish_evaluations}")
+    from baselines.optimum import MAX_MILP_OPS
+
     user_graph = any(v is not None for v in (graph_def, keras, saved_model, torch))
     chosen = _choose_methods(methods, list(BASELINES), applicable_baselines(spec, user_graph), spec, user_graph)
+    milp_ops = MAX_MILP_OPS if max_milp_ops is None else max_milp_ops
     cache = cache_dir or str(Path(out_dir) / "graph-cache")
-    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0, saved_model, signature,
+
+    def prepare():
+        return _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0, saved_model, signature,
                               torch=torch, torch_optimizer=torch_optimizer)
+
+    def headline(what: str) -> None:
+        opt = ""
+        if "optimum" in chosen:
+            polish = ("min(20000, 400 million / ops)" if polish_evaluations is None else str(polish_evaluations))
+            opt = (f"; optimum work limit: MILP up to {milp_ops} ops at {node_limit} nodes, polish {polish} placements"
+                   + (f", wall-clock cap {time_limit:g} s" if time_limit is not None else ""))
+        say(f"baselines: {what} on {spec.name}, methods {','.join(chosen)}{opt}")
+
+    if user_graph:  # a user's file error is one line, exit 2: checked before any progress line
+        start = time.perf_counter()
+        prepared = prepare()
+        headline("a user graph")
+        say(f"preprocess: done in {time.perf_counter() - start:.1f} s: {_graph_line(prepared, spec)}")
+    else:
+        _check_model(model, size)
+        headline(f"{model} ({size})")
+        with stage("preprocess") as st:
+            prepared = prepare()
+            st["result"] = _graph_line(prepared, spec)
     start = time.perf_counter()
-    result = run_baselines(prepared, spec, chosen, time_limit_s=time_limit, node_limit=node_limit)
+    result = run_baselines(prepared, spec, chosen, time_limit_s=time_limit, node_limit=node_limit,
+                           polish_evaluations=polish_evaluations, max_milp_ops=milp_ops, stage=stage, say=say,
+                           on_progress=OptimumProgress(say))
     result = {"model": prepared.name, "size": prepared.size, "cluster": spec.name, "env": "sim",
               "ops": prepared.graph.num_ops, "groups": prepared.grouping.num_groups, **result,
               "wall_time_s": time.perf_counter() - start}
     print_baselines_table(result, to_stderr=json_path == "-")
     if json_path:
         _write_json(result, json_path)
+
+
+def say(text: str) -> None:
+    """One stage line on standard error (:func:`tracking.progress.print_line`, when the command asked for
+    them: :data:`tracking.progress.STAGE_LINES_ENV`). Not :func:`tracking.progress.say`: there is no
+    Prefect run here, and its look-up of one imports Prefect (5 s on a loaded 2-core machine)."""
+    from tracking.progress import STAGE_LINES_ENV, print_line
+
+    if os.environ.get(STAGE_LINES_ENV) == "1":
+        print_line(text)
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[dict]:
+    """:func:`tracking.progress.stage` with :func:`say`: ``name ...`` on entry, ``name: done in 2.1 s``
+    (and ``out["result"]``) on exit, ``name: failed after 2.1 s (ValueError)`` on an exception."""
+    say(f"{name} ...")
+    start, out = time.monotonic(), {"result": ""}
+    try:
+        yield out
+    except BaseException as exc:
+        say(f"{name}: failed after {time.monotonic() - start:.1f} s ({type(exc).__name__})")
+        raise
+    say(f"{name}: done in {time.monotonic() - start:.1f} s" + (f": {out['result']}" if out["result"] else ""))
+
+
+def _graph_line(prepared, spec) -> str:
+    return f"{prepared.name}: {prepared.graph.num_ops} ops, {prepared.grouping.num_groups} groups; {spec.name}"
+
+
+class OptimumProgress:
+    """The optimum's ``on_progress`` (:func:`baselines.optimum.milp_optimum`) as progress lines:
+    one when the MILP starts, then one for the polish every 10% of its budget or ``every_s`` seconds
+    (placements simulated of the limit, the best step time so far and its gap to the proven bound).
+
+    Args:
+        say: prints one line (:func:`tracking.progress.say`).
+        every_s: at most this many seconds between polish lines.
+    """
+
+    def __init__(self, say, every_s: float = 15.0):
+        self.say = say
+        self.every_s = every_s
+        self.last = time.monotonic()
+        self.next_fraction = 0.0  # the first polish point (its start) is always said
+
+    def __call__(self, point: dict) -> None:
+        if point["phase"] == "milp":
+            self.say(f"optimum: MILP (HiGHS) over {point.get('ops')} ops, at most {point.get('node_limit')} "
+                     f"branch-and-bound nodes, then the polish of at most {point['budget']} placements ...")
+            self.last = time.monotonic()
+            return
+        done, budget, now = int(point["evaluated"]), max(1, int(point["budget"])), time.monotonic()
+        if done < self.next_fraction * budget and now - self.last < self.every_s:
+            return
+        best, bound = point.get("best_step_time_s"), point.get("bound_s")
+        gap = f", gap {100 * (best / bound - 1):.1f}% to the proven bound {bound:.5g} s" if best and bound else ""
+        self.say(f"optimum: polish {done}/{budget} placements, best {best:.5g} s{gap}")
+        self.last = now
+        while self.next_fraction * budget <= done:
+            self.next_fraction = round(self.next_fraction + 0.1, 10)
 
 
 def print_baselines_table(result: dict, to_stderr: bool = False) -> None:
@@ -91,9 +198,15 @@ def print_baselines_table(result: dict, to_stderr: bool = False) -> None:
     console.print(table)
     lb = result.get("lower_bound_s")
     console.print(f"lower bound: {'-' if lb is None else f'{lb:.5f} s'} ({result['lower_bound_seconds']:.2f} s to compute)")
-    if result.get("optimum_s") is not None:
-        how = "proven" if result["optimum_proven"] else f"not proven; proven bound {result['optimum_bound_s']:.5f} s"
-        console.print(f"optimum: {result['optimum_s']:.5f} s ({result['optimum_method']}, {how})")
+    if result.get("optimum_method") is not None:
+        from baselines.report import optimum_summary
+
+        work = result.get("optimum_work") or {}
+        spent = (f"; work: {work['polish_spent']} of {work['polish_evaluations']} polish placements"
+                 + (f", MILP {work['milp_nodes']} of {work['node_limit']} nodes" if work.get("milp_built")
+                    else f", no MILP ({result['ops']} ops > {work['max_milp_ops']})")) if work else ""
+        console.print(f"optimum: {optimum_summary(result['optimum_s'], result['optimum_bound_s'], result.get('optimum_gap'), result['optimum_proven'], result['optimum_method'])}"
+                      f"{spent}", soft_wrap=True)
     if result.get("reference_note"):
         console.print(result["reference_note"])
     if result.get("best_baseline"):
