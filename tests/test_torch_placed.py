@@ -202,3 +202,25 @@ def test_an_out_of_memory_step_is_recorded_as_oom(tmp_path, monkeypatch):
     m = env.measure(np.zeros(env.grouping.num_groups, dtype=np.int64))
     assert m.oom and m.step_time_s is None and m.failure is None
     json.dumps(m.log_fields())  # the placement log can keep it
+
+
+def test_gpt_starts_from_gpt2s_initialization(gpt_small):
+    """The GPT benchmark's weights, as real execution builds them, follow GPT-2's initialization
+    (N(0, 0.02), residual projections scaled by 1/sqrt(2 layers)), not PyTorch's N(0, 1) embedding:
+    with the output projection tied to an N(0, 1) table the logits' gradient is partly subnormal and
+    the host CPU's matrix products ran 28x slower on the H200's host (compgraph.torch_models.gpt2_init)."""
+    from compgraph.torch_models import GPT2_INIT_STD, GPT_SIZES
+
+    step, build = load_step(gpt_small)
+    torch.manual_seed(0)
+    module, args, optimizer = build()
+    t = step_tensors(step, module, args, optimizer, 0)
+    layers = GPT_SIZES["small"].layers
+    assert float(t["wte.weight"].std()) == pytest.approx(GPT2_INIT_STD, rel=0.1)
+    assert float(t["wpe.weight"].std()) == pytest.approx(GPT2_INIT_STD, rel=0.15)
+    assert float(t["h.0.attn.c_attn.weight"].std()) == pytest.approx(GPT2_INIT_STD, rel=0.1)
+    resid = GPT2_INIT_STD / (2 * layers) ** 0.5
+    assert float(t["h.1.attn.c_proj.weight"].std()) == pytest.approx(resid, rel=0.15)
+    assert float(t["h.1.mlp.2.weight"].std()) == pytest.approx(resid, rel=0.1)
+    assert float(t["h.0.attn.c_attn.bias"].abs().max()) == 0.0
+    assert torch.equal(t["ln_f.weight"], torch.ones_like(t["ln_f.weight"]))
