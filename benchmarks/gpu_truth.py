@@ -128,14 +128,26 @@ def eager_step(prepared, device: str, warmup: int, repeats: int, seed: int = 0) 
     return {**_stats(times), "peak_bytes": peak}
 
 
-def rule_placement(prepared, units, rule_layers: list[int], cpu: int, gpu: int):
-    """Unit placement ``[num_units]``: a unit on ``cpu`` when its first op's layer is in ``rule_layers``."""
+def _unattributed_backward(op_name: str) -> str:
+    """``op_name`` as a capture without autograd's backward marks names it: PyTorch 2.11 (the lent GPU
+    machines' build) leaves ``autograd_backward`` out of the traced nodes' metadata, so
+    :mod:`compgraph.torch_step` names a backward op by its node alone (``gradients/h.11.mlp.2/mm_3`` is
+    ``mm_3`` there), which :func:`compgraph.torch_models.module_path` reads as the root module: the
+    benchmarks' ``expert_layer`` then puts every backward op in the last layer."""
+    return op_name.rsplit("/", 1)[-1] if op_name.startswith("gradients/") else op_name
+
+
+def rule_placement(prepared, units, rule_layers: list[int], cpu: int, gpu: int, unattributed_backward: bool = False):
+    """Unit placement ``[num_units]``: a unit on ``cpu`` when its first op's layer is in ``rule_layers``
+    (``unattributed_backward``: layers as a capture without backward attribution numbers them,
+    :func:`_unattributed_backward`, the runs measured with PyTorch 2.11)."""
     import numpy as np
 
     bench = prepared.benchmark
     cfg = prepared.config
     layers = set(rule_layers)
-    op_dev = np.array([cpu if bench.expert_layer(op.name, cfg) in layers else gpu for op in prepared.graph.ops])
+    rename = _unattributed_backward if unattributed_backward else (lambda n: n)
+    op_dev = np.array([cpu if bench.expert_layer(rename(op.name), cfg) in layers else gpu for op in prepared.graph.ops])
     first = {}
     for i, g in enumerate(units.op_group):
         first.setdefault(int(g), i)
@@ -266,6 +278,8 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
             row = {"placement": rule, "cpu_layers": layers, "cpu_ops": int(np.sum(units.expand(gp) == cpu)),
                    # the placement itself, so that a later front end (another layer numbering) judges the same one
                    "cpu_units": [units.names[g] for g in range(units.num_groups) if gp[g] == cpu],
+                   # and by op index (graph order), which no renaming between torch versions changes
+                   "cpu_op_index": [int(i) for i in np.flatnonzero(units.expand(gp) == cpu)],
                    "cross_edges": copies_n, "real_s": m.step_time_s, "real_iqr_s": m.iqr_s, "real_times_s": m.step_times_s,
                    "oom": m.oom, "failure": m.failure, "sim_s": sm.simulated_step_time_s}
             if m.step_time_s and sm.simulated_step_time_s:
@@ -327,6 +341,41 @@ def profile_placement(form: str, cluster: str, model: str, rule: str, warmup: in
     return f"{model} {rule}: one profiled step {wall:.3f} s, torch {torch.__version__}, {torch.get_num_threads()} threads\n{text}"
 
 
+def backward_attributed(torch_version: str) -> bool:
+    """Whether a capture under ``torch_version`` names backward ops by their forward module
+    (``gradients/<module>/<node>``): PyTorch 2.13 and later (the project's pin) do, 2.11 (the lent GPU
+    machines' image) does not (:func:`_unattributed_backward`)."""
+    major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
+    return (major, minor) >= (2, 13)
+
+
+def placement_from_units(units, recorded: list[str], cpu: int, gpu: int):
+    """Unit placement ``[num_units]`` from the unit names a run recorded on the CPU: a name matches a
+    unit of ``units`` whole, or by its fx node name (the last ``/`` part, unique in a captured step)
+    when the run's capture named backward ops without their module (:func:`_unattributed_backward`).
+
+    Raises:
+        ValueError: a recorded name that matches no unit (the run's graph is not this graph).
+    """
+    import numpy as np
+
+    names = set(units.names)
+    by_node: dict[str, list[str]] = {}
+    for n in units.names:
+        by_node.setdefault(n.rsplit("/", 1)[-1], []).append(n)
+    on_cpu, unmatched = set(), []
+    for n in recorded:
+        if n in names:
+            on_cpu.add(n)
+        elif len(by_node.get(n.rsplit("/", 1)[-1], [])) == 1:
+            on_cpu.add(by_node[n.rsplit("/", 1)[-1]][0])
+        else:
+            unmatched.append(n)
+    if unmatched:
+        raise ValueError(f"{len(unmatched)} recorded unit(s) match no unit of this graph, e.g. {unmatched[:3]}")
+    return np.array([cpu if name in on_cpu else gpu for name in units.names], dtype=np.int64)
+
+
 def judge(paths: list[str], cluster: str) -> dict:
     """The simulator on ``cluster`` judged against saved ``gpu_truth`` runs (no GPU needed): each
     recorded placement (a rule over layers) simulated again; the truth is the median of the runs'
@@ -365,10 +414,10 @@ def judge(paths: list[str], cluster: str) -> dict:
             recorded = next((row.get("cpu_units") for row in runs[0]["models"][model]["rows"]
                              if row["placement"] == rule), None)
             if recorded is not None:  # the placement as run (unit names), whatever the layer rules say now
-                on_cpu = set(recorded)
-                gp = np.array([cpu if name in on_cpu else gpu for name in units.names], dtype=np.int64)
-            else:
-                gp = rule_placement(prepared, units, layers, cpu, gpu)
+                gp = placement_from_units(units, recorded, cpu, gpu)
+            else:  # an older run: its rule, with the layers its capture numbered (its torch version's names)
+                gp = rule_placement(prepared, units, layers, cpu, gpu,
+                                    unattributed_backward=not backward_attributed(runs[0]["torch"]))
             sim_s = sim.measure(gp).simulated_step_time_s
             real = statistics.median(reals)
             rows.append({"placement": rule, "real_s": real, "real_runs_s": reals, "sim_s": sim_s,

@@ -123,6 +123,14 @@ SERVER_CHIPS: dict[str, ServerChip] = {
         "Platinum 8580); 8 channels DDR5-5600 = 358.4 GB/s (the socket's, shared with other tenants)",
         ("env.json of shared/measurements/h200-2026-11-26 (lscpu: model 207, 16 CPUs, AVX-512, AMX; 128 GiB)",
          "Intel ARK, 5th Gen Intel Xeon Platinum 8580 (2.0 GHz base, 8 channels DDR5-5600, AVX-512 with 2 FMA units)")),
+    "xeon-spr-16vcpu": ServerChip(
+        "cpu", "Intel Xeon 4th gen (Sapphire Rapids, model 143), 16 vCPUs", 16 * 2.0e9 * 64, 8 * 4800e6 * 8, None,
+        "16 cores (1 thread each) x 2.0 GHz x 64 FP32 FLOP/cycle (two 512-bit FMA units per core) = 2.048e12 FLOP/s; "
+        "the clock as /proc/cpuinfo reads it in the VM (2.0 GHz); 8 channels DDR5-4800 = 307.2 GB/s (the socket's, "
+        "shared with other tenants); 105 MiB L3 (lscpu)",
+        ("benchmarks/results/h100-2026-11-26/lscpu.txt (lent H100 host, 2026-11-26: family 6 model 143, 16 CPUs, "
+         "1 thread a core, AVX-512, AMX; L3 105 MiB)",
+         "Intel ARK, 4th Gen Intel Xeon Scalable (Sapphire Rapids: 8 channels DDR5-4800, AVX-512 with 2 FMA units)")),
 }
 
 PCIE4_X16 = 16e9 * 16 * 128 / 130 / 8
@@ -206,10 +214,12 @@ SINGLE_GPU_HOSTS: dict[str, Server] = {
         "one NVIDIA H200 SXM 141GB with a 16-vCPU Intel Xeon (Emerald Rapids) host, 128 GiB",
         ("shared/measurements/h200-2026-11-26 env.json (NVIDIA H200, driver 580.159.04; MemTotal 131981020 kB)",)),
     "h100x1": Server(
-        "h100x1", "xeon-emr-16vcpu", "h100-sxm5-80gb", 1, 131981020 * 1024,
+        "h100x1", "xeon-spr-16vcpu", "h100-sxm5-80gb", 1, 131981020 * 1024,
         (PCIE5_X16, "no other GPU"), (PCIE5_X16, "PCIe 5.0 x16, 63 GB/s per direction"),
-        "one NVIDIA H100 SXM5 80GB with a 16-vCPU Intel Xeon (Emerald Rapids) host, 128 GiB (derived, unmeasured)",
-        ("h200x1's host, assumed the same",)),
+        "one NVIDIA H100 SXM5 80GB with a 16-vCPU Intel Xeon (Sapphire Rapids) host, 128 GiB (derived; judged, "
+        "not fitted, on a lent H100)",
+        ("benchmarks/results/h100-2026-11-26 (detect.yaml, lscpu.txt: the lent H100's host; MemTotal as h200x1's, "
+         "135.1 GB read)",)),
 }
 """One-GPU hosts: datasheet figures only (their terms come from :mod:`cluster.torch_calibrate`)."""
 

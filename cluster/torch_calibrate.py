@@ -719,12 +719,15 @@ def write_single_gpu_presets(profile_dir: str | Path, out_dir: str | Path | None
     carried["allocator.gpu"] = report.get("memory", {}).get("allocator_overhead", 1.0)
     derived = _with(h100, carried).model_copy(update={"fit": {"derived_from": "h200x1", "measured": False,
                                                               "values": report["values"]}})
-    header = [f"{h100.description}.", "", "DERIVED, UNMEASURED: no step was measured on this machine.",
+    header = [f"{h100.description}.", "", "DERIVED: nothing here was fitted on an H100. Judged out of sample against "
+              "two gpu_truth runs on a lent H100 (benchmarks/results/h100-2026-11-26; the README's fidelity table).",
               "- CARRIED from h200x1 (fitted on one H200, torch 2.11.0+cu130, 2026-11-26, GPT-2 small and ResNet-50; "
               "cluster/torch_calibrate.py): every efficiency, half_efficiency_flops, op_overhead_s, dispatch_s, "
-              "allocator_overhead, and the pageable copy terms (transfer), the host being assumed the same.",
+              "allocator_overhead, and the pageable copy terms (transfer); the CPU's efficiencies although the host "
+              "differs (Sapphire Rapids here, Emerald Rapids there).",
               *[f"  - {k.replace('allocator.gpu', 'gpu.allocator_overhead')} = {v:.6g}" for k, v in sorted(carried.items())],
-              "- DATASHEET: the H100 SXM5 80GB's peaks, HBM3 3.35 TB/s and 80 GB; the host's figures as h200x1's.",
+              "- DATASHEET: the H100 SXM5 80GB's peaks, HBM3 3.35 TB/s and 80 GB; the host's (lscpu on the lent H100: "
+              "model 143, 16 vCPUs) peaks and DDR5-4800 bandwidth.",
               "", "Sources:", *[f"- {src}" for src in h100.sources]]
     paths[1].write_text(preset_yaml(derived, header))
     for p in paths:
