@@ -253,3 +253,24 @@ def test_a_torch_step_runs_for_real_on_the_devices_it_has_and_never_in_grappler(
                          methods=["single_gpu"])
     with pytest.raises(ValidationError, match="real.threads: for a PyTorch step"):
         ExperimentConfig(env="real", cluster="cpu4", methods=["single_cpu"], real={"threads": 2})
+
+
+def test_backward_ops_are_named_without_autograds_own_mark(monkeypatch):
+    """The capture's ``phase: backward`` annotation names backward ops by their module even where
+    PyTorch leaves ``autograd_backward`` out of the traced nodes (2.11, the lent GPU machines'
+    build): the same op names with and without that mark."""
+    from compgraph import torch_step
+    from compgraph.torch_models import GPT_SIZES, gpt
+
+    want = [op.name for op in torch_step.capture_training_step(*gpt(GPT_SIZES["small"]), name="gpt").graph.ops]
+    real = torch_step._to_op_graph
+
+    def without_mark(gm, *args):
+        for n in gm.graph.nodes:
+            n.meta.pop("autograd_backward", None)
+        return real(gm, *args)
+
+    monkeypatch.setattr(torch_step, "_to_op_graph", without_mark)
+    got = [op.name for op in torch_step.capture_training_step(*gpt(GPT_SIZES["small"]), name="gpt").graph.ops]
+    assert got == want
+    assert sum(n.startswith("gradients/h.") for n in got) > 40
