@@ -342,9 +342,11 @@ def profile_placement(form: str, cluster: str, model: str, rule: str, warmup: in
 
 
 def backward_attributed(torch_version: str) -> bool:
-    """Whether a capture under ``torch_version`` names backward ops by their forward module
-    (``gradients/<module>/<node>``): PyTorch 2.13 and later (the project's pin) do, 2.11 (the lent GPU
-    machines' image) does not (:func:`_unattributed_backward`)."""
+    """Whether the capture of a run *without* ``cpu_units`` (the H200 runs, made before the capture's own
+    ``phase: backward`` mark, :mod:`compgraph.torch_step`) named backward ops by their forward module
+    under ``torch_version``: under PyTorch 2.13 (the project's pin) it did, under 2.11 (the lent GPU
+    machines' image) it did not (:func:`_unattributed_backward`). Runs since record their placement
+    (``cpu_units``, ``cpu_op_index``), which the judge reads instead."""
     major, minor = (int(x) for x in torch_version.split("+")[0].split(".")[:2])
     return (major, minor) >= (2, 13)
 
