@@ -54,6 +54,7 @@ PLACEMENTS = {
     "cpu_middle": lambda L: [L // 2],
     "cpu_first_two": lambda L: [0, 1],
     "cpu_every_4th": lambda L: list(range(1, L, 4)),
+    "cpu_all": lambda L: list(range(L)),  # not in the default rules: the host alone, placed (for --profile)
 }
 GPU_RULES = ("gpu_only", "cpu_second", "cpu_middle", "cpu_last", "cpu_first", "cpu_first_two", "cpu_every_4th")
 CPU_RULES = ("gpu_only", "cpu_second", "cpu_every_4th")
