@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cluster.spec import ClusterSpec, LinkSpec
+from cluster.spec import ClusterSpec, effective_link  # noqa: F401 (effective_link: its home is cluster.spec)
 from compgraph.ir import OpGraph
 
 #: Op types whose compute term uses ``dense_efficiency``: TensorFlow's and, for a PyTorch step
@@ -135,31 +135,6 @@ def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarra
 def op_time_matrix(graph: OpGraph, spec: ClusterSpec) -> np.ndarray:
     """Seconds each op takes on each device: float64 array ``[num_ops, num_devices]`` (module docstring)."""
     return op_times_from_features(*op_features(graph), spec, op_precisions(graph))
-
-
-def effective_link(spec: ClusterSpec, a: int, b: int) -> LinkSpec:
-    """The effective link of a transfer from device ``a`` to ``b`` (``a != b``).
-
-    ``latency_s = send_recv_overhead_s + link latency``,
-    ``bandwidth = bandwidth_efficiency * link bandwidth``; between two GPUs without peer
-    access, the tensor goes GPU ``a`` -> first CPU -> GPU ``b``, two link transfers in
-    series: latencies add and ``1 / bandwidth`` adds (the two hops' links; the a-b link
-    twice if the spec has no CPU). With the default :class:`cluster.spec.TransferSpec` this
-    is :meth:`cluster.spec.ClusterSpec.raw_link` itself.
-    """
-    tr = spec.transfer
-    raw = spec.raw_link(a, b)
-    if tr.send_recv_overhead_s == 0 and tr.bandwidth_efficiency == 1 and tr.gpu_peer_access:
-        return raw
-    both_gpu = spec.devices[a].kind == "gpu" and spec.devices[b].kind == "gpu"
-    if both_gpu and not tr.gpu_peer_access:
-        cpus = spec.cpu_indices
-        hops = [spec.raw_link(a, cpus[0]), spec.raw_link(cpus[0], b)] if cpus else [raw, raw]
-    else:
-        hops = [raw]
-    latency = tr.send_recv_overhead_s + sum(h.latency_s for h in hops)
-    bandwidth = tr.bandwidth_efficiency / sum(1.0 / h.bandwidth for h in hops)
-    return LinkSpec(bandwidth=bandwidth, latency_s=latency)
 
 
 def transfer_time(nbytes: float, bandwidth: float, latency_s: float) -> float:

@@ -281,8 +281,6 @@ class ClusterSpec(_Strict):
         (:class:`TransferSpec`) folded in, so ``latency_s + bytes / bandwidth`` is the
         transfer's time (:func:`cluster.cost_model.transfer_time`). With the default
         ``transfer`` it is the raw link itself."""
-        from cluster.cost_model import effective_link
-
         return effective_link(self, a, b)
 
     @classmethod
@@ -321,3 +319,28 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return ClusterSpec.from_yaml(path)
     raise ValueError(f"unknown cluster {name_or_path!r}; valid: {', '.join(preset_names())} or a path to a YAML spec")
+
+
+def effective_link(spec: "ClusterSpec", a: int, b: int) -> LinkSpec:
+    """The effective link of a transfer from device ``a`` to ``b`` (``a != b``).
+
+    ``latency_s = send_recv_overhead_s + link latency``,
+    ``bandwidth = bandwidth_efficiency * link bandwidth``; between two GPUs without peer
+    access, the tensor goes GPU ``a`` -> first CPU -> GPU ``b``, two link transfers in
+    series: latencies add and ``1 / bandwidth`` adds (the two hops' links; the a-b link
+    twice if the spec has no CPU). With the default :class:`cluster.spec.TransferSpec` this
+    is :meth:`cluster.spec.ClusterSpec.raw_link` itself.
+    """
+    tr = spec.transfer
+    raw = spec.raw_link(a, b)
+    if tr.send_recv_overhead_s == 0 and tr.bandwidth_efficiency == 1 and tr.gpu_peer_access:
+        return raw
+    both_gpu = spec.devices[a].kind == "gpu" and spec.devices[b].kind == "gpu"
+    if both_gpu and not tr.gpu_peer_access:
+        cpus = spec.cpu_indices
+        hops = [spec.raw_link(a, cpus[0]), spec.raw_link(cpus[0], b)] if cpus else [raw, raw]
+    else:
+        hops = [raw]
+    latency = tr.send_recv_overhead_s + sum(h.latency_s for h in hops)
+    bandwidth = tr.bandwidth_efficiency / sum(1.0 / h.bandwidth for h in hops)
+    return LinkSpec(bandwidth=bandwidth, latency_s=latency)
