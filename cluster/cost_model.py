@@ -4,7 +4,7 @@
 :mod:`compgraph.costs`) on device ``d``::
 
     compute(o, d) = f / (peak_flops(d) * software_flops_fraction(d) * eff(o, d))
-    memory(o, d)  = m / (memory_bandwidth(d) * memory_efficiency(d))
+    memory(o, d)  = m / (memory_bandwidth(d) * memory_efficiency(o, d))
     t(o, d) = op_overhead_s(d) + (max(compute, memory)   if spec.compute_memory_overlap
                                   else compute + memory)
 
@@ -19,6 +19,10 @@ achieved compute efficiency depends on the op's type and size::
               = conv_efficiency(d)  * f / (f + half_efficiency_flops(d))   Conv2D*, Conv3D*, DepthwiseConv2dNative*
                                                                            (ATen: aten.convolution*)
               = other_efficiency(d)                                        every other op
+
+    memory_efficiency(o, d) = dense_memory_efficiency(d) or conv_memory_efficiency(d) for a dense
+                              op or a convolution where the device gives one (a CPU's oneDNN
+                              layout reorders, :class:`cluster.spec.Device`), else memory_efficiency(d)
 
 This is the structure of TensorFlow's own analytical cost model, grappler's
 ``OpLevelCostEstimator`` (``tensorflow/core/grappler/costs/op_level_cost_estimator.cc``):
@@ -124,7 +128,9 @@ def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarra
         peak = dense_peaks(dev)[cls, prec] if dev.tensor_peak_flops else dev.peak_flops
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(flops > 0, flops / (peak * dev.software_flops_fraction * eff), 0.0)
-        memory = nbytes / (dev.memory_bandwidth * dev.memory_efficiency)
+        mem_eff = np.array([dev.dense_memory_efficiency or dev.memory_efficiency,
+                            dev.conv_memory_efficiency or dev.memory_efficiency, dev.memory_efficiency])[cls]
+        memory = nbytes / (dev.memory_bandwidth * mem_eff)
         body = np.maximum(compute, memory) if spec.compute_memory_overlap else compute + memory
         out[:, j] = body + dev.op_overhead_s
         if dev.dispatch_s > 0:  # host dispatch overlapped with the kernels of ops that do work

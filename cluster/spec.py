@@ -94,6 +94,13 @@ class Device(_Strict):
         half_efficiency_flops: op size (FLOP) at which a dense op reaches half its
             efficiency: ``eff(f) = eff * f / (f + half_efficiency_flops)``; 0 = no size effect.
         memory_efficiency: achieved fraction of ``memory_bandwidth`` (1.0 = the datasheet).
+        dense_memory_efficiency, conv_memory_efficiency: the same for the memory term of dense ops
+            and of convolutions alone; ``None`` (the default) = ``memory_efficiency``. A CPU's
+            oneDNN convolutions and large matrix products reorder NCHW tensors into blocked
+            layouts and back, so they move their tensors at a fraction of the socket's streaming
+            rate that element-wise ops do not see (:mod:`cluster.torch_calibrate` fits them on a
+            profile by op and shape: on the H200's host, convolutions at 0.05-0.6 of the CPU peak,
+            the low end the 1x1 convolutions over 56x56 images).
         software_flops_fraction: a named software term, not a hardware figure: the fraction of
             ``peak_flops`` the software's kernels can issue at all, e.g. 0.25 on a Haswell whose
             TensorFlow wheel was built for SSE only (8 of its 32 FP32 FLOP per cycle). The
@@ -138,6 +145,8 @@ class Device(_Strict):
     other_efficiency: float = Field(1.0, gt=0, le=1)
     half_efficiency_flops: float = Field(0.0, ge=0)
     memory_efficiency: float = Field(1.0, gt=0, le=1)
+    dense_memory_efficiency: float | None = Field(None, gt=0, le=1)
+    conv_memory_efficiency: float | None = Field(None, gt=0, le=1)
     software_flops_fraction: float = Field(1.0, gt=0, le=1)
     allocator_overhead: float = Field(1.0, ge=1)
     model: str = ""

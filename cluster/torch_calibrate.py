@@ -125,6 +125,10 @@ _CPU_OVH_SRC = ("PyTorch eager per-op host cost on the CPU: the dispatcher and a
                 "to about 1 ms where the autograd engine frees or zero-fills large host buffers (the profiled CPU "
                 "steps' autograd::engine rows, cpuprof_*.json); 1 us to 2 ms")
 
+_CPU_LAYOUT_SRC = ("the memory term of a CPU convolution or matrix product: oneDNN reorders NCHW tensors into blocked "
+                   "layouts and back (oneDNN developer guide, 'Memory format propagation'), so each tensor crosses "
+                   "memory two to three times, some reorders single-threaded: from one core's streaming rate "
+                   "(about 7 GB/s, 0.02 of the socket's DDR5 bandwidth) to the socket's 0.90")
 TORCH_GPU_PARAMS: tuple[FitParam, ...] = (
     FitParam("gpu", "dense_efficiency", 0.10, 0.90, 0.60, _EFF_SRC),
     FitParam("gpu", "conv_efficiency", 0.05, 0.90, 0.25, _CONV_SRC),
@@ -140,6 +144,8 @@ TORCH_CPU_PARAMS: tuple[FitParam, ...] = (
     FitParam("cpu", "conv_efficiency", 0.05, 0.90, 0.30, _CONV_SRC),
     FitParam("cpu", "other_efficiency", 0.05, 1.0, 0.30, _OTHER_SRC),
     FitParam("cpu", "memory_efficiency", 0.05, 0.90, 0.30, _CPU_MEM_SRC),
+    FitParam("cpu", "dense_memory_efficiency", 0.02, 0.90, 0.10, _CPU_LAYOUT_SRC),
+    FitParam("cpu", "conv_memory_efficiency", 0.02, 0.90, 0.10, _CPU_LAYOUT_SRC),
     FitParam("cpu", "half_efficiency_flops", 1e5, 1e11, 1e8, _HALF_CPU_SRC),
     FitParam("cpu", "op_overhead_s", 1e-6, 2e-3, 2e-5, _CPU_OVH_SRC),
 )
@@ -640,6 +646,7 @@ def print_fidelity(profile_dir: str | Path, spec: ClusterSpec | None = None) -> 
 # ------------------------------------------------------------------------------------------ presets
 
 PROVENANCE_TERMS = ("dense_efficiency", "conv_efficiency", "other_efficiency", "memory_efficiency",
+                    "dense_memory_efficiency", "conv_memory_efficiency",
                     "half_efficiency_flops", "op_overhead_s", "dispatch_s", "allocator_overhead")
 
 
@@ -649,7 +656,7 @@ def preset_yaml(spec: ClusterSpec, header: list[str]) -> str:
 
     data = spec.model_dump(mode="json", exclude_defaults=False)
     for dev in data["devices"]:
-        for k in ("tf_device", "compute_pool"):
+        for k in ("tf_device", "compute_pool", "dense_memory_efficiency", "conv_memory_efficiency"):
             if dev.get(k) is None:
                 dev.pop(k, None)
     text = yaml.safe_dump(data, sort_keys=False, width=120)

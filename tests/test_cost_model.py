@@ -112,3 +112,15 @@ def test_peaks_by_precision_on_tensor_cores():
     assert t[:, 0] == pytest.approx([1e9 / 1e11] * 5)
     # without tensor-core figures (every GPU before Volta) the precision changes nothing
     assert op_time_matrix(OpGraph("g", ops, []), _spec())[:, 1] == pytest.approx([1e-3 + 1e-5] * 5)
+
+
+def test_per_class_memory_efficiency_prices_only_its_class():
+    """A CPU's ``conv_memory_efficiency`` / ``dense_memory_efficiency`` replace ``memory_efficiency`` in
+    the memory term of convolutions / dense ops alone (compute + memory, no overlap): 1e8 bytes over
+    1e10 B/s at 0.5 = 0.02 s, at 0.1 = 0.1 s; an element-wise op keeps 0.5; ``None`` changes nothing."""
+    g = OpGraph("g", [_op("c", "Conv2D", 0.0, 1e8), _op("m", "MatMul", 0.0, 1e8), _op("a", "Add", 0.0, 1e8)], [])
+    plain = op_time_matrix(g, _spec(overlap=False, cpu_extra=dict(memory_efficiency=0.5)))[:, 0]
+    assert plain == pytest.approx([0.02, 0.02, 0.02])
+    split = op_time_matrix(g, _spec(overlap=False, cpu_extra=dict(memory_efficiency=0.5, conv_memory_efficiency=0.1,
+                                                                   dense_memory_efficiency=0.25)))[:, 0]
+    assert split == pytest.approx([0.1, 0.04, 0.02])
