@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
@@ -85,6 +85,9 @@ class EnvOptions(BaseModel):
 
     Attributes:
         engine: ``sim``: ``fast`` | ``reference`` | ``contracted`` (:data:`cluster.simulated.ENGINES`).
+        execution: ``sim``: ``auto`` (default: ``eager`` for a PyTorch step, which runs in program order
+            on one host thread, :mod:`cluster.eager`; ``dataflow`` for a TensorFlow graph), ``dataflow`` or
+            ``eager`` (:data:`cluster.simulated.EXECUTIONS`).
         op_times: ``sim``: ``[num_ops, num_devices]`` seconds replacing the roofline cost model.
         cost_table: ``sim``: a :class:`cluster.calibrate.CostTable`; its op times (unless
             ``op_times`` is given) and its fitted link replace the roofline's.
@@ -105,6 +108,7 @@ class EnvOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     engine: str = "fast"
+    execution: str = Field("auto", pattern=r"^(auto|dataflow|eager)$")
     op_times: Any = None
     cost_table: Any = None
     soft_placement: bool = False
@@ -165,7 +169,12 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
             if op_times is None:
                 op_times = opts.cost_table.op_times(graph, spec)
             spec = opts.cost_table.apply_link(spec)
-        return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times)
+        execution = opts.execution
+        if execution == "auto":
+            from cluster.torch_real import is_torch_step
+
+            execution = "eager" if is_torch_step(prepared) else "dataflow"
+        return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times, execution=execution)
     if kind == "real":
         from cluster.torch_real import TorchRealEnvironment, is_torch_step
 

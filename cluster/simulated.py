@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from cluster.cost_model import op_time_matrix
+from cluster.eager import EagerExecution
 from cluster.environment import Measurement
 from cluster.fast_simulator import FastSimulator, contract_groups
 from cluster.simulator import SimResult, Simulator
@@ -15,6 +16,10 @@ from compgraph.ir import Grouping, OpGraph
 
 
 ENGINES = ("fast", "reference", "contracted")  #: simulator engines of :class:`SimulatedEnvironment`
+EXECUTIONS = ("dataflow", "eager")
+"""How a step executes (:class:`SimulatedEnvironment`'s ``execution``): ``dataflow`` as TensorFlow's executor
+runs a graph (every device runs its ready ops at once, :mod:`cluster.simulator`), ``eager`` in program order
+on one host thread as PyTorch runs a placed step (:mod:`cluster.eager`)."""
 
 
 class SimulatedEnvironment:
@@ -34,17 +39,25 @@ class SimulatedEnvironment:
             0.96-1.00). Not exact: use it to screen placements and the exact engines to report them.
         op_times: optional ``[num_ops, num_devices]`` seconds (e.g. calibrated), replacing
             the roofline of :func:`cluster.cost_model.op_time_matrix`.
+        execution: ``dataflow`` (default) or ``eager`` (:data:`EXECUTIONS`). With ``eager`` the step
+            time is :class:`cluster.eager.EagerExecution`'s (program order, on the op graph whatever the
+            engine); peak memory, OOM and per-device busy seconds stay the engine's.
 
     Raises:
-        ValueError: unknown ``engine`` (lists the valid ones); ``op_times`` of the wrong shape.
+        ValueError: unknown ``engine`` or ``execution`` (lists the valid ones); ``op_times`` of the
+            wrong shape.
     """
 
     kind = "sim"
 
     def __init__(self, graph: OpGraph, grouping: Grouping, spec: ClusterSpec, engine: str = "fast",
-                 op_times: np.ndarray | None = None) -> None:
+                 op_times: np.ndarray | None = None, execution: str = "dataflow") -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        if execution not in EXECUTIONS:
+            raise ValueError(f"execution: unknown {execution!r}; valid: {', '.join(EXECUTIONS)}")
+        self.execution = execution
+        self.eager = EagerExecution(graph, spec, op_times=op_times) if execution == "eager" else None
         self.graph, self.grouping, self.spec, self.engine = graph, grouping, spec, engine
         self._unit_group = grouping.op_group  # group of each simulated unit (op or cluster)
         # the fast engines' run_batch or the reference's run (critical path), chosen by engine below
@@ -78,15 +91,23 @@ class SimulatedEnvironment:
         return gp
 
     @staticmethod
-    def _measurement(r: SimResult) -> Measurement:
+    def _measurement(r: SimResult, step_s: float | None = None) -> Measurement:
+        step = r.step_time_s if step_s is None else float(step_s)
         return Measurement(
-            step_time_s=None if r.oom else r.step_time_s,
+            step_time_s=None if r.oom else step,
             oom=r.oom,
             compute_s=r.compute_s,
             transfer_s=r.transfer_s,
             peak_memory_bytes=r.peak_memory_bytes,
-            simulated_step_time_s=r.step_time_s,
+            simulated_step_time_s=step,
         )
+
+    def _results(self, op_placements: np.ndarray, results: list[SimResult]) -> list[Measurement]:
+        """Measurements of the engine's ``results``, with the eager step times where ``execution`` is eager."""
+        if self.eager is None:
+            return [self._measurement(r) for r in results]
+        steps = self.eager.step_times(op_placements)
+        return [self._measurement(r, s) for r, s in zip(results, steps)]
 
     def measure(self, group_placement: np.ndarray) -> Measurement:
         """Simulate one step of ``group_placement`` (``[num_groups]`` device indices).
@@ -97,8 +118,10 @@ class SimulatedEnvironment:
         gp = self._check(group_placement, batch=False)
         ops = gp[self._unit_group]
         if self.engine != "reference":  # without the critical path, which measurements do not carry
-            return self._measurement(self.simulator.run_batch(ops[None, :])[0])
-        return self._measurement(self.simulator.run(ops))
+            result = self.simulator.run_batch(ops[None, :])[0]
+        else:
+            result = self.simulator.run(ops)
+        return self._results(gp[None, self.grouping.op_group], [result])[0]
 
     def measure_ops(self, op_placement: np.ndarray) -> Measurement:
         """Simulate one step of a per-op placement (``[num_ops]`` device indices), which may
@@ -112,8 +135,10 @@ class SimulatedEnvironment:
                              "use the fast or reference engine")
         ops = np.asarray(op_placement, dtype=np.int64)
         if self.engine == "fast":
-            return self._measurement(self.simulator.run_batch(ops[None, :])[0])
-        return self._measurement(self.simulator.run(ops))
+            result = self.simulator.run_batch(ops[None, :])[0]
+        else:
+            result = self.simulator.run(ops)
+        return self._results(ops[None, :], [result])[0]
 
     def measure_batch(self, group_placements: np.ndarray) -> list[Measurement]:
         """Simulate ``K`` placements (``[K, num_groups]`` device indices) -> ``K`` measurements.
@@ -130,4 +155,4 @@ class SimulatedEnvironment:
             results = self.simulator.run_batch(ops)
         else:
             results = [self.simulator.run(row) for row in ops]
-        return [self._measurement(r) for r in results]
+        return self._results(gp[:, self.grouping.op_group], results)

@@ -1,0 +1,85 @@
+"""The eager execution model (cluster.eager): program order on one host thread, as PyTorch runs a placed step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cluster.eager import EagerExecution
+from cluster.environment import make_environment
+from cluster.simulated import SimulatedEnvironment
+from cluster.spec import ClusterSpec, load_cluster
+from compgraph.ir import Edge, Grouping, Op, OpGraph
+
+
+def _spec() -> ClusterSpec:
+    dev = dict(peak_flops=1e12, memory_bandwidth=1e12, memory_bytes=1e12)
+    return ClusterSpec(name="t", devices=[dict(name="cpu", kind="cpu", **dev), dict(name="gpu", kind="gpu", **dev)],
+                       default_link={"bandwidth": 100.0, "latency_s": 0.0})
+
+
+def _graph(edges: list[tuple[int, int, int]], n: int) -> OpGraph:
+    ops = [Op(f"op{i}", "Test", [(1,)], [4], flops=1.0) for i in range(n)]
+    return OpGraph("g", ops, [Edge(a, b, nbytes) for a, b, nbytes in edges])
+
+
+def _singletons(n: int) -> Grouping:
+    return Grouping(op_group=np.arange(n), names=[f"op{i}" for i in range(n)])
+
+
+def test_a_cpu_op_holds_the_host_so_a_later_gpu_op_starts_after_it():
+    """op0 (CPU, 1 s) and op1 (GPU, 1 s) are independent: the dataflow simulator runs them at once
+    (1 s), the eager step launches op1 only when op0 returns (2 s)."""
+    g = _graph([], 2)
+    times = np.array([[1.0, 1.0], [1.0, 1.0]])
+    place = np.array([0, 1])
+    assert EagerExecution(g, _spec(), op_times=times).step_times(place[None])[0] == pytest.approx(2.0)
+    env = SimulatedEnvironment(g, _singletons(2), _spec(), op_times=times)
+    assert env.measure(place).step_time_s == pytest.approx(1.0)
+
+
+def test_a_copy_waits_for_the_stream_and_holds_the_host():
+    """op0 (GPU, 3 s) and op1 (GPU, 1 s) are launched in that order; op2 (CPU, 1 s) reads op0's 100
+    bytes (1 s over the link). The dataflow simulator copies op0's tensor when op0 ends (3-4 s) and
+    runs op2 at 4-5 s while op1 runs: 5 s. The eager step's copy waits for everything launched on the
+    stream before it, op1 included (4 s), then holds the host: 4-5 s copy, 5-6 s op2: 6 s."""
+    g = _graph([(0, 2, 100)], 3)
+    times = np.array([[1.0, 3.0], [1.0, 1.0], [1.0, 1.0]])
+    place = np.array([1, 1, 0])
+    assert EagerExecution(g, _spec(), op_times=times).step_times(place[None])[0] == pytest.approx(6.0)
+    assert SimulatedEnvironment(g, _singletons(3), _spec(), op_times=times).measure(place).step_time_s == pytest.approx(5.0)
+    eager_env = SimulatedEnvironment(g, _singletons(3), _spec(), op_times=times, execution="eager")
+    assert eager_env.measure(place).step_time_s == pytest.approx(6.0)
+
+
+def test_one_copy_per_tensor_and_destination():
+    """Two CPU readers of one GPU tensor: one copy (1 s), not two."""
+    g = _graph([(0, 1, 100), (0, 2, 100)], 3)
+    times = np.array([[0.0, 1.0], [1.0, 1.0], [1.0, 1.0]])
+    assert EagerExecution(g, _spec(), op_times=times).step_times(np.array([[1, 0, 0]]))[0] == pytest.approx(4.0)
+
+
+def test_one_device_steps_equal_the_dataflow_simulators():
+    """On one device both models serialize every op: a PyTorch step's single-device time is unchanged."""
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from compgraph.grouping import colocation_grouping
+
+    prepared = prepare_source(BenchmarkSource(model="gpt", size="small"))
+    units = colocation_grouping(prepared.graph)
+    spec = load_cluster("h200x1")
+    dataflow = make_environment("sim", prepared, spec, {"execution": "dataflow"}, grouping=units)
+    eager = make_environment("sim", prepared, spec, grouping=units)  # auto: eager for a PyTorch step
+    assert eager.execution == "eager" and dataflow.execution == "dataflow"
+    for dev in (0, 1):
+        p = np.full(units.num_groups, dev)
+        assert eager.measure(p).step_time_s == pytest.approx(dataflow.measure(p).step_time_s, rel=1e-9)
+    mixed = np.array([i % 2 for i in range(units.num_groups)])
+    batch = eager.measure_batch(np.stack([mixed, 1 - mixed]))
+    assert batch[0].step_time_s == pytest.approx(eager.measure(mixed).step_time_s)
+    assert batch[0].step_time_s >= dataflow.measure(mixed).step_time_s  # no overlap of host and device work
+
+
+def test_unknown_execution_is_refused():
+    g = _graph([], 1)
+    with pytest.raises(ValueError, match="execution: unknown 'lazy'"):
+        SimulatedEnvironment(g, _singletons(1), _spec(), execution="lazy")
