@@ -402,13 +402,8 @@ NEW_CHIPS: dict[str, ServerChip] = {
         {"tf32": 378e12, "bfloat16": 756.5e12, "float16": 756.5e12}),
 }
 """GPUs that :mod:`cluster.servers` and :mod:`cluster.machines` do not have, with their datasheets."""
-H200 = SERVER_CHIPS.get("h200-sxm-141gb") or ServerChip(  # cluster/servers.py's, where it has the H200
-        "gpu", "H200 SXM 141GB", 67e12, 4800e9, 141e9,
-        "FP32 67 TFLOP/s; tensor cores dense: TF32 494.5, BF16 989.5, FP16 989.5 TFLOP/s (half the datasheet's "
-        "989/1,979/1,979 with sparsity; the H100 SXM's compute); HBM3e 4.8 TB/s; 141 GB",
-        ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: FP32 67 TFLOPS, TF32 989 TFLOPS*, BF16 and FP16 "
-         "1,979 TFLOPS*, * with sparsity; 141 GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s)",),
-        {"tf32": 494.5e12, "bfloat16": 989.5e12, "float16": 989.5e12})
+H200 = SERVER_CHIPS["h200-sxm-141gb"]
+"""The H200 SXM's datasheet figures: :mod:`cluster.servers`' (one copy)."""
 
 
 NVLINK1 = 20e9

@@ -80,6 +80,19 @@ class Environment(Protocol):
 ENVIRONMENTS = ("sim", "real", "grappler")  #: the kinds :func:`make_environment` builds
 
 
+def measure_rows(env, group_placements: np.ndarray) -> list:
+    """``env.measure`` of each row of ``group_placements`` (``[K, num_groups]``), one after another: the
+    ``measure_batch`` of an environment that holds real devices (one placement at a time).
+
+    Raises:
+        ValueError: not a 2-D array; and whatever ``env.measure`` raises.
+    """
+    gps = np.asarray(group_placements)
+    if gps.ndim != 2:
+        raise ValueError(f"placements: shape {gps.shape}, expected (K, {env.grouping.num_groups})")
+    return [env.measure(gp) for gp in gps]
+
+
 class EnvOptions(BaseModel):
     """Options of :func:`make_environment`; each kind reads the ones that concern it and ignores the rest.
 

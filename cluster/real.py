@@ -42,7 +42,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from cluster.environment import Measurement
+from cluster.environment import Measurement, measure_rows
 from cluster.kernels import cpu_fallback
 from cluster.spec import ClusterSpec
 from compgraph.inputs import ancestors as _ancestors
@@ -592,12 +592,10 @@ class RealEnvironment:
         )
 
     def measure_batch(self, group_placements: np.ndarray) -> list[RealMeasurement]:
-        """:meth:`measure` each row of ``group_placements`` (``[K, num_groups]``), one after another.
+        """:meth:`measure` each row of ``group_placements`` (``[K, num_groups]``), one after another
+        (:func:`cluster.environment.measure_rows`: one placement holds the devices at a time).
 
         Raises:
             ValueError: not a 2-D array; and whatever :meth:`measure` raises.
         """
-        gps = np.asarray(group_placements)
-        if gps.ndim != 2:
-            raise ValueError(f"placements: shape {gps.shape}, expected (K, {self.grouping.num_groups})")
-        return [self.measure(gp) for gp in gps]
+        return measure_rows(self, group_placements)

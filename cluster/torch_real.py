@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from cluster.environment import Measurement
+from cluster.environment import Measurement, measure_rows
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 
@@ -529,12 +529,9 @@ class TorchRealEnvironment:
 
     def measure_batch(self, group_placements: np.ndarray) -> list[TorchMeasurement]:
         """:meth:`measure` each row of ``group_placements`` (``[K, num_groups]``), one after another
-        (one placement holds the devices at a time).
+        (:func:`cluster.environment.measure_rows`: one placement holds the devices at a time).
 
         Raises:
             ValueError: not a 2-D array; and whatever :meth:`measure` raises.
         """
-        gps = np.asarray(group_placements)
-        if gps.ndim != 2:
-            raise ValueError(f"placements: shape {gps.shape}, expected (K, {self.grouping.num_groups})")
-        return [self.measure(gp) for gp in gps]
+        return measure_rows(self, group_placements)
