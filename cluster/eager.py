@@ -37,6 +37,7 @@ import numpy as np
 from numba import njit
 
 from cluster.cost_model import op_time_matrix
+from cluster.fast_simulator import link_matrices
 from cluster.kernels import fallback_device, first_cpu, gpu_mask, op_gpu_ok
 from cluster.spec import ClusterSpec
 from compgraph.ir import OpGraph
@@ -127,13 +128,7 @@ class EagerExecution:
         self.gpu_ok, self.is_gpu, self.fallback = op_gpu_ok(graph), gpu_mask(spec), first_cpu(spec)
         self.dispatch = np.array([d.dispatch_s for d in spec.devices], np.float64)
         self.works = np.array([op.flops > 0 or op.bytes_accessed > 0 for op in graph.ops], bool)
-        self.lat = np.zeros((D, D), np.float64)
-        self.bw = np.ones((D, D), np.float64)
-        for a in range(D):
-            for b in range(D):
-                if a != b:
-                    link = spec.link(a, b)
-                    self.lat[a, b], self.bw[a, b] = link.latency_s, link.bandwidth
+        self.bw, self.lat = link_matrices(spec)
 
     def step_times(self, op_placements: np.ndarray) -> np.ndarray:
         """Step seconds ``[K]`` of ``K`` op placements (``[K, num_ops]`` device indices; a GPU op

@@ -47,6 +47,19 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Edge, Grouping, Op, OpGraph
 
 
+def link_matrices(spec: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
+    """``(bandwidth [D, D] bytes/s, latency [D, D] s)`` of every ordered device pair's effective link
+    (:meth:`cluster.spec.ClusterSpec.link`); the diagonal is 1 and 0 (no transfer)."""
+    d = len(spec.devices)
+    bw, lat = np.ones((d, d), np.float64), np.zeros((d, d), np.float64)
+    for a in range(d):
+        for b in range(d):
+            if a != b:
+                link = spec.link(a, b)
+                bw[a, b], lat[a, b] = link.bandwidth, link.latency_s
+    return bw, lat
+
+
 @njit(cache=True, nogil=True)
 def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
               succ_ptr, succ_dst, succ_out, succ_bytes, succ_dpos,
@@ -522,13 +535,7 @@ class FastSimulator:
         self.ob_val = np.array([int(b) for op in graph.ops for b in op.output_bytes], dtype=np.int64)
         self.max_out = int(max([counts.max() if n else 0, out.max() + 1 if E else 0]))
         self.gpu_ok, self.is_gpu, self.fallback = op_gpu_ok(graph), gpu_mask(spec), first_cpu(spec)
-        self.link_bw = np.ones((d, d), np.float64)
-        self.link_lat = np.zeros((d, d), np.float64)
-        for a in range(d):
-            for b in range(d):
-                if a != b:
-                    link = spec.link(a, b)
-                    self.link_bw[a, b], self.link_lat[a, b] = link.bandwidth, link.latency_s
+        self.link_bw, self.link_lat = link_matrices(spec)
         self.capacity = np.array([dev.tensor_capacity_bytes for dev in spec.devices], dtype=np.float64)
         self.pool = np.array(spec.pool_indices, dtype=np.int64)  # device -> compute pool
         # int32 copies for the kernel; data-only predecessor lists (control inputs
