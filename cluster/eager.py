@@ -18,7 +18,9 @@ documentation):
   elsewhere, once per tensor and destination) with pageable host memory is synchronous: it waits for
   the GPU stream(s) it involves to drain (the tensor's producer and everything launched before it),
   then holds the host and those streams for ``latency_s + bytes / bandwidth`` of the link
-  (:meth:`cluster.spec.ClusterSpec.link`); a copy between two logical CPUs is a host memcpy.
+  (:meth:`cluster.spec.ClusterSpec.link`); a copy between two logical CPUs is a host memcpy; a copy
+  between two GPUs is ordered after both streams' earlier work and holds both streams, not the host
+  (a device-to-device copy is asynchronous to the host).
 
 The step ends when the host and every stream are done (the timing synchronizes). Measured against the
 two lent GPUs' CPU+GPU placements (``benchmarks/gpu_truth.py --judge``, 2026-11-26): median
@@ -75,7 +77,8 @@ def _eager_steps(places, times, in_ptr, in_key, in_src, in_bytes, gpu_ok, is_gpu
                 if is_gpu[d] and stream[d] > start:
                     start = stream[d]
                 end = start + t
-                host = end
+                if not (is_gpu[a] and is_gpu[d]):  # pageable host memory: the host waits for the copy
+                    host = end
                 if is_gpu[a]:
                     stream[a] = end
                 if is_gpu[d]:

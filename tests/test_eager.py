@@ -83,3 +83,15 @@ def test_unknown_execution_is_refused():
     g = _graph([], 1)
     with pytest.raises(ValueError, match="execution: unknown 'lazy'"):
         SimulatedEnvironment(g, _singletons(1), _spec(), execution="lazy")
+
+
+def test_a_copy_between_gpus_does_not_hold_the_host():
+    """gpu0 op0 (2 s) -> copy to gpu1 (1 s) -> op1 (1 s); op2 on the CPU (2 s) comes after in program
+    order and runs on the host while the copy and op1 run: 4 s, not 2 + 1 + 2 = 5 s."""
+    dev = dict(peak_flops=1e12, memory_bandwidth=1e12, memory_bytes=1e12)
+    spec = ClusterSpec(name="t2", devices=[dict(name="cpu", kind="cpu", **dev), dict(name="g0", kind="gpu", **dev),
+                                           dict(name="g1", kind="gpu", **dev)],
+                       default_link={"bandwidth": 100.0, "latency_s": 0.0})
+    g = _graph([(0, 1, 100)], 3)
+    times = np.array([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+    assert EagerExecution(g, spec, op_times=times).step_times(np.array([[1, 2, 0]]))[0] == pytest.approx(4.0)
