@@ -192,8 +192,9 @@ def gpt2_init(model, layers: int) -> None:
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 std = resid if name.endswith(("attn.c_proj", "mlp.2")) else GPT2_INIT_STD
                 m.weight.normal_(0.0, std)
-                if getattr(m, "bias", None) is not None:
-                    m.bias.zero_()
+                bias = getattr(m, "bias", None)
+                if bias is not None:
+                    bias.zero_()
             elif isinstance(m, nn.LayerNorm):
                 m.weight.fill_(1.0)
                 m.bias.zero_()
