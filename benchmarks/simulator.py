@@ -13,7 +13,7 @@ For each model of ``--models`` (default ``rnnlm,nmt,inception_v3``) registered i
   same through :meth:`cluster.simulated.SimulatedEnvironment.measure_batch` (Python
   results included);
 * ``contracted_grouped_per_s``: random group placements on the cluster graph of
-  :func:`cluster.fast_simulator.contract_groups` (an approximation, see there), with its
+  :func:`cluster.contracted.contract_groups` (an approximation, see there), with its
   step-time ratio to the exact simulation (min, median, max, Pearson r, Kendall tau, MAPE);
 * ``reference_per_s``: :class:`cluster.simulator.Simulator` on ``--reference-placements``
   group placements, whose results must equal the fast ones exactly (``matches_reference``).
@@ -56,7 +56,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cluster.cost_model import op_time_matrix  # noqa: E402
-from cluster.fast_simulator import FastSimulator, contract_groups  # noqa: E402
+from cluster.contracted import contract_groups  # noqa: E402
+from cluster.fast_simulator import FastSimulator  # noqa: E402
 from cluster.simulated import SimulatedEnvironment  # noqa: E402
 from cluster.simulator import Simulator  # noqa: E402
 from cluster.spec import ClusterSpec, load_cluster  # noqa: E402

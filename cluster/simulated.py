@@ -9,7 +9,8 @@ import numpy as np
 from cluster.cost_model import op_time_matrix
 from cluster.eager import EagerExecution
 from cluster.environment import Measurement
-from cluster.fast_simulator import FastSimulator, contract_groups
+from cluster.contracted import contract_groups
+from cluster.fast_simulator import FastSimulator
 from cluster.simulator import SimResult, Simulator
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
@@ -30,7 +31,7 @@ class SimulatedEnvironment:
         engine: ``"fast"`` (default, :class:`cluster.fast_simulator.FastSimulator`) or
             ``"reference"`` (:class:`cluster.simulator.Simulator`): both simulate the op
             graph and give the same results; ``"contracted"``: the fast simulator on the
-            acyclic cluster graph of :func:`cluster.fast_simulator.contract_groups`, several
+            acyclic cluster graph of :func:`cluster.contracted.contract_groups`, several
             times faster, an approximation (its docstring lists what differs). Measured error
             (``benchmarks/simulator.py``, random group placements on k80x2, roofline, 2026-11-23):
             step-time ratio to the exact op-level simulation 0.93-1.01 (median 0.969, Pearson r

@@ -361,7 +361,7 @@ def test_contract_groups_splits_cyclic_groups_by_level():
     Levels: a1 0; b 1 (its input is in another group); a2 2. Clusters (A,0), (B,1), (A,2) in
     topological order: op_cluster [0, 2, 1], cluster_group [A, B, A] = [0, 1, 0], edges
     0 -> 1 -> 2 carrying the 100-byte and 200-byte tensors; times are the members' sums."""
-    from cluster.fast_simulator import contract_groups
+    from cluster.contracted import contract_groups
 
     g = OpGraph("cyc", [_op("a1", 100), _op("a2", 5), _op("b", 200)], [Edge(0, 2, 100), Edge(2, 1, 200)])
     grouping = Grouping(op_group=np.array([0, 0, 1]), names=["A", "B"])
