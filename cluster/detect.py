@@ -33,19 +33,20 @@ from the shipped ``k80x2`` (:data:`cluster.servers.CHIP_TERMS`), and PyTorch's s
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.machines import CHIPS, Chip
-from cluster.servers import (CHIP_TERMS, GPU_CARRIED, PYTORCH_TERMS, REFERENCE_PRESET, SERVER_CHIPS, ServerChip,
-                             load_cpu_reference, load_reference)
+from cluster.datasheets import (GPU_DATASHEETS, H200, KNOWN_GPUS, NEW_CHIPS, NVLINK, NVLINK1,  # noqa: F401 (re-exported)
+                                 PCIE_ENCODING, PCIE_GT_S, CPU_MEMORY_BANDWIDTH, FP32_LANES_PER_SM, GpuDatasheet,
+                                 match_gpu, pcie_bandwidth)
+from cluster.machine_readers import (NVIDIA_SMI_TIMEOUT_S, DetectError, PcieLink, _float, _int,  # noqa: F401
+                                     _pcie_gen, _read, parse_cpuinfo, parse_lscpu, parse_meminfo,  # noqa: F401
+                                     parse_nvidia_topo, read_pcie_link, run_lscpu, run_nvidia_topo)  # noqa: F401
+from cluster.servers import (CHIP_TERMS, GPU_CARRIED, PYTORCH_TERMS, REFERENCE_PRESET, SERVER_CHIPS, load_cpu_reference, load_reference)
 from cluster.spec import ClusterSpec
 
 LINK_LATENCY_S = 2e-6
@@ -58,12 +59,7 @@ ASSUMED_SOCKET_BANDWIDTH_CAP = SERVER_CHIPS["xeon-8480cx2"].memory_bandwidth / 2
 """At most 8 channels of DDR5-4800 per socket, 307.2 GB/s (bytes/s; Intel ARK, Xeon Platinum 8480+)."""
 ASSUMED_CLOCK_HZ = 2.0e9
 """Clock assumed, with ``allow_unknown`` only, when none can be read (Hz)."""
-NVIDIA_SMI_TIMEOUT_S = 20
-"""Seconds ``lscpu`` or ``nvidia-smi`` may take before it is given up on."""
 
-
-class DetectError(ValueError):
-    """Something could not be detected and no flagged assumption was allowed (one line)."""
 
 
 @dataclass(frozen=True)
@@ -76,68 +72,6 @@ class Figure:
 
 
 # --------------------------------------------------------------------------------------------------- parsing
-
-
-def parse_cpuinfo(text: str) -> list[dict[str, str]]:
-    """The processor blocks of a ``/proc/cpuinfo`` text, each ``{key: value}`` (keys as written, e.g.
-    ``model name``, ``physical id``, ``flags``); lines outside a ``processor`` block (ARM's ``Hardware``)
-    go into every block that lacks them."""
-    blocks: list[dict[str, str]] = []
-    common: dict[str, str] = {}
-    current: dict[str, str] = {}
-    for line in [*text.splitlines(), ""]:
-        if not line.strip():
-            if "processor" in current:
-                blocks.append(current)
-            else:
-                common.update(current)
-            current = {}
-            continue
-        key, sep, value = line.partition(":")
-        if sep:
-            current[key.strip()] = value.strip()
-    return [{**common, **b} for b in blocks]
-
-
-def parse_lscpu(text: str) -> dict[str, str]:
-    """``lscpu``'s ``Key: value`` lines as a dict (``Model name``, ``Socket(s)``, ``CPU max MHz``...)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip():
-            out.setdefault(key.strip(), value.strip())
-    return out
-
-
-def parse_meminfo(text: str) -> float:
-    """``MemTotal`` of a ``/proc/meminfo`` text, in bytes (the kernel's ``kB`` is 1024 bytes).
-
-    Raises:
-        DetectError: no ``MemTotal`` line.
-    """
-    m = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, re.MULTILINE)
-    if not m:
-        raise DetectError("no 'MemTotal: N kB' line in the meminfo text")
-    return int(m.group(1)) * 1024.0
-
-
-def _read(path: str | Path) -> str | None:
-    try:
-        return Path(path).read_text()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def run_lscpu() -> str | None:
-    """The output of ``lscpu`` in the C locale, or ``None`` where it is missing or fails."""
-    if not shutil.which("lscpu"):
-        return None
-    try:
-        done = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S,
-                              env={**os.environ, "LC_ALL": "C"}, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
 
 
 # --------------------------------------------------------------------------------------------------------- CPU
@@ -183,21 +117,6 @@ def flops_per_cycle(flags: set[str], vendor: str = "", family: int | None = None
     return None
 
 
-def _per_socket(chip: Chip | ServerChip, sockets: int) -> float:
-    return chip.memory_bandwidth / sockets
-
-
-CPU_MEMORY_BANDWIDTH: list[tuple[str, float, str]] = [
-    (r"EPYC 7742", _per_socket(SERVER_CHIPS["epyc-7742x2"], 2), SERVER_CHIPS["epyc-7742x2"].sources[0]),
-    (r"Platinum 8480", _per_socket(SERVER_CHIPS["xeon-8480cx2"], 2), SERVER_CHIPS["xeon-8480cx2"].sources[1]),
-    (r"E5-2699 v3", _per_socket(CHIPS["xeon-e5-2699v3"], 1), CHIPS["xeon-e5-2699v3"].sources[0]),
-    (r"E5-2650 v4", _per_socket(CHIPS["xeon-e5-2650v4x2"], 2), CHIPS["xeon-e5-2650v4x2"].sources[1]),
-    (r"E5-2699 v4", _per_socket(CHIPS["gcp-broadwell-8"], 1), CHIPS["gcp-broadwell-8"].sources[2]),
-]
-"""(regex on the CPU model name, peak memory bandwidth per socket in bytes/s, source): the CPUs whose
-datasheets :mod:`cluster.servers` and :mod:`cluster.machines` cite, with their figures."""
-
-
 @dataclass(frozen=True)
 class DetectedCpu:
     """The host CPU as detected.
@@ -228,20 +147,6 @@ class DetectedCpu:
     def peak_flops(self) -> float:
         """Peak FP32 throughput (FLOP/s): ``cores x clock x flops_per_cycle``."""
         return self.cores * self.clock.value * self.flops_per_cycle.value
-
-
-def _int(text: str | None, base: int = 10) -> int | None:
-    try:
-        return int(str(text).strip(), base)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(str(text).strip().replace(",", "."))
-    except (TypeError, ValueError):
-        return None
 
 
 def detect_cpu(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str | None = None,
@@ -349,185 +254,6 @@ def _cpu_clock(first: dict[str, str], procs: list[dict[str, str]], lscpu: dict[s
 # ------------------------------------------------------------------------------------------------------- GPUs
 
 
-def _server_chip(chip: Chip) -> ServerChip:
-    return ServerChip(chip.kind, chip.model, chip.peak_flops, chip.memory_bandwidth, chip.memory_bytes,
-                      chip.derivation, chip.sources)
-
-
-NEW_CHIPS: dict[str, ServerChip] = {
-    "p100-pcie-12gb": ServerChip(
-        "gpu", "Tesla P100 PCIe 12 GB", 9.3e12, 549e9, 12e9,
-        "P100 for PCIe, 12 GB: 9.3 TFLOP/s FP32, 549 GB/s HBM2; no tensor cores",
-        ("NVIDIA Tesla P100 datasheet (P100 for PCIe: 9.3 TFLOPS FP32; 12 GB CoWoS HBM2 at 549 GB/s)",)),
-    "p100-sxm2-16gb": ServerChip(
-        "gpu", "Tesla P100 SXM2 16 GB", 10.6e12, 732e9, 16e9,
-        "P100 for NVLink-optimized servers: 10.6 TFLOP/s FP32, 732 GB/s HBM2; no tensor cores",
-        ("NVIDIA Tesla P100 datasheet (P100 for NVLink: 10.6 TFLOPS FP32, 16 GB at 732 GB/s, NVLink 160 GB/s)",)),
-    "v100-sxm2": ServerChip(
-        "gpu", "Tesla V100 SXM2", 15.7e12, 900e9, None,
-        "FP32 15.7 TFLOP/s; tensor cores (FP16 inputs) 125 TFLOP/s dense; HBM2 900 GB/s; no TF32/BF16 units",
-        ("NVIDIA Tesla V100 datasheet (V100 SXM2: FP32 15.7 TFLOPS, Tensor Performance 125 TFLOPS, 900 GB/s, "
-         "16 or 32 GB, NVLink 300 GB/s)",),
-        {"float16": 125e12}),
-    "v100-pcie": ServerChip(
-        "gpu", "Tesla V100 PCIe", 14e12, 900e9, None,
-        "FP32 14 TFLOP/s; tensor cores (FP16 inputs) 112 TFLOP/s dense; HBM2 900 GB/s; no TF32/BF16 units",
-        ("NVIDIA Tesla V100 datasheet (V100 PCIe: FP32 14 TFLOPS, Tensor Performance 112 TFLOPS, 900 GB/s, "
-         "16 or 32 GB, PCIe 32 GB/s)",),
-        {"float16": 112e12}),
-    "v100s-pcie": ServerChip(
-        "gpu", "Tesla V100S PCIe 32 GB", 16.4e12, 1134e9, 32e9,
-        "FP32 16.4 TFLOP/s; tensor cores (FP16 inputs) 130 TFLOP/s dense; HBM2 1,134 GB/s",
-        ("NVIDIA Tesla V100S datasheet (V100S PCIe: FP32 16.4 TFLOPS, Tensor Performance 130 TFLOPS, "
-         "32 GB at 1,134 GB/s)",),
-        {"float16": 130e12}),
-    "a100-sxm4-40gb": ServerChip(
-        "gpu", "A100-SXM4-40GB", 19.5e12, 1555e9, 40e9,
-        "FP32 19.5 TFLOP/s; tensor cores dense: TF32 156, BF16 312, FP16 312 TFLOP/s; HBM2 1,555 GB/s; 40 GB",
-        ("NVIDIA A100 Tensor Core GPU datasheet (A100 40GB SXM: FP32 19.5 TFLOPS, TF32 156 | 312* TFLOPS, BF16 and "
-         "FP16 312 | 624* TFLOPS, * with sparsity; 1,555 GB/s; NVLink 600 GB/s; PCIe Gen4 64 GB/s)",),
-        {"tf32": 156e12, "bfloat16": 312e12, "float16": 312e12}),
-    "a100-pcie-40gb": ServerChip(
-        "gpu", "A100-PCIe-40GB", 19.5e12, 1555e9, 40e9,
-        "FP32 19.5 TFLOP/s; tensor cores dense: TF32 156, BF16 312, FP16 312 TFLOP/s; HBM2 1,555 GB/s; 40 GB",
-        ("NVIDIA A100 Tensor Core GPU datasheet (A100 40GB PCIe: FP32 19.5 TFLOPS, TF32 156 | 312* TFLOPS, BF16 and "
-         "FP16 312 | 624* TFLOPS, * with sparsity; 1,555 GB/s; PCIe Gen4 64 GB/s)",),
-        {"tf32": 156e12, "bfloat16": 312e12, "float16": 312e12}),
-    "h100-pcie-80gb": ServerChip(
-        "gpu", "H100 PCIe 80GB", 51e12, 2000e9, 80e9,
-        "FP32 51 TFLOP/s; tensor cores dense: TF32 378, BF16 756.5, FP16 756.5 TFLOP/s (half the datasheet's "
-        "756/1,513/1,513 with sparsity); HBM2e 2 TB/s; 80 GB",
-        ("NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe: FP32 51 TFLOPS, TF32 756 TFLOPS*, BF16 and FP16 "
-         "1,513 TFLOPS*, * with sparsity; 80 GB, 2 TB/s; PCIe Gen5 128 GB/s)",),
-        {"tf32": 378e12, "bfloat16": 756.5e12, "float16": 756.5e12}),
-}
-"""GPUs that :mod:`cluster.servers` and :mod:`cluster.machines` do not have, with their datasheets."""
-H200 = SERVER_CHIPS["h200-sxm-141gb"]
-"""The H200 SXM's datasheet figures: :mod:`cluster.servers`' (one copy)."""
-
-
-NVLINK1 = 20e9
-"""NVLink 1 (P100): 20 GB/s per link per direction (NVIDIA Tesla P100 whitepaper: 4 links, 160 GB/s both ways)."""
-NVLINK = 25e9
-"""NVLink 2, 3 and 4 (V100, A100, H100, H200): 25 GB/s per link per direction (V100: 6 links, 300 GB/s both ways;
-A100: 12, 600 GB/s; H100/H200: 18, 900 GB/s; the datasheets; cluster/servers.py's NVLINK3_A100, NVLINK4_H100)."""
-
-
-@dataclass(frozen=True)
-class GpuDatasheet:
-    """A GPU of the datasheet table.
-
-    Attributes:
-        pattern: regex matching the whole of torch's device name, upper-cased, ``-``/``_`` as spaces.
-        chip: its datasheet figures (FP32 and dense tensor peaks in FLOP/s, bandwidth in bytes/s).
-        pcie_gen: its host interface (PCIe generation, x16).
-        nvlink: bandwidth per NVLink link per direction (bytes/s; 0: none).
-    """
-
-    pattern: str
-    chip: ServerChip
-    pcie_gen: int
-    nvlink: float
-
-
-GPU_DATASHEETS: dict[str, GpuDatasheet] = {
-    "k80-gk210": GpuDatasheet(r"(TESLA )?K80", _server_chip(CHIPS["k80-gk210"]), 3, 0.0),
-    "p100-pcie-16gb": GpuDatasheet(r"(TESLA )?P100 PCIE 16GB", _server_chip(CHIPS["p100-pcie-16gb"]), 3, 0.0),
-    "p100-pcie-12gb": GpuDatasheet(r"(TESLA )?P100 PCIE 12GB", NEW_CHIPS["p100-pcie-12gb"], 3, 0.0),
-    "p100-sxm2-16gb": GpuDatasheet(r"(TESLA )?P100 SXM2 16GB", NEW_CHIPS["p100-sxm2-16gb"], 3, NVLINK1),
-    "v100-sxm2": GpuDatasheet(r"(TESLA )?V100 SXM2 (16|32)GB", NEW_CHIPS["v100-sxm2"], 3, NVLINK),
-    "v100-pcie": GpuDatasheet(r"(TESLA )?V100 PCIE (16|32)GB", NEW_CHIPS["v100-pcie"], 3, 0.0),
-    "v100s-pcie": GpuDatasheet(r"(TESLA )?V100S PCIE 32GB", NEW_CHIPS["v100s-pcie"], 3, 0.0),
-    "a100-sxm4-40gb": GpuDatasheet(r"(NVIDIA )?A100 SXM4? 40GB", NEW_CHIPS["a100-sxm4-40gb"], 4, NVLINK),
-    "a100-sxm4-80gb": GpuDatasheet(r"(NVIDIA )?A100 SXM4? 80GB", SERVER_CHIPS["a100-sxm4-80gb"], 4, NVLINK),
-    "a100-pcie-40gb": GpuDatasheet(r"(NVIDIA )?A100 PCIE 40GB", NEW_CHIPS["a100-pcie-40gb"], 4, NVLINK),
-    "a100-pcie-80gb": GpuDatasheet(r"(NVIDIA )?A100 (80GB PCIE|PCIE 80GB)", SERVER_CHIPS["a100-pcie-80gb"], 4, NVLINK),
-    "h100-sxm5-80gb": GpuDatasheet(r"(NVIDIA )?H100 (80GB HBM3|SXM5? 80GB)", SERVER_CHIPS["h100-sxm5-80gb"], 5, NVLINK),
-    "h100-pcie-80gb": GpuDatasheet(r"(NVIDIA )?H100 PCIE( 80GB)?", NEW_CHIPS["h100-pcie-80gb"], 5, NVLINK),
-    "h200-sxm-141gb": GpuDatasheet(r"(NVIDIA )?H200( SXM)?( 141GB)?", H200, 5, NVLINK),
-}
-"""The GPUs ``placement detect`` knows, by torch's device name (``torch.cuda.get_device_properties(i).name``,
-e.g. ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``, ``Tesla V100-SXM2-16GB``). A name that matches
-none (an H100 NVL, a MIG slice, a consumer card) is unknown. A100 and H100 PCIe boards take NVLink
-bridges, hence their per-link figure (used only where ``nvidia-smi topo -m`` lists NVLinks)."""
-KNOWN_GPUS = "K80, P100 PCIe/SXM2, V100 PCIe/SXM2, V100S, A100 40/80GB SXM/PCIe, H100 SXM/PCIe, H200 SXM"
-"""The families of :data:`GPU_DATASHEETS`, as error messages name them."""
-
-
-def match_gpu(name: str) -> str | None:
-    """The :data:`GPU_DATASHEETS` key of torch's device name ``name``, or ``None`` (unknown)."""
-    norm = " ".join(re.sub(r"[-_]", " ", name.upper()).split())
-    for key, sheet in GPU_DATASHEETS.items():
-        if re.fullmatch(sheet.pattern, norm):
-            return key
-    return None
-
-
-PCIE_GT_S = {1: 2.5e9, 2: 5e9, 3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}
-"""Transfers per second per lane of each PCIe generation (PCI-SIG base specifications 1.0-6.0)."""
-PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
-"""Payload fraction of the line code: 8b/10b (1.x, 2.x), 128b/130b (3.0-5.0), 6.0's FLIT (242 of 256 bytes)."""
-
-
-def pcie_bandwidth(gen: int, width: int) -> float:
-    """Bandwidth per direction of a PCIe link (bytes/s): ``GT/s x lanes x encoding / 8`` (PCI-SIG), e.g.
-    3.0 x16 15.75 GB/s, 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s (:data:`cluster.servers.PCIE5_X16`)."""
-    return PCIE_GT_S[gen] * width * PCIE_ENCODING[gen] / 8
-
-
-def _pcie_gen(speed_text: str | None) -> int | None:
-    m = re.match(r"\s*([\d.]+)\s*GT/s", speed_text or "")
-    if not m:
-        return None
-    gts = float(m.group(1)) * 1e9
-    return next((g for g, v in PCIE_GT_S.items() if abs(v - gts) < 0.1e9), None)
-
-
-@dataclass(frozen=True)
-class PcieLink:
-    """A GPU's PCIe link: generation, lanes, bandwidth per direction (bytes/s) and where they came from."""
-
-    gen: int
-    width: int
-    provenance: str
-
-    @property
-    def bandwidth(self) -> float:
-        """Bytes/s per direction (:func:`pcie_bandwidth`)."""
-        return pcie_bandwidth(self.gen, self.width)
-
-
-def read_pcie_link(bus_id: str, sys_root: str | Path = "/sys") -> PcieLink | None:
-    """The PCIe link of the PCI function ``bus_id`` (``0000:18:00.0``) from
-    ``<sys_root>/bus/pci/devices/<bus_id>/max_link_speed`` and ``max_link_width`` (the link the GPU trains
-    to under load), each capped by its upstream port's (the parent folder in ``/sys/devices``); ``None``
-    where they are not readable. ``current_link_*`` is reported in the provenance only: a GPU lowers its
-    link speed when idle."""
-    dev = Path(sys_root) / "bus/pci/devices" / bus_id
-
-    def link(folder: Path, kind: str) -> tuple[int | None, int | None]:
-        return (_pcie_gen(_read(folder / f"{kind}_link_speed")), _int(_read(folder / f"{kind}_link_width")))
-
-    gen, width = link(dev, "max")
-    if gen is None or not width:
-        gen, width = link(dev, "current")
-        if gen is None or not width:
-            return None
-        return PcieLink(gen, width, f"read: {dev}/current_link_speed and current_link_width (no max_link_*)")
-    why = f"read: {dev}/max_link_speed and max_link_width"
-    try:
-        upstream = dev.resolve().parent
-    except OSError:
-        upstream = dev.parent
-    if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", upstream.name):
-        ugen, uwidth = link(upstream, "max")
-        if ugen and uwidth and (ugen < gen or uwidth < width):
-            gen, width = min(gen, ugen), min(width, uwidth)
-            why += f", capped by the upstream port {upstream.name}'s"
-    current, cwidth = (_read(dev / "current_link_speed") or "").strip(), _int(_read(dev / "current_link_width"))
-    if current and cwidth:
-        why += f" (current_link {current} x{cwidth} when read)"
-    return PcieLink(gen, width, why)
 
 
 @dataclass(frozen=True)
@@ -563,12 +289,6 @@ def _bus_id(props: Any) -> str | None:
     if not all(isinstance(v, int) for v in (dom, bus, dev)):
         return None
     return f"{dom:04x}:{bus:02x}:{dev:02x}.0"
-
-
-FP32_LANES_PER_SM: dict[tuple[int, int | None], int] = {(3, None): 192, (5, None): 128, (6, 0): 64, (6, None): 128, (7, None): 64, (8, 0): 64,
-                     (8, None): 128, (9, None): 128, (10, None): 128, (12, None): 128}
-"""FP32 multiply-adds per clock per SM by compute capability ((major, minor); ``None``: any other minor), from the
-CUDA C++ Programming Guide's arithmetic-instruction throughput table: used only to estimate an unknown GPU."""
 
 
 def detect_gpu(index: int, props: Any, sys_root: str | Path = "/sys", allow_unknown: bool = False) -> DetectedGpu:
@@ -645,52 +365,6 @@ def _estimate_unknown(index: int, name: str, props: Any, memory: Figure | None, 
         link = PcieLink(4, 16, f"assumed, {what}: PCIe 4.0 x16 (no sysfs link readable)")
     return DetectedGpu(index, name, None, f"{name} (unknown chip: estimated)", peak, {},
                        f"not estimated, {what}: every precision at the FP32 peak", bandwidth, memory, link, bus, 0.0)
-
-
-def parse_nvidia_topo(topo_text: str, index_text: str) -> dict[tuple[str, str], int]:
-    """NVLinks between GPU pairs from ``nvidia-smi topo -m`` (the matrix: ``NV<k>`` = k bonded links) and
-    ``nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`` (``0, 00000000:18:00.0``):
-    ``{(bus id, bus id): links}`` with bus ids as ``0000:18:00.0``, for pairs joined by NVLink."""
-    bus_of: dict[int, str] = {}
-    for line in index_text.splitlines():
-        idx, _, bus = line.partition(",")
-        m = re.fullmatch(r"\s*([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])\s*", bus)
-        if _int(idx) is not None and m:
-            d, b, s, f = (int(x, 16) for x in m.groups())
-            bus_of[int(idx)] = f"{d:04x}:{b:02x}:{s:02x}.{f}"
-    rows = [re.sub(r"\x1b\[[0-9;]*m", "", ln).split() for ln in topo_text.splitlines()]  # no underline codes
-    header = next((r for r in rows if "GPU0" in r and "X" not in r), None)
-    if header is None:
-        return {}
-    cols = [int(h[3:]) for h in header if re.fullmatch(r"GPU\d+", h)]
-    out: dict[tuple[str, str], int] = {}
-    for cells in rows:
-        if not cells or not re.fullmatch(r"GPU\d+", cells[0]) or "X" not in cells:
-            continue
-        row = int(cells[0][3:])
-        for col, cell in zip(cols, cells[1:1 + len(cols)]):
-            m = re.fullmatch(r"NV(\d+)", cell)
-            if m and row in bus_of and col in bus_of and row != col:
-                out[(bus_of[row], bus_of[col])] = int(m.group(1))
-    return out
-
-
-def run_nvidia_topo() -> tuple[str, str] | None:
-    """``nvidia-smi topo -m`` and the index-to-bus-id query (:func:`parse_nvidia_topo`), or ``None`` where
-    ``nvidia-smi`` is missing or fails (it is optional)."""
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = []
-    for args in (["topo", "-m"], ["--query-gpu=index,pci.bus_id", "--format=csv,noheader"]):
-        try:
-            done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True,
-                                  timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        if done.returncode != 0:
-            return None
-        out.append(done.stdout)
-    return out[0], out[1]
 
 
 # ----------------------------------------------------------------------------------------------- the machine
