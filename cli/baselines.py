@@ -45,7 +45,7 @@ def baselines_command(
     grouper: Grouper = None,
     num_groups: NumGroups = None,
     cache_dir: CacheDir = None,
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     node_limit: int = typer.Option(50, help="the optimum's MILP: branch-and-bound nodes at most (a work limit: the same value on any machine load)"),
     max_milp_ops: int = typer.Option(None, help="the optimum's MILP is built only for graphs of at most this many ops "
                                      "(default 2000: larger MILPs take minutes to hours at 50 nodes; the polish and the lower bound remain)"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,8 +28,51 @@ from cli.runtime import configure_environment, one_line_errors_group  # noqa: E4
 
 configure_environment()
 
+_ROLE = re.compile(r":(?:py:)?[a-z]+:`([~!]?)([^`<]*?)\s*(?:<([^`>]+)>)?`")  # a Sphinx role; title <target> too
+_XREF = re.compile(r"\[`?([^`\]]+)`?\]\[[^\]]*\]")  # a mkdocstrings cross-reference: [`title`][target]
+
+
+def plain_help(text: str | None) -> str | None:
+    """A docstring as ``--help`` shows it: no markup. A Sphinx role gives its target (its last part when
+    the target starts with a tilde, its title when it has one), a mkdocstrings cross-reference its title,
+    a double-backquoted literal its text; the lines of each paragraph are joined into one."""
+    if not text:
+        return text
+
+    def role(m: re.Match) -> str:
+        tilde, body, target = m.group(1), m.group(2).strip(), m.group(3)
+        if target:  # title <target>
+            return body
+        return body.rsplit(".", 1)[-1] if tilde == "~" else body
+
+    text = _XREF.sub(r"\1", _ROLE.sub(role, text)).replace("``", "")
+    return "\n\n".join(" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip()))
+
+
+def plain_command_help(command) -> None:
+    """Make a click command's help, short help and options' help plain text (:func:`plain_help`)."""
+    for obj in (command, *getattr(command, "params", ())):
+        for attr in ("help", "short_help"):
+            if isinstance(getattr(obj, attr, None), str):
+                setattr(obj, attr, plain_help(getattr(obj, attr)))
+
+
+def _plain_help_group(base: type) -> type:
+    """``base`` (a typer group class) whose commands' help texts are plain (:func:`plain_command_help`):
+    the docstrings keep their cross-references for the docs site, ``--help`` shows none of their markup."""
+
+    class PlainHelpGroup(base):  # type: ignore[misc,valid-type]
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            plain_command_help(self)
+            for command in self.commands.values():
+                plain_command_help(command)
+
+    return PlainHelpGroup
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, help="Device placement experiments.",
-                  cls=one_line_errors_group())
+                  cls=_plain_help_group(one_line_errors_group()))
 
 
 def _fail(message: str) -> None:
@@ -51,6 +95,15 @@ def check_json_path(path: str | None) -> str | None:
     if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise typer.BadParameter(f"{path!r} is not writable")
     return path
+
+
+def out_dir_or_home(value: str | None) -> str:
+    """Typer callback of every ``--out-dir``: the folder given, else the user-level home
+    (:func:`tracking.placement_home`: ``$PLACEMENT_HOME`` or the platform's user data folder),
+    so that runs from any folder share one MLflow store."""
+    from tracking import placement_home
+
+    return value if value else str(placement_home())
 
 
 def _write_json(obj: dict | list, path: str) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import _fail, _write_json, app, check_json_path
+from cli.common import _fail, _write_json, app, check_json_path, out_dir_or_home
 
 
 @app.command()
 def compare(
     experiment: str = typer.Option("placement-experiment", help="MLflow experiment to read"),
-    out_dir: str = typer.Option("placement-runs", help="folder whose SQLite MLflow store is read (when --tracking-uri is not given)"),
+    out_dir: str = typer.Option(None, callback=out_dir_or_home, help="folder whose SQLite MLflow store is read (when "
+                                "--tracking-uri is not given; default: $PLACEMENT_HOME, else the user data folder)"),
     tracking_uri: str = typer.Option(None, help="MLflow tracking URI (default: SQLite file in --out-dir)"),
     sweep: str = typer.Option(None, help="only the experiments of this sweep (its MLflow run id)"),
     by: str = typer.Option(",".join(("model", "size", "cluster", "env", "grouper", "budget", "learner_options")),

@@ -81,7 +81,7 @@ def evaluate_command(
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real, a TensorFlow graph: move ops that "
                                                                        "have no kernel on their device to the CPU instead of failing"),
     cache_dir: CacheDir = None,
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     json_path: Json = None,
 ) -> None:
     """Measure one given placement's step time (seconds), OOM and peak memory per device. Ops are placed

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import _fail, app
+from cli.common import _fail, app, out_dir_or_home
 from cli.options import GraphDef, Keras, SavedModel, Signature, Torch, TorchOptimizer, TrackingUri
 
 
@@ -33,8 +33,9 @@ def export_command(
     keras: Keras = None,
     torch: Torch = None,
     torch_optimizer: TorchOptimizer = "adam",
-    out_dir: str = typer.Option("placement-runs", help="folder whose SQLite MLflow store is read for a run id (an "
-                                                       "existing one only); --output may not go into its runs/"),
+    out_dir: str = typer.Option(None, callback=out_dir_or_home, help="folder whose SQLite MLflow store is read for a "
+                                "run id (an existing one only; default: $PLACEMENT_HOME, else the user data folder); "
+                                "--output may not go into its runs/"),
     tracking_uri: TrackingUri = None,
     cache_dir: str = typer.Option(None, help="preprocessed-graph cache of benchmarks (default: <out-dir>/graph-cache)"),
 ) -> None:

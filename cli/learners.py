@@ -66,7 +66,7 @@ def compare_learners(
     grouper: Grouper = None,
     learner_option: LearnerOption = None,
     resume: Resume = False,
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     tracking_uri: TrackingUri = None,
     json_path: Json = None,
 ) -> None:

@@ -115,7 +115,8 @@ def calibrate(
                                 "the base spec whose terms are fitted"),
     steps: int = typer.Option(5, help="traced steps per device kind; the first is dropped (>= 2)"),
     seed: int = typer.Option(0, help="seed of the synthetic inputs"),
-    out: str = typer.Option(None, help="cost-table file (default placement-runs/cost-tables/<model>-<size>-<cluster>.json)"),
+    out: str = typer.Option(None, help="cost-table file (default <home>/cost-tables/<model>-<size>-<cluster>.json; <home>: "
+                                              "$PLACEMENT_HOME, else the user data folder)"),
     json_path: Json = None,
     torch_profile: bool = typer.Option(False, "--torch", help="fit the cluster's cost-model terms to PyTorch profiles "
                                        "(--from-profile) and write a preset (--output) instead of a cost table"),
@@ -208,7 +209,7 @@ def fidelity(
     calibrate_steps: int = typer.Option(5, help="traced steps per device kind when calibrating first (>= 2)"),
     budget: int = typer.Option(1000, help="placements each learner (rl, post) samples in the calibrated simulator"),
     json_path: Json = None,
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     tracking_uri: TrackingUri = None,
     against: str = typer.Option("real", help="reference: real (TensorFlow on this machine) | grappler (TensorFlow's "
                                 "cost model, VirtualCluster; adds GPU-only random placements, calibrates nothing)"),
@@ -252,7 +253,7 @@ def train(
     budget: int = typer.Option(1000, help="placements a learner samples in the simulator"),
     cost_table: str = typer.Option(None, help="a saved cost table: a learner searches, and --env sim projects, with calibrated op times"),
     json_path: Json = None,
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     tracking_uri: TrackingUri = None,
     graph_def: GraphDef = None,
     keras: Keras = None,

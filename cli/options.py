@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from cli.common import check_json_path
+from cli.common import check_json_path, out_dir_or_home
+from tracking import placement_home
 
 _SIZES = ("small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 "
           "(Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt), gpt2 and 6.7b (gpt); `placement "
@@ -17,9 +18,11 @@ _SIZES = ("small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (P
 Model = Annotated[str, typer.Option(help="benchmark name (see `placement models`), or give a user's graph")]
 Size = Annotated[str, typer.Option(help=_SIZES)]
 GraphDef = Annotated[str, typer.Option("--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model")]
-Keras = Annotated[str, typer.Option("--keras", help="MODULE:FUNCTION (imported from the current folder) returning a Keras 3 "
+Keras = Annotated[str, typer.Option("--keras", help="MODULE:FUNCTION (imported from the current folder) or "
+                                                    "path/to/file.py:FUNCTION returning a Keras 3 "
                                                     "model or (keras model, input specs), instead of --model")]
-Torch = Annotated[str, typer.Option("--torch", help="MODULE:FUNCTION (imported from the current folder) returning (module, "
+Torch = Annotated[str, typer.Option("--torch", help="MODULE:FUNCTION (imported from the current folder) or "
+                                                    "path/to/file.py:FUNCTION returning (module, "
                                                     "example_args), where module(*example_args) is the scalar training "
                                                     "loss; the step (forward, backward, --torch-optimizer's update) is "
                                                     "captured at the ATen level on meta tensors, instead of --model")]
@@ -48,7 +51,10 @@ LearnerOption = Annotated[list[str], typer.Option("--learner-option", help="METH
 Resume = Annotated[bool, typer.Option("--resume", help="continue an interrupted run with the same settings from its placement "
                                                        "logs and checkpoints (nothing measured twice)")]
 # where results go
-OutDir = Annotated[str, typer.Option(help="folder of the run folders, the MLflow store (without --tracking-uri), the graph "
-                                          "cache and the placement logs")]
+HOME_HELP = f"default: {placement_home()}, i.e. $PLACEMENT_HOME, else the user data folder"
+"""The default of every ``--out-dir`` in words (:func:`cli.common.out_dir_or_home`)."""
+OutDir = Annotated[str, typer.Option(callback=out_dir_or_home,
+                                     help="folder of the run folders, the MLflow store (without --tracking-uri), the graph "
+                                          f"cache and the placement logs ({HOME_HELP})")]
 TrackingUri = Annotated[str, typer.Option(help="MLflow tracking URI (default: SQLite file in --out-dir)")]
 Json = Annotated[str, typer.Option("--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)")]

@@ -79,7 +79,7 @@ def reproduce(
     gpus: list[int] = typer.Option(None, help="only rows with these GPU counts (repeatable; default: every row)"),
     seed: int = typer.Option(0, help="seed of the searches"),
     size: str = typer.Option(None, help="a benchmark size for every row instead of the table's (e.g. small: a quick check, not comparable)"),
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     cache_dir: CacheDir = None,
     tracking_uri: TrackingUri = None,
     fit: str = typer.Option(None, help="stored fits for 2017's held-out column (default: cluster/presets/k80_fit.json)"),

@@ -78,14 +78,15 @@ class SavedModelSource(_Source):
 
 
 class KerasSource(_Source):
-    """``MODULE:FUNCTION`` returning ``(keras model, input specs)``, resolved from the current folder."""
+    """``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(keras model, input specs)``, resolved
+    from the current folder (:func:`compgraph.user_graph.resolve_user_function`)."""
 
     kind: Literal["keras"] = "keras"
     spec: str
 
 
 class TorchSource(_Source):
-    """``MODULE:FUNCTION`` returning ``(torch module, example_args)``, resolved from the current
+    """``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(torch module, example_args)``, resolved from the current
     folder; ``module(*example_args)`` is the scalar training loss, and the captured step adds
     the backward and ``optimizer``'s update (:func:`compgraph.torch_step.load_torch_step`)."""
 

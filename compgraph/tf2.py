@@ -43,6 +43,13 @@ from dataclasses import dataclass, field
 
 from compgraph.tf_env import import_tensorflow
 
+#: Op types that call a function of the graph's function library (TF2 ``tf.function``
+#: graphs and control flow v2): their ops are hidden from a per-op placement.
+CALL_OP_TYPES = frozenset(
+    """PartitionedCall StatefulPartitionedCall While StatelessWhile If StatelessIf Case
+    StatelessCase RemoteCall SymbolicGradient""".split()
+)
+
 CALL_TYPES = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 WHILE_TYPES = frozenset({"While", "StatelessWhile"})
 #: op types whose value a trip count may be computed through (pure, cheap, no inputs fed)
@@ -440,7 +447,6 @@ def flatten_graph_def(graph_def, fetches: list[str], max_unroll: int = MAX_UNROL
         report.grappler = True
         gd = grappler_inline(gd, fetches)
         _prune_library(gd)
-    from compgraph.user_graph import CALL_OP_TYPES
 
     left = [f"{n.name} ({n.op})" for n in gd.node if n.op in CALL_OP_TYPES or n.op in {f.signature.name for f in gd.library.function}]
     if left:

@@ -37,14 +37,9 @@ from pathlib import Path
 
 import networkx as nx
 
+from compgraph.tf2 import CALL_OP_TYPES  # noqa: F401 (its home is compgraph.tf2; re-exported)
 from compgraph.tf_env import import_tensorflow
 
-#: Op types that call a function of the graph's function library (TF2 ``tf.function``
-#: graphs and control flow v2): their ops are hidden from a per-op placement.
-CALL_OP_TYPES = frozenset(
-    """PartitionedCall StatefulPartitionedCall While StatelessWhile If StatelessIf Case
-    StatelessCase RemoteCall SymbolicGradient""".split()
-)
 #: Op types whose outputs feed TensorFlow v1 loops' back edges (``NextIteration -> Merge``).
 LOOP_BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 
@@ -540,22 +535,89 @@ def _keras3_step(tf, model, specs, spec: str) -> UserStep:
 
 SPEC_PATTERN = re.compile(r"([A-Za-z_][\w.]*):([A-Za-z_]\w*)")
 """A ``module:function`` spec (``--keras``, ``--torch``)."""
+FILE_SPEC_PATTERN = re.compile(r"(.+\.py):([A-Za-z_]\w*)")
+"""A ``path/to/file.py:function`` spec (``--keras``, ``--torch``): a Python file, relative to the current folder."""
+SPEC_FORMS = "'module:function' or 'path/to/file.py:function', e.g. 'mypackage.models:build_model' or 'my_cnn.py:cnn'"
+"""The accepted spec forms, for error messages."""
+
+
+def parse_spec(spec: str | None) -> tuple[str, str, str] | None:
+    """``(kind, target, function)`` of a ``--keras``/``--torch`` spec: kind ``file`` (``target`` a
+    ``.py`` path, :data:`FILE_SPEC_PATTERN`, tried first: ``my_cnn.py:cnn`` is a file, not module
+    ``my_cnn.py``) or ``module`` (:data:`SPEC_PATTERN`); ``None`` if it is neither."""
+    for kind, pattern in (("file", FILE_SPEC_PATTERN), ("module", SPEC_PATTERN)):
+        m = pattern.fullmatch(spec or "")
+        if m is not None:
+            return kind, m.group(1), m.group(2)
+    return None
+
+
+def _import_user_file(file: str, spec: str, what: str):
+    """The module of the Python file ``file`` (relative to the current folder), executed once per
+    process under a name of its own (``_placement_user_<stem>_<hash of its path>``, so two files
+    of one name stay apart) with its folder first on ``sys.path`` (as ``python path/to/file.py``
+    resolves the file's own modules).
+
+    Raises:
+        UserGraphError: no such file; the file raised (or called ``sys.exit``) while executing.
+    """
+    import hashlib
+    import importlib.util
+
+    path = Path(file).expanduser()
+    if not path.is_file():
+        where = "" if path.is_absolute() else f" in {os.getcwd()}"
+        raise UserGraphError(f"{what} {spec!r}: no file {file!r}{where}")
+    path = path.resolve()
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"_placement_user_{stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise UserGraphError(f"{what} {spec!r}: {file!r} is not a Python file Python can load")
+    module = importlib.util.module_from_spec(loader_spec)
+    folder = str(path.parent)
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    sys.modules[name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:  # the user's file raised while executing
+        sys.modules.pop(name, None)
+        raise UserGraphError(f"{what} {spec!r}: running {file!r} failed: {type(e).__name__}: {e}") from e
+    except SystemExit as e:
+        sys.modules.pop(name, None)
+        raise UserGraphError(f"{what} {spec!r}: running {file!r} failed: it called sys.exit({e.code!r})") from None
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+    return module
 
 
 def resolve_user_function(spec: str, what: str):
-    """``(function, its name)`` named by ``spec`` (``"module:function"``), the module imported with
-    the current folder first on ``sys.path`` (as Python resolves a script's modules).
+    """``(function, its name)`` named by ``spec``: ``"module:function"``, the module imported with
+    the current folder first on ``sys.path`` (as Python resolves a script's modules), or
+    ``"path/to/file.py:function"``, the file (relative to the current folder) run as a module of
+    its own (:func:`_import_user_file`).
 
     Args:
         what: the front end's word in error messages (``keras``, ``torch``).
     Raises:
-        UserGraphError: the spec is not ``module:function``; the module cannot be imported (or
-            calls ``sys.exit``); it has no such function.
+        UserGraphError: the spec is neither form (:data:`SPEC_FORMS`); the file does not exist; the
+            module cannot be imported (or calls ``sys.exit``); it has no such function.
     """
-    m = SPEC_PATTERN.fullmatch(spec or "")
-    if m is None:
-        raise UserGraphError(f"{what} spec {spec!r}: expected 'module:function', e.g. 'mypackage.models:build_model'")
-    module_name, func_name = m.groups()
+    parsed = parse_spec(spec)
+    if parsed is None:
+        raise UserGraphError(f"{what} spec {spec!r}: expected {SPEC_FORMS}")
+    kind, module_name, func_name = parsed
+    if kind == "file":
+        module = _import_user_file(module_name, spec, what)
+        fn = getattr(module, func_name, None)
+        if not callable(fn):
+            raise UserGraphError(f"{what} {spec!r}: file {module_name!r} has no function {func_name!r}")
+        return fn, func_name
     try:
         with _cwd_on_path():
             module = importlib.import_module(module_name)
@@ -578,7 +640,16 @@ cwd = os.getcwd()
 if cwd not in sys.path and "" not in sys.path:
     sys.path.insert(0, cwd)
 try:
-    fn = getattr(importlib.import_module(sys.argv[1]), sys.argv[2])
+    if sys.argv[1].endswith(".py"):  # a file (compgraph.user_graph._import_user_file)
+        import importlib.util
+        sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[1])))
+        spec = importlib.util.spec_from_file_location("_placement_user_probe", sys.argv[1])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(sys.argv[1])
+    fn = getattr(module, sys.argv[2])
     os.write(handshake, b"imported\n")
     fn()
 except BaseException:
@@ -608,12 +679,12 @@ def probe_user_function(spec: str, what: str, meanwhile: Callable[[], object] | 
     import signal
     import subprocess
 
-    m = SPEC_PATTERN.fullmatch(spec or "")
-    if m is None:
+    parsed = parse_spec(spec)
+    if parsed is None:
         if meanwhile is not None:
             meanwhile()
         return
-    module_name, func_name = m.groups()
+    _, module_name, func_name = parsed
     env = dict(os.environ)
     if what == "keras":  # as the in-process call sees it, after compgraph.tf_env.import_tensorflow
         env = {"TF_USE_LEGACY_KERAS": "1", "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3", **env}
@@ -685,7 +756,7 @@ def load_keras_step(spec: str) -> UserStep:
             several outputs; building the step fails; or the graph fails
             :func:`check_graph_def`.
     """
-    if SPEC_PATTERN.fullmatch(spec or "") is None:
+    if parse_spec(spec) is None:
         resolve_user_function(spec, "keras")  # raises: a malformed spec is refused before TensorFlow loads
     tf = import_tensorflow()  # before the user's module, which may import TensorFlow itself
     v1 = tf.compat.v1

@@ -18,7 +18,7 @@ from placer import LEARNERS
 from placer.compare import summarize_runs
 from placer.search import run_name
 from tasks.search import learner_config, learner_search, run_paths
-from tracking import artifact_root, default_tracking_uri
+from tracking import artifact_root, default_tracking_uri, placement_home
 from tracking.learners import plot_learner_curves, record_comparison
 
 
@@ -45,7 +45,7 @@ def compare_learners(
     grouper: GrouperName | None = None,
     learner_options: LearnerOptions = LearnerOptions(),  # type: ignore[valid-type]
     resume: bool = False,
-    out_dir: str = "placement-runs",
+    out_dir: str = str(placement_home()),  # the user-level home when imported
     tracking_uri: str | None = None,
     cache_dir: str | None = None,
 ) -> dict:

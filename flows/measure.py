@@ -29,18 +29,20 @@ from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
 from tasks.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
 from placer import LEARNERS
 from tasks.search import learner_grouping
-from tracking import artifact_root, default_tracking_uri
+from tracking import artifact_root, default_tracking_uri, placement_home
 from compgraph.paths import named_path
 from tracking.progress import say
 
 FIDELITY_LEARNERS = ("rl", "post")  #: learners whose best placements the fidelity flow adds (as before the registry)
 
-DEFAULT_OUT_DIR = "placement-runs"
+DEFAULT_OUT_DIR = str(placement_home())
+"""The flows' default out-dir: the user-level home when this module was imported (:func:`tracking.placement_home`)."""
 
 
-def default_cost_table_path(model: str, size: str, cluster: str, out_dir: str | Path = DEFAULT_OUT_DIR) -> Path:
-    """``<out_dir>/cost-tables/<model>-<size>-<cluster>.json`` (``cluster``: the spec's name)."""
-    return named_path(out_dir, "cost-tables", model, size, cluster, suffix=".json")
+def default_cost_table_path(model: str, size: str, cluster: str, out_dir: str | Path | None = None) -> Path:
+    """``<out_dir>/cost-tables/<model>-<size>-<cluster>.json`` (``cluster``: the spec's name; ``out_dir``
+    ``None``: the user-level home, :func:`tracking.placement_home`)."""
+    return named_path(out_dir or placement_home(), "cost-tables", model, size, cluster, suffix=".json")
 
 
 def _flow_run_id() -> str | None:
@@ -63,7 +65,7 @@ def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cl
             (cpu4: four logical CPUs).
         steps: traced steps per device kind (the first dropped; >= 2).
         seed: seed of the synthetic inputs.
-        out: where the table goes; default :func:`default_cost_table_path` under ``placement-runs``.
+        out: where the table goes; default :func:`default_cost_table_path` under the user-level home.
     Returns:
         ``{"model", "size", "cluster", "ops", "measured_ops", "coverage", "path", "steps", "devices"}``:
         ``coverage`` the fraction of ops with a measured time (0..1), ``path`` the table's file,

@@ -25,7 +25,7 @@ from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
 from tasks.choices import TABLE_METHODS, TABLES, GpuCount, NonNegative, SizeName, TableMethod, TableModel, TableName
 from tasks.search import learner_config, learner_search
-from tracking import artifact_root, default_tracking_uri
+from tracking import artifact_root, default_tracking_uri, placement_home
 from compgraph.paths import named_path
 
 METHODS = TABLE_METHODS  # the learners a row can search; the table's baselines always run
@@ -64,7 +64,7 @@ def placement_reproduce(
     methods: list[TableMethod] | None = None,
     budget: NonNegative = 0,
     seed: NonNegative = 0,
-    out_dir: str = "placement-runs",
+    out_dir: str = str(placement_home()),  # the user-level home when imported
     cache_dir: str | None = None,
     tracking_uri: str | None = None,
     fit_path: str | None = None,

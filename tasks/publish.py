@@ -101,6 +101,22 @@ def plot_urls(result: dict, tracking_uri: str, run_id: str | None) -> dict[str, 
     return out
 
 
+def _figure(x: float | None, digits: int = 5) -> float | None:
+    """``x`` to ``digits`` significant digits (``None`` stays ``None``)."""
+    return None if x is None else float(f"{x:.{digits}g}")
+
+
+def results_table_rows(result: dict) -> list[dict]:
+    """The rows of the results table artifact: one per method, fastest first, with its step time
+    (s), OOM, devices used and the ratios to the lower bound and the optimum, each figure to 5
+    significant digits, as the CLI's table (not Python's 17)."""
+    return [{"method": m, "step_time_s": _figure(r.get("step_time_s")), "oom": r.get("oom"),
+             "devices_used": len(set((r.get("placement") or {}).values())),
+             "x_lower_bound": _figure(r.get("x_lower_bound"), 3), "x_optimum": _figure(r.get("x_optimum"), 3)}
+            for m, r in sorted(result["methods"].items(), key=lambda kv: (kv[1].get("step_time_s") is None,
+                                                                           kv[1].get("step_time_s") or 0.0))]
+
+
 @task(name="publish-artifacts", cache_policy=NONE)
 def publish_experiment(result: dict) -> None:
     """Artifacts of the experiment: a table artifact (one row per method, fastest first), an image
@@ -109,18 +125,17 @@ def publish_experiment(result: dict) -> None:
     key = _key(f"placement-{result['model']}-{result['size']}-{result['cluster']}")
     uri, run_id = result.get("mlflow_tracking_uri") or "", result.get("mlflow_run_id")
     where = f"MLflow run `{run_id}` in `{uri}`" if run_id else f"not logged to MLflow yet: `placement log-run {result.get('run_dir')}`"
+    from tracking.advice import next_steps
+
+    advice = "".join(f"- {line}\n" for line in next_steps(result["recommendation"])) if "recommendation" in result else ""
     create_markdown_artifact(
         key=key,
         markdown=f"# {result['model']} ({result['size']}) on {result['cluster']} [{result['env']}]\n\n"
-                 f"{table2_markdown([result])}\n\nStep times in seconds. {where}. Run folder: `{result.get('run_dir')}`.\n",
+                 f"{table2_markdown([result])}\n\nStep times in seconds. {where}. Run folder: `{result.get('run_dir')}`.\n"
+                 + (f"\n## Next steps\n\n{advice}" if advice else ""),
         description="placement results (2017 Table 2 shape)",
     )
-    rows = [{"method": m, "step_time_s": r.get("step_time_s"), "oom": r.get("oom"),
-             "devices_used": len(set((r.get("placement") or {}).values())),
-             "x_lower_bound": r.get("x_lower_bound"), "x_optimum": r.get("x_optimum")}
-            for m, r in sorted(result["methods"].items(), key=lambda kv: (kv[1].get("step_time_s") is None,
-                                                                           kv[1].get("step_time_s") or 0.0))]
-    create_table_artifact(key=f"{key}-table", table=rows,
+    create_table_artifact(key=f"{key}-table", table=results_table_rows(result),
                           description=f"{result['model']} ({result['size']}) on {result['cluster']} "
                                       f"[{result['env']}]: step time (s) per method, fastest first")
     for name, url in plot_urls(result, uri, run_id).items():

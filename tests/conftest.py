@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +22,31 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 #: a loaded 2-core CI machine exceeded (6 errors at setup, CI of stop 32).
 PREFECT_STARTUP_LIMIT_S = 600
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+#: The suite's user-level home (``PLACEMENT_HOME``, :func:`tracking.placement_home`): a fresh temporary folder,
+#: set before any project module is imported (the flows take their default out-dir from it at import), so no
+#: test, and no command a test starts, writes into the real user data folder. Removed when the session ends.
+SUITE_HOME = tempfile.mkdtemp(prefix="placement-home-")
+os.environ["PLACEMENT_HOME"] = SUITE_HOME
+#: Where the platform's user data folder points during the suite (Linux: ``XDG_DATA_HOME``), for a test that
+#: unsets ``PLACEMENT_HOME``: inside the temporary home too.
+SUITE_XDG_DATA_HOME = os.path.join(SUITE_HOME, "xdg-data")
+os.environ["XDG_DATA_HOME"] = SUITE_XDG_DATA_HOME
+
+
+@pytest.fixture(autouse=True)
+def _suite_home(monkeypatch):
+    """Every test starts with ``PLACEMENT_HOME`` and ``XDG_DATA_HOME`` at the suite's temporary folders
+    (restored if an earlier test changed them without ``monkeypatch``)."""
+    monkeypatch.setenv("PLACEMENT_HOME", SUITE_HOME)
+    monkeypatch.setenv("XDG_DATA_HOME", SUITE_XDG_DATA_HOME)
+    yield
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the suite's temporary home."""
+    import shutil
+
+    shutil.rmtree(SUITE_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -219,3 +219,61 @@ def test_an_outage_warns_once_a_minute_and_loses_no_point(tmp_path, monkeypatch)
     run_id = rec.child_ids["post"]
     assert [m.step for m in _client(tmp_path).get_metric_history(run_id, "best_step_time_s")] == list(range(1, 202))
     rec.finish("recorded")
+
+
+def test_runs_are_named_by_what_differs_and_the_runs_table_shows_key_metrics(tmp_path, monkeypatch):
+    """Two runs that differ only in budget (issue 37: both were `rnnlm-small-k80x2-sim-seed0`) get names
+    that tell them apart (model, size, cluster, env, learners, budget, seed, time stamp); the parent run
+    carries the run's best step time and recommended method; the experiment carries MLflow's shared view
+    that the printed link opens, and its columns are metrics the runs have; `placement compare` without
+    --out-dir reads the home's store."""
+    import re
+    from urllib.parse import parse_qs, urlsplit
+
+    from cli.main import app
+    from tracking import KEY_METRICS, artifact_root, record_experiment, runs_page
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PLACEMENT_HOME", str(home))
+    uri = f"sqlite:///{home / 'mlflow.db'}"
+    results = {m: {"step_time_s": t, "oom": False, "placement": {"g0": "/gpu:0", "g1": "/gpu:1"}}
+               for m, t in (("single_gpu", 2.0), ("expert", 1.6), ("rl", 1.2), ("post", None))}
+    results["post"]["oom"] = True
+    ids = []
+    for budget, stamp in ((200, "20261126-101500"), (1000, "20261126-101733")):
+        params = {"model": "rnnlm", "size": "small", "cluster": "k80x2", "env": "sim", "seed": 0, "budget": budget,
+                  "methods": "single_gpu,expert,rl,post", "grouper": "2017", "learner_options": "{}"}
+        run_dir = tmp_path / f"{stamp}-rnnlm-small-k80x2-seed0"
+        run_dir.mkdir()
+        ids.append(record_experiment(uri, artifact_root(home), params, results,
+                                     {"best_baseline": "expert", "speedups": {"rl": 1.6 / 1.2 - 1, "post": None},
+                                      "speedup_over_best_baseline": 1.6 / 1.2 - 1}, {}, {}, None, run_dir=str(run_dir)))
+    client = _client(home)
+    parents = [client.get_run(i) for i in ids]
+    assert [p.info.run_name for p in parents] == ["rnnlm-small__k80x2-sim__rl,post__budget200__seed0__20261126-101500",
+                                                   "rnnlm-small__k80x2-sim__rl,post__budget1000__seed0__20261126-101733"]
+    p = parents[0]
+    assert p.data.metrics["best_step_time_s"] == 1.2 and p.data.metrics["x_best_baseline"] == pytest.approx(0.75)
+    assert p.data.tags["placement.recommended"] == "rl"
+    # the link opens the runs table ("Model training" view) with the shared view of the key metrics
+    link = urlsplit(runs_page(uri, ids[0]).replace("/#/", "/"))
+    assert re.fullmatch(r"/experiments/\d+/runs", link.path)
+    query = {k: v[0] for k, v in parse_qs(link.query).items()}
+    assert query["workflowType"] == "machine_learning"
+    tags = client.get_experiment(p.info.experiment_id).tags
+    view = json.loads(tags[f"mlflow.sharedViewState.{query['viewStateShareKey']}"])
+    assert isinstance(view["name"], str) and isinstance(view["createdAt"], int)  # the UI's saved-view envelope
+    columns = json.loads(view["state"])["selectedColumns"]
+    metric_columns = [c[len("metrics.`"):-1] for c in columns if c.startswith("metrics.`")]
+    assert metric_columns == list(KEY_METRICS)
+    runs = client.search_runs([p.info.experiment_id])
+    logged = {k for r in runs for k in r.data.metrics}
+    assert set(metric_columns) <= logged, set(metric_columns) - logged
+    assert "tags.`placement.recommended`" in columns
+    before = dict(tags)  # the view is written once, not on every run
+    record_experiment(uri, artifact_root(home), {"model": "rnnlm"}, results, {"best_baseline": "expert"}, {}, {}, None)
+    assert client.get_experiment(p.info.experiment_id).tags == before
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["compare", "--json", "-"])
+    assert r.exit_code == 0, r.output
+    assert {row["budget"] for row in json.loads(r.stdout)} >= {"200", "1000"}

@@ -289,3 +289,78 @@ def test_keras_errors(keras_module, func, match):
 def test_keras_bad_spec(spec, match):
     with pytest.raises(UserGraphError, match=match):
         load_keras(spec)
+
+
+def test_a_spec_can_name_a_python_file(tmp_path, monkeypatch):
+    """`--torch my_cnn.py:cnn` and `--torch nets/my_cnn.py:cnn` (issue 37: refused, only module:function
+    worked): the file, relative to the current folder, runs as a module of its own with its folder
+    first on sys.path; two files of one name stay apart; a bad file or function is one line naming it."""
+    from compgraph.user_graph import parse_spec, resolve_user_function
+
+    nets = tmp_path / "nets"
+    nets.mkdir()
+    (nets / "helper.py").write_text("WIDTH = 7\n")
+    (nets / "my_cnn.py").write_text("from helper import WIDTH\n\ndef cnn():\n    return ('nets', WIDTH)\n")
+    (tmp_path / "my_cnn.py").write_text("def cnn():\n    return 'top'\n\nNOT_CALLABLE = 3\n")
+    monkeypatch.chdir(tmp_path)
+    assert parse_spec("my_cnn.py:cnn") == ("file", "my_cnn.py", "cnn")  # a file, not module 'my_cnn.py'
+    assert parse_spec("pkg.mod:fn") == ("module", "pkg.mod", "fn")
+    fn, name = resolve_user_function("nets/my_cnn.py:cnn", "torch")
+    assert (fn(), name) == (("nets", 7), "cnn")  # its sibling module imported from its own folder
+    assert resolve_user_function("my_cnn.py:cnn", "torch")[0]() == "top"
+    assert resolve_user_function(str(nets / "my_cnn.py") + ":cnn", "torch")[0] is fn  # the same file: run once
+    assert str(nets) not in sys.path
+    for spec, message in [
+        ("nets/nope.py:cnn", f"torch 'nets/nope.py:cnn': no file 'nets/nope.py' in {tmp_path}"),
+        ("my_cnn.py:dnn", "torch 'my_cnn.py:dnn': file 'my_cnn.py' has no function 'dnn'"),
+        ("my_cnn.py:NOT_CALLABLE", "file 'my_cnn.py' has no function 'NOT_CALLABLE'"),
+        ("my_cnn.py", "torch spec 'my_cnn.py': expected 'module:function' or 'path/to/file.py:function'"),
+    ]:
+        with pytest.raises(UserGraphError) as exc:
+            resolve_user_function(spec, "torch")
+        assert message in str(exc.value) and "\n" not in str(exc.value)
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
+    with pytest.raises(UserGraphError, match="running 'broken.py' failed: RuntimeError: no GPU here"):
+        resolve_user_function("broken.py:f", "keras")
+
+
+def test_the_probe_runs_a_file_spec_in_its_child(tmp_path, monkeypatch):
+    """A file spec whose function ends its process is caught in the child (as a module spec's)."""
+    from compgraph.user_graph import probe_user_function
+
+    (tmp_path / "ends.py").write_text("import os\n\ndef build():\n    os._exit(3)\n\ndef fine():\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserGraphError, match=r"the function build\(\) ended its process \(exit code 3\)"):
+        probe_user_function("ends.py:build", "torch")
+    probe_user_function("ends.py:fine", "torch")
+
+
+def test_graph_stats_takes_a_torch_file(tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "nets" / "my_cnn.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def cnn():
+            body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = body
+
+                def forward(self, x, y):
+                    return nn.functional.cross_entropy(self.body(x), y)
+            return Net(), (torch.randn(4, 8), torch.randint(0, 4, (4,)))
+    """))
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(app, ["graph-stats", "--torch", "nets/my_cnn.py:cnn", "--json", "-"])
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.stdout)
+    assert stats["model"] == "nets/my_cnn.py:cnn" and stats["ops"] > 10

@@ -27,6 +27,27 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 EXPERIMENT_NAME = "placement-experiment"
 
+HOME_ENV = "PLACEMENT_HOME"
+"""The environment variable naming the user-level folder of every run (:func:`placement_home`)."""
+APP_NAME = "device-placement"
+"""The application's name in the platform's user data folder (:func:`placement_home`)."""
+
+
+def placement_home() -> Path:
+    """The folder every command writes to when no ``--out-dir`` is given, so that runs started
+    from any folder land in one MLflow store (``<home>/mlflow.db``) that ``placement compare``
+    and the printed MLflow UI command read: ``$PLACEMENT_HOME`` (``~`` expanded, made absolute)
+    when set and not empty, else the user data folder of :data:`APP_NAME` by the platform's
+    conventions (``platformdirs.user_data_path``: ``$XDG_DATA_HOME/device-placement`` or
+    ``~/.local/share/device-placement`` on Linux, ``~/Library/Application Support/device-placement``
+    on macOS, ``%LOCALAPPDATA%\\device-placement`` on Windows). Nothing is created here."""
+    given = os.environ.get(HOME_ENV, "").strip()
+    if given:
+        return Path(given).expanduser().absolute()
+    from platformdirs import user_data_path
+
+    return user_data_path(APP_NAME, appauthor=False)
+
 
 def default_tracking_uri(out_dir: str | Path) -> str:
     """``sqlite:///<abs out_dir>/mlflow.db``."""
@@ -55,7 +76,45 @@ def runs_page(tracking_uri: str, run_id: str) -> str | None:
     except Exception:  # noqa: BLE001 (a link is a convenience)
         return None
     base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{exp}/runs?workflowType=machine_learning"
+    return f"{base}/#/experiments/{exp}/runs?workflowType=machine_learning&viewStateShareKey={RUNS_VIEW}"
+
+
+RUNS_VIEW = "placement-key-metrics"
+"""The id of the runs-table view every experiment carries (:func:`runs_view_tag`) and :func:`runs_page` opens."""
+KEY_METRICS = ("best_step_time_s", "step_time_s", "x_best_baseline", "speedup_over_best_baseline")
+"""The metrics shown as columns of the runs table (:func:`runs_view_tag`): on an experiment's parent run the
+step time of its best placement, that over the best baseline's and the best learner's speedup; on a method's
+nested run its own step time, that over the best baseline's and (a learner) its best step time."""
+KEY_TAGS = ("placement.recommended",)
+"""The tags shown as columns of the runs table: the method whose placement the run recommends."""
+
+
+def runs_view_tag() -> tuple[str, str]:
+    """``(key, value)`` of the experiment tag that gives MLflow's runs table its columns.
+
+    MLflow 3.17's experiment page shows no metric column until one is picked; a view shared with
+    its "Share" button is an experiment tag ``mlflow.sharedViewState.<id>`` whose value is the
+    page's state, opened by the URL parameter ``viewStateShareKey=<id>`` (read from the UI's
+    bundle: ``mlflow/server/js``, ``viewStateShareKey`` and ``mlflow.sharedViewState.``; a saved
+    view's envelope ``{name, createdAt, updatedAt, state}``). This one selects :data:`KEY_METRICS`
+    and :data:`KEY_TAGS` (canonical keys ``metrics.`name``` and ``tags.`name```), so the link of
+    :func:`runs_page` opens the runs table with them as columns."""
+    import json
+
+    columns = [*(f"metrics.`{m}`" for m in KEY_METRICS), *(f"tags.`{t}`" for t in KEY_TAGS)]
+    state = json.dumps({"selectedColumns": columns}, separators=(",", ":"))
+    now = int(time.time() * 1000)
+    envelope = {"name": "placement: key metrics", "createdAt": now, "updatedAt": now, "state": state}
+    return f"mlflow.sharedViewState.{RUNS_VIEW}", json.dumps(envelope, separators=(",", ":"))
+
+
+def _same_view(current: str | None, wanted: str) -> bool:
+    import json
+
+    try:
+        return current is not None and json.loads(current)["state"] == json.loads(wanted)["state"]
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def experiment_id(client, name: str, artifact_location: str) -> str:
@@ -67,13 +126,17 @@ def experiment_id(client, name: str, artifact_location: str) -> str:
 
     The experiment carries ``mlflow.experimentKind = custom_model_development`` (a model-training
     experiment, not a GenAI one). MLflow 3.17's UI still opens on the GenAI overview unless the
-    page asks for the "Model training" view: :func:`runs_page` gives that link.
+    page asks for the "Model training" view: :func:`runs_page` gives that link. It also carries
+    the runs-table view of the key metrics (:func:`runs_view_tag`), which that link opens.
     """
     with _sqlite_lock(client.tracking_uri):
         exp = client.get_experiment_by_name(name)
         exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
         if exp is None or exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
             client.set_experiment_tag(exp_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        view_key, view = runs_view_tag()
+        if exp is None or not _same_view(exp.tags.get(view_key), view):
+            client.set_experiment_tag(exp_id, view_key, view)
         return exp_id
 
 
@@ -121,11 +184,54 @@ def code_version_tags() -> dict[str, str]:
 _CODE_TAGS: dict[str, str] | None = None
 
 
-def run_title(params: dict) -> str:
-    """An experiment's parent run name, ``<model>-<size>-<cluster>-<env>-seed<N>`` (a missing field is left out)."""
-    parts = [params.get(k) for k in ("model", "size", "cluster", "env")]
-    seed = params.get("seed")
-    return "-".join([*(str(p) for p in parts if p not in (None, "")), *([f"seed{seed}"] if seed is not None else [])])
+STAMP_FORMAT = "%Y%m%d-%H%M%S"
+"""The time stamp of run names and run folders (local time, to the second)."""
+
+
+def run_title(params: dict, started: str | None = None) -> str:
+    """An experiment's parent run name: what tells runs apart, in CleanRL's
+    ``{env}__{exp}__{seed}__{time}`` spirit, ``__`` between the parts::
+
+        <model>-<size>__<cluster>-<env>__<learners>__budget<N>__seed<S>__<started>
+        rnnlm-small__k80x2-sim__rl,post__budget200__seed0__20261126-101500
+
+    ``learners``: the methods of ``params["methods"]`` (comma-separated) that are not baselines
+    (:data:`baselines.BASELINES`), else all of them; a user's graph named by a path keeps its
+    last component (``nets/my_cnn.py:cnn`` -> ``my_cnn.py:cnn``); ``started``: the run's start,
+    :data:`STAMP_FORMAT`. A part whose fields are all missing is left out.
+    """
+    def given(key):
+        value = params.get(key)
+        return None if value in (None, "") else str(value)
+
+    model = given("model")
+    methods = [m for m in (given("methods") or "").split(",") if m]
+    if methods:
+        from baselines import BASELINES
+
+        methods = [m for m in methods if m not in BASELINES] or methods
+    parts = ["-".join(p for p in (model and model.rstrip("/").rsplit("/", 1)[-1], given("size")) if p),
+             "-".join(p for p in (given("cluster"), given("env")) if p),
+             ",".join(methods),
+             f"budget{params['budget']}" if given("budget") else "",
+             f"seed{params['seed']}" if given("seed") else "",
+             started or ""]
+    return "__".join(p for p in parts if p)
+
+
+def run_stamp(run_dir: str | Path | None = None, start_time_ms: int | None = None) -> str | None:
+    """A run's :data:`STAMP_FORMAT` time stamp: the one that opens its run folder's name
+    (``<stamp>-<model>-...``, :func:`tracking.live.run_folder`), else its MLflow ``start_time``
+    (milliseconds); ``None`` when neither is known."""
+    import re
+
+    if run_dir is not None:
+        m = re.match(r"(\d{8}-\d{6})(?:-|$)", Path(run_dir).name)
+        if m:
+            return m.group(1)
+    if start_time_ms is not None:
+        return time.strftime(STAMP_FORMAT, time.localtime(start_time_ms / 1000))
+    return None
 
 
 def new_run(client, exp_id: str, run_name: str, tags: dict | None = None):
@@ -189,16 +295,28 @@ def record_experiment(
     client = mlflow_client(tracking_uri)
     exp_id = experiment_id(client, EXPERIMENT_NAME, artifact_location)
     tags = {"prefect.flow_run_id": prefect_flow_run_id or "", "placement.kind": "experiment"}
+    started = run_stamp(run_dir)
     if run_ids:
         pid = run_ids["parent"]
+        started = started or run_stamp(start_time_ms=client.get_run(pid).info.start_time)
     else:
-        parent = new_run(client, exp_id, run_title(params), tags)
+        started = started or time.strftime(STAMP_FORMAT)
+        parent = new_run(client, exp_id, run_title(params, started), tags)
         pid = parent.info.run_id
-    client.set_tag(pid, "mlflow.runName", run_title(params))  # the model is known only now (a run made at the start)
+    # the model is known only now (a run made at the start)
+    client.set_tag(pid, "mlflow.runName", run_title(params, started))
     now = int(time.time() * 1000)
     client.log_batch(pid, params=[Param(k, str(v)) for k, v in params.items()])
     parent_metrics = [Metric(f"{m}.step_time_s", r["step_time_s"], now, 0) for m, r in results.items() if r["step_time_s"] is not None]
     parent_metrics += [Metric(k, v, now, 0) for k, v in summary.items() if isinstance(v, float)]
+    from tracking.advice import best_placement
+
+    best_run = best_placement(results, summary.get("best_baseline"))
+    if best_run is not None:  # columns of the runs table (KEY_METRICS): the run's best placement
+        parent_metrics.append(Metric("best_step_time_s", best_run["step_time_s"], now, 0))
+        if best_run.get("x_best_baseline") is not None:
+            parent_metrics.append(Metric("x_best_baseline", best_run["x_best_baseline"], now, 0))
+        client.set_tag(pid, "placement.recommended", best_run["method"])
     if parent_metrics:
         client.log_batch(pid, metrics=parent_metrics)
     client.log_dict(pid, {"results": results, "summary": summary}, "results.json")

@@ -129,12 +129,17 @@ class ExperimentRecorder:
             on every run, with ``placement.host`` and ``placement.pid``; runs of the same settings
             left RUNNING by a process that is gone (SIGKILL, a crash) end KILLED here
             (:func:`end_stale_runs`), and with ``resume`` those of another host too.
+        started: the time stamp in the parent run's name (:func:`tracking.run_title`; the run
+            folder's, :data:`tracking.STAMP_FORMAT`); default: now.
     """
 
     def __init__(self, tracking_uri: str, artifact_location: str, params: dict, methods: list[str], spool: bool = False,
                  parent_run_id: str | None = None, prefect_flow_run_id: str | None = None,
-                 settings: dict | None = None, resume: bool = False):
+                 settings: dict | None = None, resume: bool = False, started: str | None = None):
+        from tracking import STAMP_FORMAT
+
         self.spool = spool
+        self.started = started or time.strftime(STAMP_FORMAT)
         self.client = None
         self.parent_id: str | None = None
         self.child_ids: dict[str, str] = {}
@@ -170,7 +175,7 @@ class ExperimentRecorder:
                      "placement.pid": str(os.getpid())}
             self.stale_ended = end_stale_runs(self.client, exp_id, owner["placement.settings_hash"], resume)
         tags.update(owner)
-        run = new_run(self.client, exp_id, run_title(params), tags)
+        run = new_run(self.client, exp_id, run_title(params, self.started), tags)
         self.parent_id = run.info.run_id
         self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()])
         for method in methods:
@@ -192,7 +197,7 @@ class ExperimentRecorder:
             from tracking import run_title
 
             self._params = {**self._params, **params}
-            tags = [RunTag("mlflow.runName", run_title(self._params))]  # now with model, size and cluster
+            tags = [RunTag("mlflow.runName", run_title(self._params, self.started))]  # now with model, size and cluster
             self._safe(lambda: self.client.log_batch(self.parent_id, params=[Param(k, str(v)) for k, v in params.items()],
                                                      tags=tags))
 
