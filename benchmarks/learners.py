@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from compgraph.prepare import prepare
     from placer import LEARNERS
     from placer.search import run_search
+    from tasks.search import warm_start_config
 
     torch.set_num_threads(1)
     methods = {m: (m, {}) for m in (args.methods.split(",") if args.methods else LEARNERS)}
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                                     "baselines": {m: row["step_time_s"] for m, row in r["methods"].items() if m != "optimum"},
                                     "best_baseline": r["best_baseline"], "optimum_s": r.get("optimum_s")}
             save()
+        starts: dict = {}  # the warm-started learners' start (placer.warm): the best baseline, resolved once a graph
         for label, (name, options) in methods.items():
             cls = LEARNERS[name]
             grouping = colocation_grouping(prepared.graph) if cls.units == "colocation" else None
@@ -133,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 if (key, label, seed, budget) in done:
                     continue
-                learner = cls(env, cls.Config(budget=budget, seed=seed, **options))
+                config, _ = warm_start_config(name, cls.Config(budget=budget, seed=seed, **options), prepared, spec,
+                                              "sim", cache=starts)
+                learner = cls(env, config)
                 cpu = time.process_time()
                 r = run_search(learner, env)
                 cpu = time.process_time() - cpu

@@ -77,7 +77,7 @@ EXPERIMENT_FLAGS = {
     "--signature": "source.signature", "--keras": "source.spec", "--torch": "source.spec",
     "--torch-optimizer": "source.optimizer",
     "--cluster": "cluster", "--env": "env", "--methods": "methods", "--budget": "budget", "--seed": "seed",
-    "--train-steps": "train_steps",
+    "--train-steps": "train_steps", "--init-placement": "init_placement",
     "--grouper": "grouping.grouper", "--num-groups": "grouping.num_groups",
     "--k": "learners.rl.k", "--learner-option": "learners.*",
     "--controllers": "ray.controllers", "--workers": "ray.workers", "--gpus-per-worker": "ray.gpus_per_worker",
@@ -104,7 +104,7 @@ def experiment(
     model: Model = "rnnlm",
     size: Size = "small",
     cluster: Cluster = "k80x2",
-    methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce, local_search); default: every baseline that applies but optimum, rl and post"),
+    methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce, local_search, and each one started from the best baseline: rl_warm, post_warm, ...); default: every baseline that applies but optimum, rl, post, rl_warm and post_warm"),
     graph_def: GraphDef = None,
     keras: Keras = None,
     torch: Torch = None,
@@ -129,10 +129,11 @@ def experiment(
     ray_address: str = typer.Option(None, help="an existing Ray cluster (auto, host:port or ray://host:port); default: a local Ray on 127.0.0.1"),
     train_steps: int = typer.Option(100, help="training steps of the end-to-end evaluation of the best learned and best baseline placements (projected from the step time when --env sim)"),
     budget: int = typer.Option(1000, help="placements each learner samples"),
+    init_placement: str = typer.Option(None, "--init-placement", help="FILE: the warm-started learners (rl_warm, post_warm, ...) start from this op -> device JSON (`placement export --format json`) instead of the best baseline's placement"),
     k: int = typer.Option(None, help="placements per policy update (K) of rl (default: 2017's 8); the same as --learner-option rl.k=N"),
     seed: int = typer.Option(0, help="seed of the search"),
     env: Env = "sim",
-    out_dir: OutDir = "placement-runs",
+    out_dir: OutDir = None,
     tracking_uri: TrackingUri = None,
     json_path: Json = None,
     learner_option: LearnerOption = None,
@@ -153,7 +154,7 @@ def experiment(
         learner_settings.setdefault("rl", {}).setdefault("k", k)
     settings = {
         "source": source, "cluster": cluster, "env": env, "budget": budget, "seed": seed, "train_steps": train_steps,
-        "methods": method_list,
+        "methods": method_list, "init_placement": init_placement,
         "grouping": {"grouper": grouper, "num_groups": num_groups}, "learners": learner_settings,
         "ray": {"controllers": controllers, "workers": workers, "gpus_per_worker": gpus_per_worker,
                 "policy_device": policy_device, "async_updates": async_updates, "address": ray_address},
@@ -214,6 +215,9 @@ def _print_table(result: dict, to_stderr: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from rich.markup import escape
+
+    labels = result.get("labels") or {}  # the warm-started learners: "rl (warm: expert)" (placer.warm)
     console = Console(stderr=to_stderr)
     table = Table(title=f"{result['model']} ({result['size']}, {result['ops']} ops, {result['groups']} groups) on {result['cluster']} [{result['env']}]")
     table.add_column("method")
@@ -224,7 +228,7 @@ def _print_table(result: dict, to_stderr: bool) -> None:
     for method, row in result["methods"].items():
         t = "OOM" if row["oom"] else ("-" if row["step_time_s"] is None else f"{row['step_time_s']:.5f}")
         ratios = ["-" if row.get(k) is None else f"{row[k]:.2f}" for k in ("x_lower_bound", "x_optimum")]
-        table.add_row(method, t, str(len(set(row["placement"].values()))), *ratios)
+        table.add_row(escape(labels.get(method, method)), t, str(len(set(row["placement"].values()))), *ratios)
     console.print(table)
     if result.get("lower_bound_s") is not None:
         proven = {True: " (proven)", False: " (not proven)"}.get(result.get("optimum_proven"), "")
@@ -242,9 +246,13 @@ def _print_table(result: dict, to_stderr: bool) -> None:
         console.print(f"end-to-end training, {method}: {tr['steps']} steps in {tr['seconds']:.2f} s ({kind})")
     for learner, sp in result.get("speedups", {}).items():
         console.print(
-            f"speedup of {learner} over the best baseline ({result['best_baseline']}): {pct(sp['over_best_baseline'])}; "
+            f"speedup of {escape(labels.get(learner, learner))} over the best baseline ({result['best_baseline']}): {pct(sp['over_best_baseline'])}; "
             f"over expert: {pct(sp['over_expert'])}"
         )
+    from tracking.advice import next_steps
+
+    for line in next_steps(result.get("recommendation")):  # what to do next (tracking.advice)
+        console.print(line, soft_wrap=True, markup=False)
     console.print(f"wall time: {result['wall_time_s']:.1f} s; Prefect flow run: {result['prefect_flow_run_id']}")
     console.print(f"run folder: {result.get('run_dir')}", soft_wrap=True)
     if result["mlflow_run_id"] is None:

@@ -24,9 +24,13 @@ from tracking.progress import chain, say, stage
 
 
 def run_name() -> str:
-    """The flow run's name, as the MLflow parent run's: ``<model>-<size>-<cluster>-<env>-seed<N>``
-    (a user graph: its file or Keras spec for the model and ``user`` for the size; a spec file: its
-    stem for the cluster)."""
+    """The flow run's name, in the MLflow parent run's form (:func:`tracking.run_title`:
+    ``<model>-<size>__<cluster>-<env>__<learners>__budget<N>__seed<S>__<time>``; a user graph:
+    its file or Keras spec for the model and ``user`` for the size; a spec file: its stem for the
+    cluster; no methods given: the default learners)."""
+    from placer import DEFAULT_LEARNERS
+    from tracking import STAMP_FORMAT, run_title
+
     p = flow_run.parameters
     src = p.get("source") or {}
     src = src.model_dump() if hasattr(src, "model_dump") else dict(src)
@@ -35,7 +39,10 @@ def run_name() -> str:
     size = src.get("size", "small") if kind == "benchmark" else "user"
     cluster = str(p.get("cluster", "k80x2"))
     cluster = Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster
-    return f"{source}-{size}-{cluster}-{p.get('env', 'sim')}-seed{p.get('seed', 0)}"
+    methods = p.get("methods") or list(DEFAULT_LEARNERS)
+    return run_title({"model": source, "size": size, "cluster": cluster, "env": p.get("env", "sim"),
+                      "methods": ",".join(map(str, methods)), "budget": p.get("budget", 1000), "seed": p.get("seed", 0)},
+                     time.strftime(STAMP_FORMAT))
 
 
 def _flow_run_id() -> str | None:
@@ -50,6 +57,7 @@ def placement_experiment(
     methods: list[MethodName] | None = None,
     budget: Count = 1000,
     seed: NonNegative = 0,
+    init_placement: str | None = None,
     train_steps: NonNegative = 100,
     grouping: GroupingOptions = GroupingOptions(),
     learners: LearnerOptions = LearnerOptions(),  # type: ignore[valid-type]
@@ -71,9 +79,12 @@ def placement_experiment(
             (TensorFlow's own cost model).
         methods: baselines (baselines.BASELINES: single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo,
             m_etf, m_sct, optimum) and learners (placer.LEARNERS: rl, post, ppo, ce, pg, hierarchical, eagle,
-            eagle_ce, local_search); empty: every baseline that applies but optimum, then rl and post.
+            eagle_ce, local_search, and each one's warm-started variant: rl_warm...); empty: every baseline that
+            applies but optimum, then rl and post, then rl_warm and post_warm (started from the best baseline).
         budget: placements each learner samples.
         seed: seed of the searches.
+        init_placement: the warm-started learners (rl_warm, post_warm...: placer.warm) start from this op -> device
+            JSON file (placement export --format json) instead of the best baseline's placement.
         train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
         grouping: how ops are grouped: the grouper (empty: 2017 for benchmarks, heuristic for users' graphs) and
             the target number of groups of metis and fluid (empty: 256).
@@ -98,8 +109,8 @@ def placement_experiment(
         pydantic.ValidationError: settings that do not fit together (:class:`tasks.config.ExperimentConfig`).
     """
     config = ExperimentConfig(source=source, cluster=cluster, env=env, methods=methods, budget=budget, seed=seed,
-                              train_steps=train_steps, grouping=grouping, learners=learners, ray=ray, real=real,
-                              tracking=tracking)
+                              init_placement=init_placement, train_steps=train_steps, grouping=grouping,
+                              learners=learners, ray=ray, real=real, tracking=tracking)
     return run_experiment(config)
 
 
@@ -116,7 +127,8 @@ def run_experiment(config: ExperimentConfig) -> dict:
                 "seed": c.seed, "env": c.env, "grouper": c.grouping.grouper, "num_groups": c.grouping.num_groups,
                 "learner_options": learner_options, **({"int_bounds": c.real.int_bounds} if c.real.int_bounds else {})}
     recorder = ExperimentRecorder(uri, artifact_root(out), start_params(methods, c.budget, c.seed, c.env, learner_options),
-                                  methods, track.spool, track.parent_run_id, flow_run_id, settings, track.resume)
+                                  methods, track.spool, track.parent_run_id, flow_run_id, settings, track.resume,
+                                  started=stamp)
     # preprocess
     with stage("preprocess") as st:
         prepared = stages.preprocess(c.source, c.grouping.grouper, c.grouping.num_groups, track.graph_cache, c.seed,
@@ -140,7 +152,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
         return chain(recorder.callback(method, budget, get_run_logger()), search_progress_artifact(method, budget))
 
     searches = learner_searches(methods, prepared, size, spec, c.env, out, c.budget, c.seed, learner_options,
-                                track.resume, env_options, on_update, c.ray)
+                                track.resume, env_options, on_update, c.ray, baselines=dict(placements))
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for (a reference method)
     with stage("lower bound" + "".join(f" and {m}" for m in methods if m in BASELINES and BASELINES[m].reference)):

@@ -12,16 +12,21 @@ from placer.learner import Learner, LearnerConfig, Samples, register  # noqa: F4
 LEARNER_MODULES = {
     "rl": "reinforce", "post": "post", "ppo": "post_ablations", "ce": "post_ablations", "pg": "post_ablations",
     "hierarchical": "hierarchical", "eagle": "eagle", "eagle_ce": "eagle", "local_search": "local_search",
+    **{f"{m}_warm": "warm_learners" for m in ("rl", "post", "ppo", "ce", "pg", "hierarchical", "eagle", "eagle_ce",
+                                              "local_search")},
 }
-"""Learner name -> the module of ``placer`` that registers it (in registration order)."""
+"""Learner name -> the module of ``placer`` that registers it (in registration order): the learners as
+their papers start them, then their warm-started variants (``rl_warm``: :mod:`placer.warm`, in no paper)."""
 
 LEARNER_NAMES = tuple(LEARNER_MODULES)
 """Every learner's method name, known without importing torch (``tests/test_learners*`` check it
 against :data:`LEARNERS`)."""
 
-DEFAULT_LEARNERS = ("rl", "post")
+DEFAULT_LEARNERS = ("rl", "post", "rl_warm", "post_warm")
 """The learners the experiment runs when ``--methods`` is not given: the 2017 placer and Post
-(the two of 2017 Table 2 and Post Table 1); the others run when named."""
+(the two of 2017 Table 2 and Post Table 1) as their papers run them, then the same two started
+from the best baseline's placement (:mod:`placer.warm`; in no paper), so the default run ends with
+a learned placement at least as good as the best baseline; the others run when named."""
 
 
 def __getattr__(name: str):

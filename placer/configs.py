@@ -9,11 +9,15 @@ section) are in each class's docstring.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
 from placer.learner import LearnerConfig
+from placer.warm import WARM_SUFFIX
+
+WarmInit = Literal["uniform", "best_baseline", "placement"]
+"""A learner's ``init`` (:mod:`placer.warm`): the paper's start, or a warm start."""
 
 
 # placer.reinforce
@@ -67,6 +71,16 @@ class ReinforceConfig(LearnerConfig):
         baseline_samples: ``all`` (the paper: ``B`` moves with the mean reward of every
             sample) or ``ran``: ``B`` moves only with placements that ran (it stays where it
             is after an all-OOM batch), so OOM placements keep a positive ``R - B``.
+
+    Named option for the start (not in the 2017 paper, nor any other; :mod:`placer.warm`):
+        init: ``uniform`` (the paper: the network's random initialisation), ``best_baseline``
+            or ``placement`` (``init_placement``): a constant additive prior on each decoder
+            step's logits makes the start placement's device about ``init_prob`` likely, and
+            ``B`` starts at the first batch's mean reward instead of the failing signal (whose
+            exploration undid the start: small rnnlm on k80x2, 1,000 placements from expert's
+            0.07929 s, seeds 0-2: 0.07725, 0.07929, 0.07929 s with ``B`` from the failing
+            signal, the last 100 samples' median 0.107-0.28 s; 0.07655 s each from the first
+            batch, median 0.077-0.079 s).
     """
 
     budget: int = Field(400, ge=1)
@@ -86,6 +100,7 @@ class ReinforceConfig(LearnerConfig):
     grad_clip: float | None = Field(None, gt=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     baseline_samples: Literal["all", "ran"] = "all"
+    init: WarmInit = "uniform"
 
 
 # placer.post
@@ -124,6 +139,9 @@ class PostConfig(LearnerConfig):
             if a cross-entropy step had picked the single-GPU placement (every group on the
             first GPU) as the elite: ``(1 - epsilon)`` on that GPU plus ``epsilon`` uniform,
             Algorithm 1 line 12's mixing. The local-search reference starts there too.
+            ``best_baseline`` or ``placement`` (``init_placement``; no paper does this,
+            :mod:`placer.warm`): each group's distribution starts with ``init_prob`` on its
+            device in that placement, the rest uniform.
     """
 
     budget: int = Field(2400, ge=1)
@@ -141,7 +159,7 @@ class PostConfig(LearnerConfig):
     seed: int = 0
     cross_entropy: bool = True
     policy_update: Literal["ppo", "pg", "none"] = "ppo"
-    init: Literal["uniform", "single_gpu"] = "uniform"
+    init: Literal["uniform", "single_gpu", "best_baseline", "placement"] = "uniform"
     torch_threads: int | None = Field(1, ge=1)
 
 
@@ -207,6 +225,14 @@ class HierarchicalConfig(LearnerConfig):
     code's settings 5.87, 1.10, 0.13, 0.00 nats (gradient norm 0 from update 20 on);
     ``column_max`` + ``mean`` at 0.1: 2228, 816, 82, 42; at 0.01: 2228, 2204, 2118, 1893.
     EAGLE's own defaults (:mod:`placer.eagle`) are the same three.
+
+    Named option for the start (in no paper; :mod:`placer.warm`):
+        init: ``uniform`` (the code's random initialisation), ``best_baseline`` or ``placement``
+            (``init_placement``): constant additive priors on the grouper's logits (each unit to
+            the group of its start device) and the placer's (group ``d`` to device ``d``), each
+            ``sqrt(init_prob)`` likely (:func:`placer.warm.two_level_priors`); the baseline
+            starts at the first reward instead of the failing signal (as the 2017 placer's,
+            :class:`ReinforceConfig`).
     """
 
     k: int = Field(1, ge=1)
@@ -233,6 +259,7 @@ class HierarchicalConfig(LearnerConfig):
     input_scaling: Literal["raw", "column_max"] = "column_max"
     unit_pooling: Literal["sum", "mean"] = "mean"
     threads: int = Field(1, ge=1)
+    init: WarmInit = "uniform"
 
 
 # placer.eagle
@@ -267,6 +294,8 @@ class EagleConfig(LearnerConfig):
             thousands and every PPO ratio is clipped); ``raw``/``sum`` is the grappler's.
         threads: torch intra-op threads while sampling and updating
             (:func:`placer.hierarchical.policy_compute`).
+        init: ``uniform`` (random initialisation), ``best_baseline`` or ``placement``: as the
+            Hierarchical Planner's (:class:`HierarchicalConfig`; in no paper, :mod:`placer.warm`).
     """
 
     k: int = Field(10, ge=1)
@@ -292,6 +321,7 @@ class EagleConfig(LearnerConfig):
     input_scaling: Literal["raw", "column_max"] = "column_max"
     unit_pooling: Literal["sum", "mean"] = "mean"
     threads: int = Field(1, ge=1)
+    init: WarmInit = "uniform"
 
 
 # placer.eagle
@@ -314,6 +344,8 @@ class LocalSearchConfig(LearnerConfig):
         patience: rounds without improvement before a restart (``None``: ``max(4, ceil(G (D-1) / k))``).
         kick: random moves applied to the best placement at a restart.
         seed: seeds the moves.
+        init: ``uniform``: start from ``start``; ``best_baseline`` or ``placement``
+            (``init_placement``): start from that placement instead (:mod:`placer.warm`).
     """
 
     budget: int = Field(2400, ge=1)
@@ -323,11 +355,29 @@ class LocalSearchConfig(LearnerConfig):
     start: Literal["single_gpu", "random"] = "single_gpu"
     patience: int | None = Field(None, ge=1)
     kick: int = Field(3, ge=1)
+    init: WarmInit = "uniform"
 
 
-CONFIGS: dict[str, type[LearnerConfig]] = {
+FAITHFUL_CONFIGS: dict[str, type[LearnerConfig]] = {
     "rl": ReinforceConfig, "post": PostConfig, "ppo": PPOConfig, "ce": CEConfig, "pg": PGConfig,
     "hierarchical": HierarchicalConfig, "eagle": EagleConfig, "eagle_ce": EagleCEConfig, "local_search": LocalSearchConfig,
 }
+"""Each learner with its paper's start -> its config."""
+
+
+def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
+    """``config`` with ``init="best_baseline"`` as its default: the config of the warm-started
+    variant of a learner (``rl_warm``...; :mod:`placer.warm`, in no paper)."""
+    name = config.__name__.removesuffix("Config") + "WarmConfig"
+    init: Any = (config.model_fields["init"].annotation, "best_baseline")
+    return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
+                        __doc__=f"{config.__name__} with ``init='best_baseline'``: the warm-started variant "
+                                "(placer.warm; no paper does this).", init=init)
+
+
+CONFIGS: dict[str, type[LearnerConfig]] = {
+    **FAITHFUL_CONFIGS, **{f"{m}{WARM_SUFFIX}": warm_config(c) for m, c in FAITHFUL_CONFIGS.items()},
+}
 """Learner name -> its config, known without torch (``tests/test_learners.py`` checks it is each
-learner's :attr:`placer.learner.Learner.Config`)."""
+learner's :attr:`placer.learner.Learner.Config`): the faithful learners, then their warm-started
+variants (``rl_warm``...)."""

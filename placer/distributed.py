@@ -833,8 +833,9 @@ def distributed_search(
             request, an unknown learner, ``env_kind`` or ``policy_device``, a ``policy_device``
             the learner cannot run on (its ``policy_devices``), a bad ``ray_address``,
             GPUs asked of a Ray cluster that has fewer, ``env_kind="real"`` on GPUs without
-            ``gpus_per_worker``, an asynchronous search on a non-empty log, a log written with
-            other settings, or a logged placement that differs on replay.
+            ``gpus_per_worker``, an asynchronous search on a non-empty log or with a warm start
+            (its start is placement 0 of synchronous rounds), a warm start without its ``init_ops``,
+            a log written with other settings, or a logged placement that differs on replay.
         TypeError: a learner without a policy module that does not override ``policy_state``.
         ConnectionError: no Ray cluster at ``ray_address``.
         TimeoutError: the actors did not start within ``start_timeout_s``.
@@ -883,6 +884,14 @@ def distributed_search(
     if grouping is not None:  # the learner's units: what controllers, server and workers see
         prepared = replace(prepared, grouping=grouping)
     pooled = learner_cls.pools
+    from placer.warm import start_units
+
+    # a warm start (placer.warm): placement 0, measured before any controller samples (search_loop)
+    start = start_units(config, prepared.grouping, len(spec.devices), learner_cls.name)
+    if start is not None and async_updates:
+        init = getattr(config, "init", "?")
+        raise ValueError(f"learner {learner_cls.name!r}: a warm start (init {init!r}) needs synchronous rounds (its "
+                         "start is measured first); leave async_updates off")
     header = {
         "graph": prepared.graph.name,
         "groups": prepared.grouping.num_groups,
@@ -923,7 +932,7 @@ def distributed_search(
                     ctl.run_async(SearchLedger(log, result), config.budget, on_update)
                 else:
                     search_loop(ctl, RayEvaluator(actors["pool"]), config.budget, result, log, on_update=on_update,
-                                grouping=prepared.grouping)
+                                grouping=prepared.grouping, start=start)
                 result.distributed = {"controllers": controllers, "workers": len(actors["pool"].workers),
                                       "async_updates": async_updates, "worker_retries": actors["pool"].retried,
                                       "controller_restarts": ctl.controller_restarts,

@@ -77,6 +77,7 @@ from placer.configs import EagleCEConfig, EagleConfig
 from placer.attention import additive_scores
 from placer.hierarchical import (
     LinearGrouper,
+    StepPrior,
     clip_and_step,
     failing_time,
     group_embeddings,
@@ -84,11 +85,12 @@ from placer.hierarchical import (
     sample_categorical,
     seeded_init,
     unit_inputs,
+    warm_priors,
 )
 from placer.learner import Learner, LearnerConfig, Samples, register
 
 
-class EaglePlacer(nn.Module):
+class EaglePlacer(StepPrior):
     """EAGLE's seq2seq placer (module docstring): attention before the decoder (Fig. 4a, the
     paper's choice) or, as a named option, after it (Fig. 4b, the Hierarchical Planner's, which
     EAGLE's Table II compares).
@@ -112,6 +114,7 @@ class EaglePlacer(nn.Module):
         h = hidden_size
         a = h if attention_size is None else attention_size
         self.h, self.d, self.attention = h, num_devices, attention
+        self._init_prior()  # a warm start's prior on each step's logits (placer.hierarchical.StepPrior)
         self.encoder = nn.LSTM(in_size, h // 2, batch_first=True, bidirectional=True)
         self.device_embedding = nn.Embedding(num_devices + 1, h)  # row D: <go>
         self.attn_enc = nn.Linear(h, a, bias=False)
@@ -130,6 +133,10 @@ class EaglePlacer(nn.Module):
         for w in (self.w_emb, self.w_ctx, self.w_hh):
             nn.init.uniform_(w, -bound, bound)
         self.out = nn.Linear(h, num_devices)
+
+    def _prior(self, logits: torch.Tensor, step: int) -> torch.Tensor:
+        """Step ``step``'s logits ``[K, D]`` plus the warm start's prior, if any."""
+        return logits if self.prior is None else logits + self.prior[step]
 
     def _encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``x [K, G, E]`` -> ``(encoder outputs [K, G, H], keys [K, G, H], h0 [K, H], c0 [K, H])``."""
@@ -168,11 +175,11 @@ class EaglePlacer(nn.Module):
             hx = torch.sigmoid(og) * torch.tanh(cx)
             hproj = hx @ w_h
             if self.attention == "before":
-                lp = torch.log_softmax(self.out(hx), dim=1)
+                lp = torch.log_softmax(self._prior(self.out(hx), i), dim=1)
             else:  # the LSTM's output h_t attends, then [h_t, c_t] -> logits
                 query = hproj[:, 4 * h :] + self.attn_dec.bias
                 context = (torch.softmax(additive_scores(keys, query.unsqueeze(1), v), dim=2) @ enc).squeeze(1)
-                lp = torch.log_softmax(self.out(torch.cat([hx, context], dim=1)), dim=1)
+                lp = torch.log_softmax(self._prior(self.out(torch.cat([hx, context], dim=1)), i), dim=1)
             a = sample_categorical(lp, generator) if actions is None else actions[:, i]
             logps.append(lp.gather(1, a.unsqueeze(1)).squeeze(1))
             ent = ent + (-(lp.exp() * lp).sum(1))
@@ -196,7 +203,8 @@ class EaglePlacer(nn.Module):
         prev = torch.cat([actions.new_full((k, 1), self.d), actions[:, :-1]], dim=1)
         out, _ = self.decoder(self.device_embedding(prev), (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
         context = torch.softmax(additive_scores(keys, self.attn_dec(out), self.attn_v.weight[0]), dim=2) @ enc
-        lp_all = torch.log_softmax(self.out(torch.cat([out, context], dim=2)), dim=2)  # [K, G, D]
+        logits = self.out(torch.cat([out, context], dim=2))  # [K, G, D]
+        lp_all = torch.log_softmax(logits if self.prior is None else logits + self.prior[:g], dim=2)
         return lp_all.gather(2, actions.unsqueeze(2)).squeeze(2), -(lp_all.exp() * lp_all).sum(dim=(1, 2))
 
 
@@ -207,6 +215,9 @@ class Eagle(Learner):
     Placements are ``[K, U]`` device indices of ``env.grouping``'s colocation units.
     ``Samples.extra``: ``groups`` int64 ``[K, U]``, ``actions`` int64 ``[K, G]``,
     ``embeddings`` float32 ``[K, G, 2G + T + S]`` (without the link RNN's part).
+    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`)
+    adds constant priors to the grouper's and the placer's logits
+    (:func:`placer.hierarchical.warm_priors`).
     """
 
     name: ClassVar[str] = "eagle"
@@ -237,6 +248,7 @@ class Eagle(Learner):
         self.optimizer = torch.optim.Adam(self.params, lr=c.learning_rate)
         self.generator = torch.Generator().manual_seed(c.seed)
         self.failing_time_s = failing_time(env, c.failing_time_s)
+        self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, c.init_prob, self.placer)
         self.baseline: float | None = None
         self.sampled = 0
         self.updates = 0
@@ -249,6 +261,11 @@ class Eagle(Learner):
     def batch_size(self) -> int:
         return self.config.k
 
+    def _group_logits(self) -> torch.Tensor:
+        """The grouper's logits ``[U, G]``, plus a warm start's prior (``group_prior``) when there is one."""
+        logits = self.grouper(self._x)
+        return logits if self.group_prior is None else logits + self.group_prior
+
     def _placer_inputs(self, embeddings: torch.Tensor) -> torch.Tensor:
         """Group embeddings ``[K, G, E]`` + the link RNN over the grouper's ``W2`` columns -> ``[K, G, E + link]``."""
         link, _ = self.link(self.grouper.w2.T.unsqueeze(0))  # [1, G, link]
@@ -258,7 +275,7 @@ class Eagle(Learner):
                   ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-decision ``(log p [K, U + G], mean entropy per decision [K])`` of groupings
         (one decision per unit) and placements (one per group), with gradient."""
-        glp = torch.log_softmax(self.grouper(self._x), dim=1)  # [U, G]
+        glp = torch.log_softmax(self._group_logits(), dim=1)  # [U, G]
         glogp = glp[torch.arange(glp.shape[0]), groups]  # [K, U]
         gent = -(glp.exp() * glp).sum()
         plogp, pent = self.placer.score(self._placer_inputs(embeddings), actions)
@@ -269,7 +286,7 @@ class Eagle(Learner):
         """Sample ``k`` (grouping, placement) pairs; placements are ``[k, U]`` unit devices."""
         c = self.config
         with torch.no_grad(), policy_compute(c.threads):
-            glp = torch.log_softmax(self.grouper(self._x), dim=1)  # [U, G], the same for all k
+            glp = torch.log_softmax(self._group_logits(), dim=1)  # [U, G], the same for all k
             groups = torch.multinomial(glp.exp(), k, replacement=True, generator=self.generator).T.contiguous()
             glogp = glp.gather(1, groups.T).T  # [k, U]
             emb = group_embeddings(self.inputs, groups, self.num_groups)

@@ -216,6 +216,30 @@ class LinearGrouper(nn.Module):
         return torch.sqrt(sq / (num_ops * w.shape[1])).float()
 
 
+class StepPrior(nn.Module):
+    """A placer whose step ``i`` logits get a constant log-prior ``prior[i]`` (``[G, D]``): a warm
+    start (:mod:`placer.warm`; in no paper). ``None`` (the default): the paper's placer. A
+    non-persistent buffer: it moves with the module, and is not in the state dict (rebuilt from
+    the config)."""
+
+    prior: torch.Tensor | None
+    d: int
+
+    def _init_prior(self) -> None:
+        self.register_buffer("prior", None, persistent=False)
+
+    def set_prior(self, log_prior) -> None:
+        """Set the prior, float ``[num_groups, num_devices]`` (e.g. :func:`placer.warm.two_level_priors`'s second).
+
+        Raises:
+            ValueError: not ``[G, num_devices]``.
+        """
+        prior = torch.as_tensor(log_prior, dtype=torch.float32)
+        if prior.dim() != 2 or prior.shape[1] != self.d:
+            raise ValueError(f"prior: shape {list(prior.shape)}, expected [groups, {self.d}] (groups, devices)")
+        self.prior = prior
+
+
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One draw per row of ``logits [..., C]`` (Gumbel-max): int64 ``[...]``."""
     u = torch.rand(logits.shape, generator=generator).clamp_(1e-20, 1.0)
@@ -230,6 +254,20 @@ def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, 
         norm = torch.nn.utils.clip_grad_norm_(params, grad_clip)
     optimizer.step()
     return float(norm)
+
+
+def warm_priors(start: np.ndarray | None, num_groups: int, num_devices: int, prob: float,
+                placer: StepPrior) -> torch.Tensor | None:
+    """A grouper + placer learner's warm start (:mod:`placer.warm`; in no paper): sets the placer's
+    step prior and returns the grouper's (float32 ``[U, G]``, added to its logits), from the unit
+    placement ``start`` (:func:`placer.warm.two_level_priors`); ``None`` and nothing set without one."""
+    if start is None:
+        return None
+    from placer.warm import two_level_priors
+
+    grouper_prior, placer_prior = two_level_priors(start, num_groups, num_devices, prob)
+    placer.set_prior(placer_prior)
+    return torch.from_numpy(grouper_prior).float()
 
 
 def failing_time(env: Environment, failing_time_s: float | None) -> float:
@@ -264,7 +302,7 @@ def seeded_init(seed: int, build):
 # --------------------------------------------------------------------------------------
 
 
-class HierarchicalPlacer(nn.Module):
+class HierarchicalPlacer(StepPrior):
     """The grappler seq2seq placer over ``G`` group embeddings (module docstring).
 
     Args:
@@ -289,6 +327,7 @@ class HierarchicalPlacer(nn.Module):
         self.attn_w2 = nn.Parameter(torch.empty(h, a))
         self.attn_v = nn.Parameter(torch.empty(a, 1))
         self.device_softmax = nn.Parameter(torch.empty(h + a, num_devices))  # [h_t, context_t] -> logits
+        self._init_prior()  # a warm start's prior on the (transformed) logits: StepPrior
         for name, p in self.named_parameters():
             if "bias" in name:
                 nn.init.zeros_(p)
@@ -315,6 +354,8 @@ class HierarchicalPlacer(nn.Module):
         logits = torch.cat([h, context], dim=2) @ self.device_softmax / self.temperature
         if self.tanh_constant > 0:
             logits = torch.tanh(logits) * self.tanh_constant
+        if self.prior is not None:
+            logits = logits + self.prior[: logits.shape[1]]
         return logits
 
     @torch.no_grad()
@@ -335,7 +376,7 @@ class HierarchicalPlacer(nn.Module):
         prev = torch.full((k,), self.d, dtype=torch.long)
         actions, noises = [], []
         logp = torch.zeros(k)
-        for _ in range(g):
+        for i in range(g):
             ig, fg, gg, og = (emb_gates[prev] + rec).chunk(4, dim=1)
             cx = torch.sigmoid(fg) * cx + torch.sigmoid(ig) * torch.tanh(gg)
             hx = torch.sigmoid(og) * torch.tanh(cx)
@@ -346,7 +387,9 @@ class HierarchicalPlacer(nn.Module):
             logits = (hx @ w_out_h + context @ w_out_c) / self.temperature
             if self.tanh_constant > 0:
                 logits = torch.tanh(logits) * self.tanh_constant
-            noise = _noise(logits, noise_std, generator)
+            noise = _noise(logits, noise_std, generator)  # scaled by the network's logits, not the prior's
+            if self.prior is not None:
+                logits = logits + self.prior[i]
             a = sample_categorical(logits + noise, generator)
             logp += torch.log_softmax(logits + noise, dim=1).gather(1, a.unsqueeze(1)).squeeze(1)
             actions.append(a)
@@ -386,6 +429,8 @@ class HierarchicalPlanner(Learner):
     ``Samples.extra``: ``groups`` int64 ``[K, U]`` (each unit's group), ``actions`` int64
     ``[K, G]`` (each group's device), ``group_noise`` ``[K, U, G]`` and ``place_noise``
     ``[K, G, D]`` (the logit noise the samples were drawn with, re-used to score them).
+    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`)
+    adds constant priors to the grouper's and the placer's logits (:func:`warm_priors`).
     """
 
     name: ClassVar[str] = "hierarchical"
@@ -419,12 +464,20 @@ class HierarchicalPlanner(Learner):
         self.generator = torch.Generator().manual_seed(c.seed)
         self.failing_time_s = failing_time(env, c.failing_time_s)
         self.failing_signal = math.sqrt(self.failing_time_s)
-        self.baseline = self.failing_signal  # start_with_failing_signal=True
+        # start_with_failing_signal=True; a warm start (placer.warm) starts B at its first reward instead: the
+        # failing signal's exploration would undo the start
+        self.baseline: float | None = self.failing_signal if self.start is None else None
+        self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, c.init_prob, self.placer)
         self.updates = 0
 
     @property
     def batch_size(self) -> int:
         return self.config.k
+
+    def _group_logits(self) -> torch.Tensor:
+        """The grouper's logits ``[U, G]``, plus a warm start's prior (``group_prior``) when there is one."""
+        logits = self.grouper(self._x)
+        return logits if self.group_prior is None else logits + self.group_prior
 
     def _noise_on(self) -> bool:
         return self.updates <= self.config.stop_noise_step  # the code: noise while global_step <= stop_noise_step
@@ -441,7 +494,7 @@ class HierarchicalPlanner(Learner):
         c = self.config
         noise_on = self._noise_on()
         with torch.no_grad(), policy_compute(c.threads):
-            logits = self.grouper(self._x).expand(k, -1, -1)  # [k, U, G]
+            logits = self._group_logits().expand(k, -1, -1)  # [k, U, G]
             if noise_on and c.logits_std_noise > 0:
                 # the sum over a unit's n ops of independent per-op noises: std x sqrt(n)
                 std = c.logits_std_noise * self.grouper.op_logit_rms(self._gram, self.inputs.num_ops)
@@ -476,13 +529,15 @@ class HierarchicalPlanner(Learner):
     def _update(self, ex: dict, r: torch.Tensor, ran: torch.Tensor, mask: torch.Tensor, late: bool) -> dict[str, float]:
         c = self.config
         self.optimizer.zero_grad()
-        logits = self.grouper(self._x).expand(len(r), -1, -1) + ex["group_noise"]
+        logits = self._group_logits().expand(len(r), -1, -1) + ex["group_noise"]
         glogp_all = torch.log_softmax(logits, dim=2)
         glogp = glogp_all.gather(2, ex["groups"].unsqueeze(2)).squeeze(2).sum(1)
         # softmax, not glogp_all.exp(): the raw inputs' logits reach the thousands, and exp of
         # log-probabilities far below -87 takes torch's slow path (6 ms against 1 ms here)
         gent = -(torch.softmax(logits, dim=2) * glogp_all).sum(dim=(1, 2))
         plogp, pent = self.placer.score(ex["embeddings"], ex["actions"], ex["place_noise"])
+        if self.baseline is None:  # a warm start: B starts at the first batch's mean reward (of those that ran)
+            self.baseline = float(r[ran].mean()) if bool(ran.any()) else float(r.mean())
         adv = r - self.baseline
         loss = (adv * (glogp + plogp) * mask).sum() / mask.sum().clamp_min(1.0)
         grad_norm = float("nan")
@@ -503,12 +558,12 @@ class HierarchicalPlanner(Learner):
     def state_dict(self) -> dict[str, Any]:
         return {"grouper": self.grouper.state_dict(), "placer": self.placer.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-                "baseline": float(self.baseline), "updates": int(self.updates)}
+                "baseline": None if self.baseline is None else float(self.baseline), "updates": int(self.updates)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grouper.load_state_dict(state["grouper"])
         self.placer.load_state_dict(state["placer"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
-        self.baseline = float(state["baseline"])
+        self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.updates = int(state["updates"])

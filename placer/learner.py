@@ -16,8 +16,11 @@ environment whose grouping is the graph's TensorFlow colocation units
 colocation group), and its placements are over those units.
 
 Adding a learner: its pydantic config (defaults = the paper's) in :mod:`placer.configs` (listed
-in ``CONFIGS``), one module under ``placer/`` with a ``Learner`` subclass decorated with
-:func:`register`; add the module to ``LEARNER_MODULES`` in ``placer/__init__.py``.
+in ``FAITHFUL_CONFIGS``, with an ``init`` field: ``WarmInit``), one module under ``placer/`` with a
+``Learner`` subclass decorated with :func:`register` whose policy starts concentrated on
+:attr:`Learner.start` when there is one (a warm start, :mod:`placer.warm`); add the module to
+``LEARNER_MODULES`` in ``placer/__init__.py`` (its warm-started variant ``<name>_warm`` is
+registered by :mod:`placer.warm_learners`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from cluster.environment import Environment
 
@@ -38,10 +41,38 @@ class LearnerConfig(BaseModel):
     Attributes:
         budget: placements sampled (and measured) in all.
         seed: seeds the policy's initialisation and sampling (one seed, one search).
+
+    The warm start (:mod:`placer.warm`; no paper does this), beside each learner's own ``init``
+    (``uniform``: the paper's start; ``best_baseline``; ``placement``):
+        init_placement: with ``init="placement"``: the op -> device JSON file to start from
+            (``placement export --format json``); read by the experiment into ``init_ops``.
+        init_prob: the probability the initial policy gives each unit's start device (0.9).
+        init_ops: the start, ``[num_ops]`` device indices (filled in by the experiment:
+            :func:`tasks.search.warm_start_config`); not a setting (not dumped, not logged).
+        init_source: what the start is (a baseline's name or the file), for labels; not dumped.
+
+    Raises:
+        pydantic.ValidationError (a ``ValueError``): ``init="placement"`` without
+            ``init_placement``, or ``init_placement`` with another ``init``.
     """
 
     budget: int = Field(1000, ge=1)
     seed: int = 0
+    init_placement: str | None = None
+    init_prob: float = Field(0.9, gt=0, lt=1)
+    init_ops: list[int] | None = Field(None, exclude=True, repr=False)
+    init_source: str | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _init_placement_with_init(self):
+        init = getattr(self, "init", None)
+        if init == "placement" and not self.init_placement:
+            raise ValueError("init 'placement' needs init_placement: the op -> device JSON file to start from "
+                             "(`placement export --format json`)")
+        if self.init_placement and init != "placement":
+            raise ValueError(f"init_placement {self.init_placement!r}: given with init {init!r}; set init 'placement' "
+                             "to start from it")
+        return self
 
 
 @dataclass
@@ -73,6 +104,9 @@ class Learner(ABC):
             ``env.spec.devices``; the learner may read ``env.graph``, ``env.grouping`` and
             ``env.spec`` (features, OOM signal) but must not call ``env.measure``.
         config: an instance of ``Config``.
+    Raises:
+        ValueError: a warm start (``config.init`` ``best_baseline`` or ``placement``) without
+            its ``init_ops``, or with ``init_ops`` of the wrong shape (:func:`placer.warm.start_units`).
     """
 
     name: ClassVar[str]
@@ -96,6 +130,12 @@ class Learner(ABC):
         #: Set by the distributed search on a learner with :attr:`pools`: :meth:`update` then
         #: makes only its own step, and the pooled one runs at the parameter server.
         self.pooled = False
+        from placer.warm import start_units
+
+        #: The warm start (:mod:`placer.warm`): int64 ``[num_units]`` device indices of ``env``'s
+        #: units, ``None`` for the paper's start. The subclass biases its policy towards it; the
+        #: search loop measures it first and keeps it as the incumbent.
+        self.start: np.ndarray | None = start_units(config, env.grouping, len(env.spec.devices), self.name)
 
     @property
     @abstractmethod

@@ -29,8 +29,9 @@ placement is measured first and becomes the current one whatever its time.
 
 **Start.** ``start="single_gpu"`` (default): every group on the first GPU (ops without a
 GPU kernel fall back to the CPU, as TensorFlow's soft placement does); ``"random"``: a
-uniform random placement. The start is the first placement measured, so the result is
-never worse than the start.
+uniform random placement. With ``init`` ``best_baseline`` or ``placement`` (:mod:`placer.warm`)
+it starts from that placement instead. The start is the first placement measured, so the result
+is never worse than the start.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class LocalSearch(Learner):
             self.current = np.full(self.num_groups, first, dtype=np.int64)
         else:
             self.current = self.rng.integers(0, self.num_devices, self.num_groups).astype(np.int64)
+        if self.start is not None:  # warm start (placer.warm): climb from the given placement
+            self.current = self.start.copy()
         self.score: tuple[int, float] | None = None  # (1 if OOM, seconds or memory load); None: not measured yet
         self.best = self.current.copy()
         self.best_score: tuple[int, float] | None = None

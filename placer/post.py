@@ -51,6 +51,7 @@ from cluster.environment import Environment
 from placer.configs import PostConfig
 from placer.learner import Learner, Samples, register
 from placer.search import SearchResult, run_search, serial_time
+from placer.warm import start_log_probs
 
 
 def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
@@ -61,6 +62,9 @@ def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
 @register
 class PostLearner(Learner):
     """Post (Algorithm 1) as a :class:`placer.learner.Learner` (method ``post``; module docstring).
+
+    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`)
+    sets ``u`` to the log of ``init_prob`` on each group's start device, the rest uniform.
 
     State: the logits ``u`` float64 ``[G, D]``, the KL coefficient ``beta``, the
     step-time baseline ``b`` (seconds), the current cross-entropy period's samples and
@@ -87,6 +91,8 @@ class PostLearner(Learner):
             start = np.full((self.num_groups, self.num_devices), config.epsilon / self.num_devices)
             start[:, env.spec.gpu_indices[0]] += 1 - config.epsilon
             self.u = torch.log(torch.from_numpy(start).clamp_min(1e-6))
+        if self.start is not None:  # warm start (placer.warm, in no paper): init_prob on each group's start device
+            self.u = torch.from_numpy(start_log_probs(self.start, self.num_devices, config.init_prob))
         self.beta = config.beta
         self.baseline: float | None = None
         self.sampled = 0

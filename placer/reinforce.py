@@ -33,6 +33,7 @@ from placer.features import group_features, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import SearchResult, run_search, serial_time
 from placer.seq2seq import Seq2SeqPlacer
+from placer.warm import start_log_probs
 
 
 def batch_advantage(
@@ -83,7 +84,9 @@ class ReinforceLearner(Learner):
 
     Policy: :class:`placer.seq2seq.Seq2SeqPlacer` over ``env``'s groups, initialised from
     ``torch.manual_seed(seed)``, sampling with its own generator seeded by ``seed``. Update:
-    Eq. 3 with the moving-average baseline (or the named PPO option), Adam.
+    Eq. 3 with the moving-average baseline (or the named PPO option), Adam. With a warm start
+    (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`) the decoder's
+    logits get a constant prior that makes the start about ``init_prob`` likely per group.
     """
 
     name = "rl"
@@ -102,9 +105,13 @@ class ReinforceLearner(Learner):
         self.generator = torch.Generator().manual_seed(config.seed)
         self.policy = Seq2SeqPlacer(group_features(env.graph, env.grouping), len(env.spec.devices),
                                     hidden_size=config.hidden_size, attention_size=config.attention_size)
+        if self.start is not None:  # warm start (placer.warm, in no paper): a constant prior on the decoder's logits
+            self.policy.set_prior(start_log_probs(self.start, len(env.spec.devices), config.init_prob))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.failing_signal = config.failing_signal if config.failing_signal is not None else default_failing_signal(env)
-        self.baseline = self.failing_signal
+        # the paper starts B at the failing signal ("more exploration"); a warm start starts it at its first batch's
+        # mean reward (update): exploring away from the start would undo it (placer.warm)
+        self.baseline: float | None = self.failing_signal if self.start is None else None
         self.updates = 0
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
 
@@ -140,6 +147,8 @@ class ReinforceLearner(Learner):
         rewards = [float(f) if o else math.sqrt(t) for t, o, f in zip(step_times_s.tolist(), oom.tolist(), oom_r.tolist())]
         ran = [not o for o in oom.tolist()]
         logp, ent = samples.extra["logp"], samples.extra["entropy"]
+        if self.baseline is None:  # a warm start: B starts at the first batch's mean reward (of those that ran)
+            self.baseline = float(np.mean([x for x, ok in zip(rewards, ran) if ok] or rewards))
         r, mask, adv = batch_advantage(rewards, ran, self.baseline, self.updates, config.valid_only_after,
                                        config.normalize_advantage)
         mask = mask.to(logp.device)
@@ -194,7 +203,8 @@ class ReinforceLearner(Learner):
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
-        self.baseline, self.updates = float(state["baseline"]), int(state["updates"])
+        self.baseline = None if state["baseline"] is None else float(state["baseline"])
+        self.updates = int(state["updates"])
         self.failing_signal = float(state["failing_signal"])
 
 

@@ -66,6 +66,8 @@ class SearchResult:
         distributed: a search on Ray (:func:`placer.distributed.distributed_search`):
             ``controllers``, ``workers``, ``async_updates``, ``worker_retries``,
             ``controller_restarts``, ``server_restarts``; ``None`` in-process.
+        start: a warm-started search's start (:mod:`placer.warm`), placement 0 of the search:
+            ``{"step_time_s": seconds or None, "oom": bool}``; ``None`` without a warm start.
     """
 
     best_placement: np.ndarray | None
@@ -80,6 +82,7 @@ class SearchResult:
     wall_time_s: float = 0.0
     measured: int = 0
     distributed: dict | None = None
+    start: dict | None = None
 
     def record(self, placement, step_time_s: float | None) -> None:
         """Add one sample: its step time (seconds; ``None`` if it ran out of memory), keeping the fastest."""
@@ -130,6 +133,7 @@ class SearchResult:
             "wall_time_s": self.wall_time_s,
             "measured": self.measured,
             "settings": self.settings,
+            "start": self.start,
         }
 
 
@@ -537,7 +541,9 @@ def run_search(
         checkpoint_every_s: seconds between checkpoints (0: after every update).
     Returns:
         A :class:`SearchResult`; the same learner settings and seed give the same result,
-        interrupted and resumed or not (``wall_s`` and ``wall_time_s`` aside).
+        interrupted and resumed or not (``wall_s`` and ``wall_time_s`` aside). A warm-started
+        learner's (``learner.start``) first placement is its start, so the result is never
+        slower than the start.
     Raises:
         ValueError: the log was written with other settings, or its placements differ from
             the learner's (not the same search).
@@ -548,7 +554,8 @@ def run_search(
                           learner=learner.name, settings=settings)
     try:
         return search_loop(LocalController(learner), EnvironmentEvaluator(env), int(learner.config.budget), result,
-                           log, checkpoint_path, resume, on_update, checkpoint_every_s, env.grouping)
+                           log, checkpoint_path, resume, on_update, checkpoint_every_s, env.grouping,
+                           start=learner.start)
     finally:
         if log is not None:
             log.close()
@@ -565,8 +572,14 @@ def search_loop(
     on_update: Callable[[dict], None] | None = None,
     checkpoint_every_s: float = 30.0,
     grouping: Grouping | None = None,
+    start: np.ndarray | None = None,
 ) -> SearchResult:
     """The search loop (module docstring), in rounds until ``budget`` placements are recorded.
+
+    A warm start (``start``, :mod:`placer.warm`; in no paper) is placement 0: measured (or
+    replayed) first, written to the log (marked ``"start": true``) and recorded before the
+    controllers sample anything, its own learning-curve point; it is the incumbent, so the result
+    is never slower than it. It counts in the budget and is not handed to the controllers' update.
 
     Args:
         controllers: sample and update (:class:`LocalController`, or Ray's).
@@ -579,6 +592,7 @@ def search_loop(
         on_update: called with each learning-curve point (one per controller batch), the
             update's diagnostics under ``"update"``.
         grouping: expands the best placement to ops (``best_op_placement``); ``None``: not expanded.
+        start: the warm start, ``[num_units]`` device indices (``None``: none).
     Returns:
         ``result``, filled.
     Raises:
@@ -602,8 +616,21 @@ def search_loop(
             result.updates = book["updates"]
             result.best_step_time_s = book["best_step_time_s"]
             result.best_placement = None if book["best_placement"] is None else np.asarray(book["best_placement"], dtype=np.int64)
-    start = time.perf_counter()
-    last_ckpt = start
+            result.start = book.get("start")
+    began = time.perf_counter()
+    last_ckpt = began
+    if start is not None and sampled == 0:  # the warm start: placement 0, logged and recorded before anything else
+        job = Job(0, [int(x) for x in start])
+        if not ledger.replay(job):
+            evaluator.measure([job], lambda items: ledger.arrive([(j, m, {**extra, "start": True})
+                                                                   for j, m, extra in items]))
+            result.measured += 1
+        times, oom, point = ledger.record([0])
+        result.start = {"step_time_s": None if oom[0] or np.isnan(times[0]) else float(times[0]), "oom": bool(oom[0])}
+        sampled = 1
+        info = {"placements": 1, "wall_s": wall_before + time.perf_counter() - began, "start": 1.0}
+        result.updates.append(info)
+        result.add_point(point, on_update, info)
     while sampled < budget:
         ks = controllers.batch_sizes(budget - sampled)
         batches = controllers.sample(ks)
@@ -617,7 +644,7 @@ def search_loop(
         recorded = [ledger.record(range(starts[c], starts[c] + k)) for c, k in enumerate(ks)]
         sampled += sum(ks)
         diagnostics = controllers.update(batches, [r[0] for r in recorded], [r[1] for r in recorded])
-        wall = wall_before + time.perf_counter() - start
+        wall = wall_before + time.perf_counter() - began
         for (_, _, point), diag in zip(recorded, diagnostics):
             info = {"placements": point["placements"], "wall_s": wall}
             info.update({k_: (None if v is None else float(v)) for k_, v in (diag or {}).items()})
@@ -628,10 +655,10 @@ def search_loop(
         if ckpt is not None and (now - last_ckpt >= checkpoint_every_s or sampled >= budget):
             snapshot = controllers.state_dict()
             if snapshot is not None:
-                _save_checkpoint(ckpt, snapshot, _book(result, sampled, wall_before + now - start, settings))
+                _save_checkpoint(ckpt, snapshot, _book(result, sampled, wall_before + now - began, settings))
             last_ckpt = now
     result.failing_signal = float(controllers.failing_signal or 0.0)
-    result.wall_time_s = wall_before + time.perf_counter() - start
+    result.wall_time_s = wall_before + time.perf_counter() - began
     if result.best_placement is not None and grouping is not None:
         result.best_op_placement = grouping.expand(result.best_placement)
     return result
@@ -647,4 +674,5 @@ def _book(result: SearchResult, sampled: int, wall: float, settings: dict) -> di
         "updates": result.updates,
         "best_step_time_s": result.best_step_time_s,
         "best_placement": None if result.best_placement is None else [int(x) for x in result.best_placement],
+        "start": result.start,
     }

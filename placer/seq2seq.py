@@ -59,6 +59,7 @@ class Seq2SeqPlacer(nn.Module):
     type_counts: torch.Tensor
     shapes: torch.Tensor
     adjacency: torch.Tensor
+    prior: torch.Tensor | None
 
     def __init__(
         self, features: GroupFeatures, num_devices: int, hidden_size: int = 256, embedding_size: int = 32,
@@ -81,6 +82,23 @@ class Seq2SeqPlacer(nn.Module):
         self.attn_dec = nn.Linear(hidden_size, a)
         self.attn_v = nn.Linear(a, 1, bias=False)
         self.out = nn.Linear(2 * hidden_size, num_devices)
+        # a warm start's constant log-prior on each step's logits (set_prior); None: the paper's policy
+        self.register_buffer("prior", None, persistent=False)
+
+    def set_prior(self, log_prior) -> None:
+        """Add the constant ``log_prior`` (float ``[num_groups, num_devices]``, e.g.
+        :func:`placer.warm.start_log_probs`) to the logits of group ``i``'s step, in sampling and
+        scoring alike: a warm start (:mod:`placer.warm`; in no paper). Not a parameter (not
+        learned, not in the state dict: rebuilt from the config).
+
+        Raises:
+            ValueError: not ``[num_groups, num_devices]``.
+        """
+        prior = torch.as_tensor(log_prior, dtype=torch.float32, device=self.out.weight.device)
+        want = (self.type_counts.shape[0], self.num_devices)
+        if tuple(prior.shape) != want:
+            raise ValueError(f"prior: shape {list(prior.shape)}, expected {list(want)} (groups, devices)")
+        self.prior = prior
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # checkpoints written when the decoder was an nn.LSTMCell ("decoder.weight_ih" ...)
@@ -146,6 +164,8 @@ class Seq2SeqPlacer(nn.Module):
             all_scores[:, i] = scores
             context = torch.softmax(scores, dim=1) @ enc  # [K, H]
             logits = self.out(torch.cat([hx, context], dim=1))
+            if self.prior is not None:
+                logits = logits + self.prior[i]
             prev = torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator).squeeze(1)
             chosen[:, i] = prev
         return chosen, all_scores
@@ -168,6 +188,8 @@ class Seq2SeqPlacer(nn.Module):
                                  None if scores is None else scores.reshape(1, k * g, g))[0]
         context = torch.softmax(scores, dim=1) @ enc  # [K * G, H]
         logits = self.out(torch.cat([dec.reshape(k * g, h), context], dim=1))
+        if self.prior is not None:
+            logits = logits + self.prior.repeat(k, 1)  # row k * G + i is group i's step
         logp = torch.log_softmax(logits, dim=1)  # [K * G, D]
         chosen = logp.gather(1, actions.reshape(k * g, 1)).reshape(k, g)
         ent = -(logp.exp() * logp).sum(1).reshape(k, g)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, c
 from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph, tensorflow_source
 from placer.configs import CONFIGS
 from tasks.choices import ClusterName, Count, EnvName, GrouperName, MethodName, NonNegative, NonNegativeFloat
+from tracking import placement_home
 
 
 class _Section(BaseModel):
@@ -99,9 +100,10 @@ class RealOptions(_Section):
 class TrackingOptions(_Section):
     """Where the results go: the run folders, the graph cache, MLflow; resuming a run."""
 
-    out_dir: str = Field("placement-runs", description="folder of the run folders, the MLflow store (when "
-                                                       "tracking_uri is empty), the graph cache and the placement "
-                                                       "logs")
+    out_dir: str = Field(default_factory=lambda: str(placement_home()),
+                         description="folder of the run folders, the MLflow store (when tracking_uri is empty), the "
+                                     "graph cache and the placement logs (default: $PLACEMENT_HOME, else the user "
+                                     "data folder: one store for runs started from any folder)")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db")
     cache_dir: str | None = Field(None, description="preprocessed-graph cache (empty: out_dir/graph-cache)")
     spool: bool = Field(False, description="log nothing to MLflow now; `placement log-run DIR` logs the run folder "
@@ -118,8 +120,12 @@ class TrackingOptions(_Section):
 
 
 def _options_model(method: str, config: type[BaseModel]) -> type[BaseModel]:
-    """``config``'s fields but ``budget`` and ``seed`` (the experiment's own), unknown ones refused."""
-    fields = {name: (info.annotation, info) for name, info in config.model_fields.items() if name not in ("budget", "seed")}
+    """``config``'s fields but ``budget`` and ``seed`` (the experiment's own) and a warm start's resolved
+    ``init_ops`` and ``init_source`` (the experiment fills them in), unknown ones refused."""
+    warm = ("init", "init_placement", "init_prob")  # the warm start's (placer.warm), listed last
+    names = [n for n in config.model_fields if n not in ("budget", "seed", "init_ops", "init_source", *warm)]
+    fields = {name: (config.model_fields[name].annotation, config.model_fields[name])
+              for name in [*names, *(w for w in warm if w in config.model_fields)]}
     return create_model(f"{config.__name__.removesuffix('Config')}Options", __config__=ConfigDict(extra="forbid"),
                         __doc__=f"``{method}``'s options; defaults are its paper's ({config.__module__}.{config.__name__}).",
                         **fields)  # type: ignore[call-overload]
@@ -150,7 +156,9 @@ class ExperimentConfig(BaseModel):
         cluster: a preset (``placement clusters``) or the path of a YAML cluster spec.
         env: where placements are measured (:data:`cluster.environment.ENVIRONMENTS`).
         methods: baselines and learners; ``None``: every baseline that applies but the optimum,
-            then rl and post (:attr:`resolved_methods` after validation).
+            then rl and post, then rl_warm and post_warm (:attr:`resolved_methods` after validation).
+        init_placement: the warm-started learners start from this placement file instead of the best
+            baseline (:mod:`placer.warm`).
         budget: placements each learner samples (>= 1).
         seed: the searches' seed (>= 0).
         train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
@@ -172,9 +180,14 @@ class ExperimentConfig(BaseModel):
                                             "this machine's devices: TensorFlow, or a PyTorch step on its CPU and "
                                             "GPUs) or grappler (TensorFlow's own cost model)")
     methods: list[MethodName] | None = Field(None, description="baselines and learners (empty: every baseline that "
-                                                               "applies but optimum, then rl and post)")
+                                                               "applies but optimum, then rl and post, then rl_warm "
+                                                               "and post_warm: the two started from the best "
+                                                               "baseline)")
     budget: Count = Field(1000, description="placements each learner samples")
     seed: NonNegative = Field(0, description="seed of the searches")
+    init_placement: str | None = Field(None, description="the warm-started learners (rl_warm, post_warm...) start "
+                                                         "from this op -> device JSON file (placement export --format "
+                                                         "json) instead of the best baseline")
     train_steps: NonNegative = Field(100, description="steps of the end-to-end training evaluation of the best "
                                                       "placements (0: none)")
     grouping: GroupingOptions = Field(default_factory=GroupingOptions, description="how ops are grouped")
@@ -237,6 +250,23 @@ class ExperimentConfig(BaseModel):
         if unused:
             m = next(iter(unused))
             raise ValueError(f"learners.{m}: options for learner {m!r}, which is not in methods")
+        if self.init_placement is not None:  # a warm start's file: there, and someone to start from it (placer.warm)
+            from pathlib import Path
+
+            path = self.init_placement
+            if not Path(path).is_file():
+                what = f"{path!r} is a folder, not a file" if Path(path).is_dir() else f"no such file {path!r}"
+                raise ValueError(f"init_placement: {what} (give the op -> device JSON of `placement export --format "
+                                 "json`)")
+            from tracking.evaluate import EvaluateError, load_placement_file
+
+            try:  # its shape now; its ops and devices once the graph is prepared (tasks.search.file_start)
+                load_placement_file(path)
+            except EvaluateError as exc:
+                raise ValueError(init_placement_error(exc, path)) from None
+            if not self.warm_methods:
+                raise ValueError(f"init_placement: no warm-started learner in methods to start from {path!r} (add "
+                                 "rl_warm, post_warm...)")
         if self.ray.controllers and (problem := policy_device_problem(self.resolved_methods, self.ray.policy_device)):
             raise ValueError(f"ray.{problem}")
         return self
@@ -253,7 +283,8 @@ class ExperimentConfig(BaseModel):
     @property
     def resolved_methods(self) -> list[str]:
         """``methods``, or the default ones: every baseline that applies to this graph and cluster
-        but the optimum (:func:`baselines.applicable_baselines`), then rl and post."""
+        but the optimum (:func:`baselines.applicable_baselines`), then :data:`placer.DEFAULT_LEARNERS`
+        (rl and post, then rl_warm and post_warm)."""
         if self.methods is not None:
             return list(self.methods)
         from baselines import applicable_baselines
@@ -264,13 +295,41 @@ class ExperimentConfig(BaseModel):
     @property
     def learner_options(self) -> dict[str, dict]:
         """Per learner of the methods, its options that differ from the paper defaults
-        (:func:`learner_overrides`)."""
-        return learner_overrides(self.learners, self.resolved_methods)
+        (:func:`learner_overrides`); with ``init_placement``, each warm-started learner's
+        ``init`` is ``placement`` from that file (:mod:`placer.warm`)."""
+        out = learner_overrides(self.learners, self.resolved_methods)
+        if self.init_placement is not None:
+            for m in self.warm_methods:
+                out[m] = {**out.get(m, {}), "init": "placement", "init_placement": self.init_placement}
+        return out
+
+    @property
+    def warm_methods(self) -> list[str]:
+        """The learners of the methods that start from a given placement (``init`` ``best_baseline`` or
+        ``placement``: :mod:`placer.warm`), e.g. ``rl_warm``."""
+        from placer.warm import WARM_INITS
+
+        options = learner_overrides(self.learners, self.resolved_methods)
+        def init(m: str) -> str:
+            field = CONFIGS[m].model_fields.get("init")
+            return options.get(m, {}).get("init", field.default if field is not None else "uniform")
+
+        return [m for m in self.resolved_methods if m in CONFIGS and init(m) in WARM_INITS]
 
     @property
     def user_graph(self) -> bool:
         """True for a user's graph (any source but a benchmark)."""
         return is_user_graph(self.source)
+
+
+def init_placement_error(exc: Exception, path: str) -> str:
+    """A placement file's error (:mod:`tracking.evaluate`, worded for ``--placement``) as the warm
+    start's: ``init_placement: '<path>': <what is wrong>``."""
+    text = str(exc)
+    for prefix in (f"--placement {path}", "--placement"):
+        if text.startswith(prefix):
+            return f"init_placement: {path!r}{text[len(prefix):]}"
+    return f"init_placement: {path!r}: {text}"
 
 
 def experiment_fields() -> list[str]:

@@ -70,7 +70,8 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
         ``record``: the keyword arguments of :func:`tracking.record_experiment` but the store
         (params, results, summary with the reference metrics, method_params, curves,
         prefect_flow_run_id, extra_artifacts); ``result``: the flow's result object (the README's
-        ``--json`` shape; ``mlflow_run_id`` ``None`` until recorded, no ``run_dir`` yet).
+        ``--json`` shape, with ``labels``: method -> table label of each warm-started learner, e.g.
+        ``rl (warm: expert)``; ``mlflow_run_id`` ``None`` until recorded, no ``run_dir`` yet).
     """
     summary = {**summary, "training": training}
     # MLflow parent metrics "<method>.x_lower_bound", "<method>.x_optimum", lower_bound_s, optimum_s
@@ -103,6 +104,7 @@ def experiment_outcome(prepared: PreparedGraph, size: str, spec: ClusterSpec, en
         "reference_environment": refs.get("reference_environment"),
         "reference_note": reference_note(env),
         **summary,
+        "labels": dict(searches.labels),  # the warm-started learners' table labels, "rl (warm: expert)" (placer.warm)
         "mlflow_run_id": None,
         "mlflow_tracking_uri": tracking_uri,
         "prefect_flow_run_id": flow_run_id,
@@ -119,7 +121,8 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     (:class:`tracking.live.ExperimentRecorder`) and the Prefect artifacts published.
 
     Returns:
-        ``result`` with ``run_dir`` and ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
+        ``result`` with ``run_dir``, ``recommendation`` (:func:`tracking.advice.recommendation`) and
+        ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
     """
     from tasks import stages
     from tasks.publish import publish_experiment
@@ -129,6 +132,9 @@ def save_and_record(out: Path, stamp: str, record: dict, result: dict, prepared:
     recorder.flush(force=True)  # the learning-curve points still buffered go to their nested runs before these are completed
     folder = run_folder(out, stamp, prepared.name, result["size"], spec.name, record["params"]["seed"])
     run_dir = result["run_dir"] = str(save_run_folder(folder, record, result, prepared, spec))
+    from tracking.advice import recommendation
+
+    result["recommendation"] = recommendation(result, record["params"].get("budget"))  # what to do next (the CLI prints it)
     if not spool:
         # quote: Prefect would otherwise visit every element of the results (op-level placements) to look for futures
         result["mlflow_run_id"] = stages.record(tracking_uri=tracking_uri, artifact_location=artifact_root(out),

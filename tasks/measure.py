@@ -93,8 +93,11 @@ def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, b
         raise ValueError(f"unknown learner {learner!r}; valid: {', '.join(LEARNERS)}")
     from tasks.search import learner_grouping
 
+    from tasks.search import warm_start_config
+
     env = _simulated_env(prepared, spec, cost_table, learner_grouping(learner, prepared))
     config = LEARNERS[learner].Config(budget=budget, seed=seed)
+    config, _ = warm_start_config(learner, config, prepared, spec, "sim")  # a warm start's placement (placer.warm)
     return run_search(LEARNERS[learner](env, config), env, log_path=log_path, resume=True)
 
 

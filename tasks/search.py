@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from prefect import task
 from prefect.cache_policies import NONE
 from prefect.utilities.annotations import quote
@@ -21,6 +23,7 @@ from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
 from placer.learner import LearnerConfig
 from placer.search import SearchResult, run_name, run_search
+from placer.warm import fits_units, is_warm, warm_label
 from tasks.config import RayOptions
 from tracking.progress import say
 
@@ -55,6 +58,125 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
     if unknown:
         raise ValueError(f"learner option {method}.{unknown[0]}: unknown; valid: {', '.join(cls.model_fields)}")
     return cls(**{"budget": budget, "seed": seed, **options})
+
+
+@dataclass
+class WarmStart:
+    """A warm start (:mod:`placer.warm`; in no paper): the op placement a learner starts from.
+
+    Attributes:
+        source: the best baseline's method name, or the placement file's path.
+        ops: int64 ``[num_ops]`` device indices.
+        step_time_s: its step time measured in the experiment's environment (seconds; ``None``: OOM).
+        oom: it ran out of memory.
+    """
+
+    source: str
+    ops: np.ndarray
+    step_time_s: float | None
+    oom: bool = False
+
+    def label(self, method: str) -> str:
+        """``method``'s label in the results table: ``rl (warm: expert)`` (:func:`placer.warm.warm_label`)."""
+        return warm_label(method, self.source)
+
+
+def _measure(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict,
+             env_options: dict | None) -> dict:
+    """``placements`` (group placements over the prepared groups, or :class:`cluster.op_placement.OpPlacement`)
+    measured as :func:`evaluate` measures them: method -> its row (:func:`cluster.evaluation.evaluate_placements`)."""
+    placements, groupings = unit_placements(prepared, env_kind, placements, None)
+    env = environment(prepared, spec, env_kind, env_options)
+    others = {m: environment(prepared, spec, env_kind, env_options, g) for m, g in groupings.items()}
+    return evaluate_placements(env, placements, others)
+
+
+def op_devices_of(prepared: PreparedGraph, placement) -> np.ndarray:
+    """A baseline's placement (``[num_groups]`` over the prepared groups, or an
+    :class:`cluster.op_placement.OpPlacement`) as int64 ``[num_ops]`` device indices."""
+    from cluster.op_placement import is_op_placement
+
+    return placement.ops.copy() if is_op_placement(placement) else prepared.grouping.expand(placement)
+
+
+def best_baseline_start(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict | None = None,
+                        baselines: dict | None = None) -> WarmStart:
+    """The best baseline as a warm start: the baseline placement with the lowest step time in
+    ``env_kind`` (ties: the first name in order); if every one runs out of memory, the first.
+
+    Args:
+        baselines: method -> placement of the baselines the experiment ran (reference methods such as
+            the optimum are left out); ``None`` or empty: every baseline that applies to the graph
+            and cluster but the optimum (:func:`baselines.applicable_baselines`), run here.
+    Raises:
+        ValueError: no baseline applies (names the cluster).
+    """
+    from baselines import BaselineContext, applicable_baselines
+
+    chosen = {m: p for m, p in (baselines or {}).items() if m in BASELINES and not BASELINES[m].reference
+              and p is not None}
+    if not chosen:
+        ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
+        for m in applicable_baselines(spec, prepared.benchmark is None, optimum=False):
+            placement = BASELINES[m](ctx)
+            if placement is not None:
+                chosen[m] = placement
+    if not chosen:
+        raise ValueError(f"init best_baseline: no baseline applies to this graph on cluster {spec.name!r}; give "
+                         "init_placement (--init-placement FILE)")
+    results = _measure(prepared, spec, env_kind, chosen, env_options)
+    ran = {m: r["step_time_s"] for m, r in results.items() if not r["oom"] and r["step_time_s"] is not None}
+    best = min(ran, key=lambda m: (ran[m], list(chosen).index(m))) if ran else next(iter(chosen))
+    return WarmStart(best, op_devices_of(prepared, chosen[best]), ran.get(best), oom=best not in ran)
+
+
+def file_start(path: str, prepared: PreparedGraph, spec: ClusterSpec, env_kind: str,
+               env_options: dict | None = None) -> WarmStart:
+    """The placement file ``path`` (``{"devices": {op name: device name}}``, what ``placement export
+    --format json`` writes; :func:`tracking.evaluate.load_placement_file`) as a warm start, measured
+    in ``env_kind``.
+
+    Raises:
+        ValueError: the file is missing, unreadable or not of that shape, names an op the graph lacks
+            or a device the cluster lacks, or leaves an op out (one line naming ``init_placement``,
+            the file and the op or device).
+    """
+    from cluster.op_placement import OpPlacement
+    from tracking.evaluate import EvaluateError, load_placement_file, op_devices
+
+    try:
+        ops = op_devices(prepared.graph, list(spec.device_names), load_placement_file(path), repr(spec.name))
+    except EvaluateError as exc:
+        from tasks.config import init_placement_error
+
+        raise ValueError(init_placement_error(exc, str(path))) from None
+    row = _measure(prepared, spec, env_kind, {"start": OpPlacement(ops)}, env_options)["start"]
+    return WarmStart(str(path), ops, None if row["oom"] else row["step_time_s"], oom=bool(row["oom"]))
+
+
+def warm_start_config(method: str, config: LearnerConfig, prepared: PreparedGraph, spec: ClusterSpec, env_kind: str,
+                      env_options: dict | None = None, baselines: dict | None = None,
+                      cache: dict | None = None) -> tuple[LearnerConfig, WarmStart | None]:
+    """``config`` with its warm start filled in (``init_ops``, ``init_source``; :mod:`placer.warm`),
+    and the start; ``(config, None)`` for a learner with its paper's start.
+
+    ``init="best_baseline"``: :func:`best_baseline_start` (over ``baselines``, the run's baseline
+    placements, else every baseline that applies); ``init="placement"``: :func:`file_start` of
+    ``config.init_placement``. ``cache`` (a dict the caller keeps): starts already resolved, by source.
+
+    Raises:
+        ValueError: see :func:`best_baseline_start` and :func:`file_start`.
+    """
+    if not is_warm(config):
+        return config, None
+    from_file = getattr(config, "init", None) == "placement"
+    key = str(config.init_placement) if from_file else "best_baseline"
+    cache = {} if cache is None else cache
+    if key not in cache:
+        cache[key] = (file_start(str(config.init_placement), prepared, spec, env_kind, env_options) if from_file else
+                      best_baseline_start(prepared, spec, env_kind, env_options, baselines))
+    start = cache[key]
+    return config.model_copy(update={"init_ops": start.ops.tolist(), "init_source": start.source}), start
 
 
 def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, method: str, seed: int,
@@ -137,7 +259,11 @@ def learner_search(
     on_update=None,
 ) -> SearchResult:
     """One learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in an
-    environment over its units (:func:`learner_grouping`)."""
+    environment over its units (:func:`learner_grouping`). A warm start whose ``init_ops`` the
+    caller did not fill in is resolved here (:func:`warm_start_config`: the best of every baseline
+    that applies, or the ``init_placement`` file)."""
+    if is_warm(config) and config.init_ops is None:
+        config, _ = warm_start_config(method, config, prepared, spec, env_kind, env_options)
     env = environment(prepared, spec, env_kind, env_options, learner_grouping(method, prepared))
     return run_search(LEARNERS[method](env, config), env, log_path=log_path, checkpoint_path=checkpoint_path,
                       resume=resume, on_update=on_update)
@@ -199,6 +325,8 @@ class LearnerSearches:
         method_params: method -> its settings for MLflow (config, paper, units, controllers, Ray settings).
         groupings: method -> the grouping its placement is over (:func:`learner_grouping`).
         extra_artifacts: ``placement-logs/<method>`` -> the path of its placement log.
+        labels: method -> its label in the results table, for the warm-started learners only
+            (``rl (warm: expert)``: :mod:`placer.warm`).
     """
 
     placements: dict = field(default_factory=dict)
@@ -206,6 +334,7 @@ class LearnerSearches:
     method_params: dict = field(default_factory=dict)
     groupings: dict = field(default_factory=dict)
     extra_artifacts: dict = field(default_factory=dict)
+    labels: dict = field(default_factory=dict)
 
 
 def learner_setting(method: str, name: str, learner_options: dict[str, dict] | None = None):
@@ -217,7 +346,8 @@ def learner_setting(method: str, name: str, learner_options: dict[str, dict] | N
 
 def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spec: ClusterSpec, env_kind: str,
                      out: Path, budget: int, seed: int, learner_options: dict[str, dict] | None = None, resume: bool = False,
-                     env_options: dict | None = None, progress=None, ray: RayOptions | None = None) -> LearnerSearches:
+                     env_options: dict | None = None, progress=None, ray: RayOptions | None = None,
+                     baselines: dict | None = None) -> LearnerSearches:
     """Every learner of ``methods`` (those in :data:`placer.LEARNERS`, in order) searches ``budget``
     placements: in-process (task ``search-<method>``, :func:`learner_search`) or on Ray
     (:func:`tasks.stages.distributed_placement_search`, see :class:`tasks.config.RayOptions`), with its placement log and
@@ -229,17 +359,34 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
         learner_options: per learner, config fields overriding the paper defaults (:func:`learner_config`).
         progress: ``progress(method, budget) -> on_update`` callback factory (e.g.
             :meth:`tracking.live.ExperimentRecorder.callback`), or ``None``.
+        baselines: method -> placement of the baselines the experiment ran: a warm-started
+            learner (:mod:`placer.warm`) starts from the fastest of them (:func:`warm_start_config`;
+            none given: from the fastest baseline that applies, run for that purpose). Its start is
+            placement 0 of its search; when the start splits the learner's units (an op-level
+            baseline) and nothing the learner sampled beats it, the start itself (op-level) is the
+            learner's placement, so a warm-started learner's row is never slower than its start.
     Raises:
-        ValueError: an option a learner's config refuses (:func:`learner_config`).
+        ValueError: an option a learner's config refuses (:func:`learner_config`); a warm start
+            that cannot be resolved (:func:`warm_start_config`).
     """
     ray = ray or RayOptions()
     dist = {"workers": ray.workers or None, "gpus_per_worker": ray.gpus_per_worker, "policy_device": ray.policy_device,
             "async_updates": ray.async_updates}
     found_all = LearnerSearches()
+    starts: dict = {}  # warm starts resolved so far, by source (warm_start_config)
+    said: set[str] = set()
     for method in methods:
         if method not in LEARNERS:
             continue
         config = learner_config(method, budget, seed, (learner_options or {}).get(method, {}))
+        start: WarmStart | None = None
+        if is_warm(config):  # placer.warm: the start, resolved once per run (and said once)
+            config, start = warm_start_config(method, config, prepared, spec, env_kind, env_options, baselines, starts)
+            if start is not None and start.source not in said:
+                said.add(start.source)
+                when = "OOM" if start.oom else f"{start.step_time_s:.5g} s"
+                kind = "best baseline" if getattr(config, "init", None) == "best_baseline" else "placement file"
+                say(f"warm start: {kind} {start.source} ({when})")
         log_path, ckpt_path = run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None
@@ -258,8 +405,8 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                                                  ray.address, env_options, on_update, method, **dist,
                                                  grouping=quote(units))
         else:
-            found = learner_search(method, quote(prepared), spec, env_kind, config, log_path, ckpt_path, resume, env_options,
-                                   on_update)
+            found = learner_search(method, quote(prepared), spec, env_kind, quote(config), log_path, ckpt_path, resume,
+                                   env_options, on_update)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         best = "none fits in memory" if found.best_step_time_s is None else f"best {found.best_step_time_s:.5g} s"
         say(f"search {method}: done in {wall:.1f} s, {best}")
@@ -273,8 +420,20 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
         if distributed:
             params.update({**dist, "workers": ray.workers or "K per controller", **(found.distributed or {}),
                            "ray_address": ray.address or "local"})
-        found_all.method_params[method] = params
         found_all.placements[method] = found.best_placement
+        if start is not None:
+            params.update({"init_source": start.source, "start_step_time_s": start.step_time_s,
+                           "start_fits_units": fits_units(start.ops, units)})
+            found_all.labels[method] = start.label(method)
+            kept = start.step_time_s is not None and not fits_units(start.ops, units) and (
+                found.best_step_time_s is None or found.best_step_time_s > start.step_time_s)
+            if kept:  # the op-level start is still the incumbent: the learner's placement, measured as the baseline
+                from cluster.op_placement import OpPlacement
+
+                found_all.placements[method] = OpPlacement(start.ops)
+                units = found_all.groupings[method] = prepared.grouping
+            params["kept_start"] = kept
+        found_all.method_params[method] = params
         found_all.curves[method] = found.curve
         found_all.extra_artifacts[f"placement-logs/{method}"] = str(log_path)
     return found_all

@@ -52,8 +52,8 @@ def test_the_cli_the_flow_form_and_the_sweep_list_the_same_fields():
 
 
 def test_defaults_resolve_to_the_applicable_baselines_rl_and_post():
-    config = ExperimentConfig()
-    assert config.methods is None and config.resolved_methods[-2:] == ["rl", "post"]
+    config = ExperimentConfig()  # rl and post as their papers run them, then both started from the best baseline
+    assert config.methods is None and config.resolved_methods[-4:] == ["rl", "post", "rl_warm", "post_warm"]
     assert "expert" in config.resolved_methods and "optimum" not in config.resolved_methods
     keras = ExperimentConfig(source={"kind": "keras", "spec": "m:f"})
     assert "expert" not in keras.resolved_methods  # a user's graph has no layer rules

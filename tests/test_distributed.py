@@ -367,7 +367,7 @@ def test_a_policy_device_a_learner_cannot_use_is_refused_before_ray_starts(rnnlm
     assert policy_device_problem(["rl", "expert"], "cuda") is None
     for name in ("hierarchical", "post", "local_search"):
         with pytest.raises(ValueError, match=f"policy_device 'cuda': learner '{name}' runs its policy on cpu only "
-                                             r"\(on cuda: rl\)"):
+                                             r"\(on cuda: rl, rl_warm\)"):
             distributed_search(name, LEARNERS[name].Config(budget=2), rnnlm_small, k80x2, policy_device="cuda")
 
 
@@ -378,7 +378,7 @@ def test_a_policy_device_a_learner_cannot_use_is_refused_before_ray_starts(rnnlm
     (["--controllers", "2", "--gpus-per-worker", "-1"], "--gpus-per-worker must be at least 0, got -1.0"),
     (["--controllers", "2", "--policy-device", "tpu"], "unknown --policy-device value 'tpu'; valid: 'cpu' or 'cuda'"),
     (["--methods", "rl,eagle", "--controllers", "1", "--policy-device", "cuda"],
-     "--policy-device 'cuda': learner 'eagle' runs its policy on cpu only (on cuda: rl)"),
+     "--policy-device 'cuda': learner 'eagle' runs its policy on cpu only (on cuda: rl, rl_warm)"),
 ])
 def test_cli_distributed_options_are_checked(args, message):
     from typer.testing import CliRunner

@@ -26,6 +26,8 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     from tasks.config import ExperimentConfig
 
     METHODS = ExperimentConfig().resolved_methods  # the default methods: every baseline that applies, rl and post
+    from pathlib import Path
+
     out = tmp_path / "runs"
     result = placement_experiment(budget=16, learners={"rl": {"k": 4}}, seed=0, tracking={"out_dir": str(out)})
     assert set(result["methods"]) == set(METHODS)
@@ -45,11 +47,19 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert int(parent.data.params["groups"]) == result["groups"]
     # named by its settings (the model is known only after the run was created), opened as runs in the UI,
     # and stamped with the code that made it
-    assert parent.info.run_name == "rnnlm-small-k80x2-sim-seed0"
+    import re
+
+    from baselines import BASELINES
+
+    learners = ",".join(m for m in METHODS if m not in BASELINES)
+    name = rf"rnnlm-small__k80x2-sim__{re.escape(learners)}__budget16__seed0__\d{{8}}-\d{{6}}"
+    assert re.fullmatch(name, parent.info.run_name), parent.info.run_name
+    assert parent.info.run_name.endswith(Path(result["run_dir"]).name[:15])  # the run folder's time stamp
+    assert parent.data.tags["placement.recommended"] == result["recommendation"]["method"]
+    assert parent.data.metrics["best_step_time_s"] == pytest.approx(
+        min(r["step_time_s"] for r in result["methods"].values()))
     assert client.get_experiment(parent.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
     assert parent.data.tags["version.mlflow"] and parent.data.tags["placement.version"]
-    from pathlib import Path
-
     if (Path(__file__).resolve().parent.parent / ".git").exists():
         assert len(parent.data.tags["mlflow.source.git.commit"]) == 40
         assert parent.data.tags["placement.git_dirty"] in ("true", "false")
@@ -85,7 +95,7 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
 
     with get_client(sync_client=True) as pc:
         flow_run = pc.read_flow_run(UUID(result["prefect_flow_run_id"]))
-        assert flow_run.name == "rnnlm-small-k80x2-sim-seed0"
+        assert re.fullmatch(name, flow_run.name), flow_run.name
         assert {"model:rnnlm", "size:small", "cluster:k80x2", "env:sim"} <= set(flow_run.tags), flow_run.tags
         arts = pc.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(result["prefect_flow_run_id"])])))
@@ -97,8 +107,10 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert len(by_type["image"]) >= 2 and all(a.data.startswith("data:image/png;base64,") for a in by_type["image"])
     assert '"method"' in by_type["table"][0].data and "step_time_s" in by_type["table"][0].data
     # a progress artifact per search, at 100% when it ended
-    assert {a.key: float(a.data) for a in by_type["progress"]} == {"search-rl": 100.0, "search-post": 100.0}
     from placer import DEFAULT_LEARNERS as LEARNERS
+
+    # (an artifact key has dashes for underscores: search-rl-warm)
+    assert {a.key: float(a.data) for a in by_type["progress"]} == {f"search-{m}".replace("_", "-"): 100.0 for m in LEARNERS}
 
     # one log per learner, named by the run's settings (not the clock), so --resume finds it
     logs = {p.name for p in (out / "placement-logs").glob("*.jsonl")}
@@ -106,6 +118,28 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     assert all(len((out / "placement-logs" / p).read_text().splitlines()) == 17 for p in logs)  # header + 16 each
     assert result["best_learned"] in LEARNERS
     assert set(result["speedups"]) == set(LEARNERS)
+    # the warm-started learners (placer.warm): labelled with their start, never slower than the best baseline
+    best = result["best_baseline"]
+    assert result["labels"] == {"rl_warm": f"rl (warm: {best})", "post_warm": f"post (warm: {best})"}
+    for m in ("rl_warm", "post_warm"):
+        assert result["methods"][m]["step_time_s"] <= result["methods"][best]["step_time_s"], m
+        assert by_method[m].data.params["init_source"] == best
+    # what to do next: the fastest placement of the run, and the export command that writes it
+    import shlex
+
+    from cli.main import app
+
+    rec = result["recommendation"]
+    assert rec["step_time_s"] == min(r["step_time_s"] for r in result["methods"].values())
+    assert rec["figures"] == "simulated (the cost model of preset k80x2), not measured on hardware"
+    argv = shlex.split(rec["export_command"])
+    assert argv[:2] == ["placement", "export"]
+    written = tmp_path / "exported.json"
+    r = CliRunner().invoke(app, [*argv[1:], "--output", str(written)])
+    assert r.exit_code == 0, r.output
+    exported = json.loads(written.read_text())
+    assert exported["method"] == rec["method"] and exported["step_time_s"] == pytest.approx(rec["step_time_s"])
+    assert set(exported["devices"].values()) <= {"/cpu:0", "/gpu:0", "/gpu:1"} and len(exported["devices"]) == result["ops"]
 
 
 @pytest.mark.slow

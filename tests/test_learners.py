@@ -21,6 +21,7 @@ from learner_toy import make_learner, optimum  # noqa: E402
 
 from placer import LEARNERS  # noqa: E402
 from placer.search import PlacementLog, run_search  # noqa: E402
+from placer.warm import WARM_SUFFIX, base_learner  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -42,13 +43,15 @@ def test_registry_lists_the_learners():
         assert "budget" in cls.Config.model_fields and "seed" in cls.Config.model_fields
 
 
-GROUP_LEARNERS = [n for n, c in LEARNERS.items() if c.units == "groups"]
+# the learners as their papers start them (the warm-started variants, rl_warm...: test_warm_start.py)
+GROUP_LEARNERS = [n for n, c in LEARNERS.items() if c.units == "groups" and not n.endswith(WARM_SUFFIX)]
 SLOW = {"hierarchical": ("search", "resume"), "rl": ("optimum",), "eagle_ce": ("resume",)}  # the cases over 5 s here
 
 
 def params(names, test):
-    """``names`` as pytest parameters, those of :data:`SLOW` for ``test`` marked slow."""
-    return [pytest.param(n, marks=pytest.mark.slow) if test in SLOW.get(n, ()) else n for n in names]
+    """``names`` as pytest parameters, those of :data:`SLOW` for ``test`` marked slow (a warm-started
+    variant as its learner)."""
+    return [pytest.param(n, marks=pytest.mark.slow) if test in SLOW.get(base_learner(n), ()) else n for n in names]
 
 
 @pytest.mark.parametrize("name", params(GROUP_LEARNERS, "optimum"))  # hierarchical, eagle, eagle_ce: test_learners_grouping.py
@@ -114,7 +117,8 @@ def test_resume_equals_the_uninterrupted_search(name, with_checkpoint, tmp_path)
     learner, env = make_learner(name, 1, budget=budget)
     with pytest.raises(Interrupt):
         run_search(learner, StopAfter(env, 37), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
-    logged_before = 37 - 37 % learner.batch_size  # the batch that was cut off is not logged
+    first = 1 if learner.start is not None else 0  # a warm start is placement 0, measured on its own
+    logged_before = first + (37 - first) - (37 - first) % learner.batch_size  # the batch cut off is not logged
     assert len(log.read_text().splitlines()) == 1 + logged_before
     learner, env = make_learner(name, 1, budget=budget)
     counting = StopAfter(env, budget)

@@ -1,0 +1,188 @@
+"""Warm starts: a learner whose policy starts concentrated on a given placement, then learns.
+
+**Not in any paper.** The 2017 placer, Post, the Hierarchical Planner and EAGLE all start from
+an uninformed policy (random initial weights, Post's uniform distributions). A user who already
+has a good placement (the best baseline, a heuristic of their own) wants a learner that starts
+there and improves on it. Every learner has the named option ``init`` (its config, :mod:`placer.configs`):
+
+* ``uniform``: the paper's start (the default; for ``local_search`` its own ``start``);
+* ``best_baseline``: the placement of the fastest baseline the experiment measured;
+* ``placement``: the op -> device file ``init_placement`` (what ``placement export --format json`` writes).
+
+The start is an op placement (``init_ops``, ``[num_ops]`` device indices, filled in by the
+experiment: :func:`tasks.search.warm_start_config`); each learner maps it onto the units it
+places (:func:`units_of_ops`: a unit's device is the one most of its ops are on) and biases its
+policy so that each unit's start device has probability about ``init_prob`` (0.9):
+
+* softmax tables (Post and its ablations): the logits are ``log`` of that distribution
+  (:func:`start_log_probs`), exactly;
+* seq2seq decoders (the 2017 placer): a constant additive prior ``log p`` on the output
+  layer's logits of each step (:func:`start_log_probs`), so the initial distribution is about
+  ``init_prob`` on the start device (the network's own initial logits are small, not zero);
+  learning then proceeds as the paper's algorithm (the prior is a constant, not a parameter);
+* grouper + placer (Hierarchical Planner, EAGLE): unit ``u`` is biased to group ``start[u]``
+  and group ``d < D`` to device ``d`` (:func:`two_level_priors`), each with probability
+  ``sqrt(init_prob)``, so a unit lands on its start device with probability about ``init_prob``;
+* the hill climber (``local_search``): its current placement starts as the start.
+
+Learning then proceeds as the paper's algorithm, with one change where a paper starts its
+REINFORCE baseline at the failing signal for exploration (the 2017 placer, the Hierarchical
+Planner): a warm start starts it at its first batch's mean reward, as Post and EAGLE start
+theirs, since exploring away from the start undid it (the 2017 placer on small rnnlm, seed 1:
+every sample on the CPU after 100 placements).
+
+The search loop (:func:`placer.search.search_loop`) measures the start first, as placement 0 of
+the budget, and writes it to the placement log before anything else happens with it; it is the
+incumbent, so a warm-started learner never returns a placement worse than its start.
+
+This module is torch-free (the configs and the CLI read it).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+INITS = ("uniform", "best_baseline", "placement")
+"""Every learner's ``init`` values (Post adds ``single_gpu``)."""
+
+WARM_INITS = ("best_baseline", "placement")
+"""The ``init`` values that start from a given placement."""
+
+WARM_SUFFIX = "_warm"
+"""A warm-started learner's method name: the learner's name and this (``rl_warm``: ``rl`` with
+``init="best_baseline"``); :data:`placer.LEARNER_NAMES` lists one for every learner."""
+
+DEFAULT_INIT_PROB = 0.9
+"""The probability the initial policy gives each unit's start device (``init_prob``)."""
+
+
+def is_warm(config) -> bool:
+    """True if ``config`` (a learner config) starts from a given placement (``init`` in :data:`WARM_INITS`)."""
+    return getattr(config, "init", "uniform") in WARM_INITS
+
+
+def base_learner(method: str) -> str:
+    """The learner a method is a variant of: ``rl_warm`` -> ``rl``; any other name is returned as is."""
+    return method[: -len(WARM_SUFFIX)] if method.endswith(WARM_SUFFIX) else method
+
+
+def start_source_label(source: str) -> str:
+    """How a start is named in a label: a baseline's name as is, a file by its name (no folders)."""
+    return Path(source).name if ("/" in source or source.endswith(".json")) else source
+
+
+def warm_label(method: str, source: str | None) -> str:
+    """The results table's label of a warm-started learner: ``rl (warm: expert)``, ``post (warm:
+    mine.json)``; ``source`` ``None``: ``rl (warm)``."""
+    base = base_learner(method)
+    return f"{base} (warm: {start_source_label(source)})" if source else f"{base} (warm)"
+
+
+def units_of_ops(ops, grouping, num_devices: int) -> np.ndarray:
+    """An op placement as a placement of ``grouping``'s units: each unit on the device most of
+    its ops are on (ties: the lower device index).
+
+    Args:
+        ops: ``[num_ops]`` device indices.
+        grouping: a :class:`compgraph.ir.Grouping` of the same ops (``op_group`` ``[num_ops]``).
+        num_devices: ``D``.
+    Returns:
+        int64 ``[num_units]`` device indices (a unit without ops: device 0).
+    Raises:
+        ValueError: ``ops`` not ``[num_ops]`` or a device index outside ``0..D-1`` (names ``init_ops``).
+    """
+    ops = np.asarray(ops)
+    og = np.asarray(grouping.op_group, dtype=np.int64)
+    if ops.ndim != 1 or ops.shape[0] != og.shape[0]:
+        raise ValueError(f"init_ops: shape {list(ops.shape)}, expected [{og.shape[0]}] (one device index per op)")
+    if ops.size and not np.issubdtype(ops.dtype, np.integer):
+        raise ValueError(f"init_ops: {ops.dtype} values, expected device indices (integers)")
+    bad = ops[(ops < 0) | (ops >= num_devices)]
+    if bad.size:
+        raise ValueError(f"init_ops: device index {int(bad[0])} is not one of the {num_devices} devices "
+                         f"(0..{num_devices - 1})")
+    counts = np.zeros((grouping.num_groups, num_devices), dtype=np.int64)
+    np.add.at(counts, (og, ops.astype(np.int64)), 1)
+    return counts.argmax(axis=1).astype(np.int64)
+
+
+def fits_units(ops, grouping) -> bool:
+    """True if the op placement ``ops`` keeps every unit of ``grouping`` on one device (its unit
+    placement is then the same placement, measured the same)."""
+    ops = np.asarray(ops, dtype=np.int64)
+    og = np.asarray(grouping.op_group, dtype=np.int64)
+    first = np.full(grouping.num_groups, -1, dtype=np.int64)
+    first[og[::-1]] = ops[::-1]  # each unit's first op's device
+    return bool(np.array_equal(first[og], ops))
+
+
+def start_log_probs(start: np.ndarray, num_choices: int, prob: float) -> np.ndarray:
+    """``log`` of the start distribution: ``prob`` on each row's start choice, the rest shared
+    evenly by the others.
+
+    Args:
+        start: int ``[N]``: the start choice of each of ``N`` rows (a device, or a group).
+        num_choices: ``C``, the choices of a row.
+        prob: the start's probability, in ``(0, 1)``.
+    Returns:
+        float64 ``[N, C]`` log-probabilities (with one choice: all 0).
+    Raises:
+        ValueError: ``prob`` outside ``(0, 1)``; a start outside ``0..C-1``.
+    """
+    if not 0 < prob < 1:
+        raise ValueError(f"init_prob: {prob!r}, expected a probability between 0 and 1 (exclusive)")
+    start = np.asarray(start, dtype=np.int64)
+    if start.size and (start.min() < 0 or start.max() >= num_choices):
+        raise ValueError(f"start: choice {int(start.max())} outside 0..{num_choices - 1}")
+    if num_choices == 1:
+        return np.zeros((len(start), 1))
+    out = np.full((len(start), num_choices), math.log((1 - prob) / (num_choices - 1)))
+    out[np.arange(len(start)), start] = math.log(prob)
+    return out
+
+
+def two_level_priors(start: np.ndarray, num_groups: int, num_devices: int, prob: float) -> tuple[np.ndarray, np.ndarray]:
+    """Additive log-priors of a grouper + placer learner (Hierarchical Planner, EAGLE) that start
+    concentrated on the unit placement ``start``: unit ``u`` to group ``start[u]`` and group
+    ``d < D`` to device ``d``, each with probability ``sqrt(prob)`` (the other groups' devices
+    uniform), so a unit is on its start device with probability at least about ``prob``.
+
+    Args:
+        start: int ``[U]`` device index of each unit.
+        num_groups: ``G`` (at least ``D``).
+        num_devices: ``D``.
+        prob: ``init_prob``.
+    Returns:
+        ``(grouper prior [U, G], placer prior [G, D])``, float64 log-probabilities.
+    Raises:
+        ValueError: fewer groups than devices (names ``num_groups``); see :func:`start_log_probs`.
+    """
+    if num_groups < num_devices:
+        raise ValueError(f"num_groups: {num_groups}, fewer than the {num_devices} devices; a warm start puts the "
+                         f"units of each device in a group of their own")
+    q = math.sqrt(prob)
+    grouper = start_log_probs(start, num_groups, q)
+    placer = np.zeros((num_groups, num_devices))
+    placer[:num_devices] = start_log_probs(np.arange(num_devices), num_devices, q)
+    return grouper, placer
+
+
+def start_units(config, grouping, num_devices: int, learner: str = "learner") -> np.ndarray | None:
+    """The warm start of a learner over ``grouping``'s units, or ``None`` for a learner that is not
+    warm-started (:func:`is_warm`).
+
+    Raises:
+        ValueError: a warm start without its op placement ``init_ops`` (names the learner and
+            ``init``); ``init_ops`` of the wrong shape or with devices outside the cluster.
+    """
+    if not is_warm(config):
+        return None
+    ops = getattr(config, "init_ops", None)
+    if ops is None:
+        raise ValueError(f"learner {learner!r}: init {config.init!r} needs its start placement (init_ops, one device "
+                         "index per op); the experiment fills it in from the best baseline or init_placement "
+                         "(tasks.search.warm_start_config)")
+    return units_of_ops(ops, grouping, num_devices)
