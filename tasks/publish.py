@@ -101,15 +101,15 @@ def plot_urls(result: dict, tracking_uri: str, run_id: str | None) -> dict[str, 
     return out
 
 
-def _figure(x: float | None, digits: int = 5) -> float | None:
+def _figure(x: float | None, digits: int = 4) -> float | None:
     """``x`` to ``digits`` significant digits (``None`` stays ``None``)."""
     return None if x is None else float(f"{x:.{digits}g}")
 
 
 def results_table_rows(result: dict) -> list[dict]:
     """The rows of the results table artifact: one per method, fastest first, with its step time
-    (s), OOM, devices used and the ratios to the lower bound and the optimum, each figure to 5
-    significant digits, as the CLI's table (not Python's 17)."""
+    (s), OOM, devices used and the ratios to the lower bound and the optimum, each figure to 4
+    significant digits (3 for the ratios; not Python's 17)."""
     return [{"method": m, "step_time_s": _figure(r.get("step_time_s")), "oom": r.get("oom"),
              "devices_used": len(set((r.get("placement") or {}).values())),
              "x_lower_bound": _figure(r.get("x_lower_bound"), 3), "x_optimum": _figure(r.get("x_optimum"), 3)}

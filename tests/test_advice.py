@@ -74,13 +74,13 @@ def test_the_lines_after_the_table_and_a_path_that_needs_quoting():
 
 
 def test_the_results_table_artifact_rounds_its_figures():
-    """The Prefect table artifact showed 17-digit floats (issue 37, item 6): 5 significant digits for step
-    times, 3 for the ratios, fastest first."""
+    """The Prefect table artifact showed 17-digit floats (issue 37, item 6): 4 significant digits for step
+    times (issue 37: 4), 3 for the ratios, fastest first."""
     from tasks.publish import results_table_rows
 
     result = _result({"expert": 0.07928630430884585, "rl": 0.1594941359223348, "post": "oom"})
     result["methods"]["expert"].update(x_lower_bound=1.8426549881, x_optimum=None)
     rows = results_table_rows(result)
     assert [r["method"] for r in rows] == ["expert", "rl", "post"]
-    assert rows[0]["step_time_s"] == 0.079286 and rows[1]["step_time_s"] == 0.15949 and rows[2]["step_time_s"] is None
+    assert rows[0]["step_time_s"] == 0.07929 and rows[1]["step_time_s"] == 0.1595 and rows[2]["step_time_s"] is None
     assert rows[0]["x_lower_bound"] == 1.84 and rows[0]["x_optimum"] is None
