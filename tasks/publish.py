@@ -76,14 +76,16 @@ def search_progress_artifact(method: str, budget: int, every_s: float = 5.0):
 
 
 MAX_INLINE_IMAGE_BYTES = 400_000
-"""A plot is put in an image artifact as a ``data:`` URL up to this size (a local MLflow store
-serves no URL a browser can open)."""
+"""A plot of a run not logged to MLflow is put in an image artifact as a ``data:`` URL up to this size."""
 
 
 def plot_urls(result: dict, tracking_uri: str, run_id: str | None) -> dict[str, str]:
-    """Plot name -> an image URL for each PNG in the run folder's ``plots/``: the MLflow server's
-    ``/get-artifact`` URL when the tracking URI is ``http(s)`` and the run is logged, else a
-    ``data:image/png;base64`` URL (files over :data:`MAX_INLINE_IMAGE_BYTES` are left out)."""
+    """Plot name -> an image URL for each PNG in the run folder's ``plots/``: a link to the MLflow
+    artifact (``/get-artifact?path=plots/<name>&run_uuid=<run>``) on the tracking server for an
+    ``http(s)`` URI, else on the address of the printed ``mlflow ui`` command
+    (:func:`tracking.ui_command`, 127.0.0.1:5000: the image shows while that UI runs); only a run not
+    logged to MLflow gets ``data:image/png;base64`` URLs (files over :data:`MAX_INLINE_IMAGE_BYTES` are
+    left out)."""
     import base64
     from pathlib import Path
     from urllib.parse import quote as urlquote
@@ -92,10 +94,10 @@ def plot_urls(result: dict, tracking_uri: str, run_id: str | None) -> dict[str, 
     out: dict[str, str] = {}
     if not result.get("run_dir") or not folder.is_dir():
         return out
+    base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     for png in sorted(folder.glob("*.png")):
-        if run_id and tracking_uri.startswith(("http://", "https://")):
-            out[png.stem] = (f"{tracking_uri.rstrip('/')}/get-artifact?path={urlquote(f'plots/{png.name}')}"
-                             f"&run_uuid={run_id}")
+        if run_id:
+            out[png.stem] = f"{base}/get-artifact?path={urlquote(f'plots/{png.name}')}&run_uuid={run_id}"
         elif png.stat().st_size <= MAX_INLINE_IMAGE_BYTES:
             out[png.stem] = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
     return out

@@ -84,3 +84,19 @@ def test_the_results_table_artifact_rounds_its_figures():
     assert [r["method"] for r in rows] == ["expert", "rl", "post"]
     assert rows[0]["step_time_s"] == 0.07929 and rows[1]["step_time_s"] == 0.1595 and rows[2]["step_time_s"] is None
     assert rows[0]["x_lower_bound"] == 1.84 and rows[0]["x_optimum"] is None
+
+
+def test_plot_images_link_to_the_mlflow_artifacts(tmp_path):
+    """An image artifact links to the plot among the run's MLflow artifacts (issue 37, item 6): on the
+    tracking server, or on the printed `mlflow ui`'s address for a local store; inline data only for a
+    run not logged to MLflow."""
+    from tasks.publish import plot_urls
+
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "device-bars.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 64)
+    result = {"run_dir": str(tmp_path)}
+    local = plot_urls(result, "sqlite:////x/mlflow.db", "abc123")
+    assert local == {"device-bars": "http://127.0.0.1:5000/get-artifact?path=plots/device-bars.png&run_uuid=abc123"}
+    served = plot_urls(result, "http://mlflow.lab:8080/", "abc123")
+    assert served["device-bars"].startswith("http://mlflow.lab:8080/get-artifact?path=plots/device-bars.png")
+    assert plot_urls(result, "sqlite:////x/mlflow.db", None)["device-bars"].startswith("data:image/png;base64,")

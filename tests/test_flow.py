@@ -104,7 +104,11 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
         by_type.setdefault(a.type, []).append(a)
     assert {"table", "image", "markdown"} <= set(by_type), sorted(by_type)  # (a link artifact is markdown)
     assert any("#/experiments/" in (a.data or "") for a in by_type["markdown"])
-    assert len(by_type["image"]) >= 2 and all(a.data.startswith("data:image/png;base64,") for a in by_type["image"])
+    # images link to the run's MLflow artifacts (served by the printed `mlflow ui`), no inline data
+    assert len(by_type["image"]) >= 2
+    for a in by_type["image"]:
+        assert a.data.startswith("http://127.0.0.1:5000/get-artifact?path=plots/"), a.data[:80]
+        assert a.data.endswith(f"&run_uuid={result['mlflow_run_id']}")
     assert '"method"' in by_type["table"][0].data and "step_time_s" in by_type["table"][0].data
     # a progress artifact per search, at 100% when it ended
     from placer import DEFAULT_LEARNERS as LEARNERS
