@@ -195,7 +195,7 @@ def load_step(prepared):
         compgraph.user_graph.UserGraphError: the user's function fails (the message names it).
     """
     from compgraph import torch_models
-    from compgraph.torch_step import capture_source
+    from compgraph.frontends import capture_source
 
     if not is_torch_step(prepared):
         raise ValueError(f"{prepared.name}: not a PyTorch step (real execution of a TensorFlow graph is cluster.real)")

@@ -337,3 +337,25 @@ def prepare_user_graph(
                           saved_model=None if saved_model is None else str(saved_model), signature=signature,
                           fetches=fetches)
     return prepare_source(source, grouper, num_groups, seed, None, int_bounds)
+
+
+def capture_source(source):
+    """The captured step (:class:`compgraph.torch_step.CapturedStep`) of a PyTorch graph source: a ``torch``
+    source (:func:`compgraph.torch_step.load_torch_step`) or a PyTorch benchmark
+    (:func:`compgraph.torch_models.capture_benchmark`). It lives with the sources it reads, so the
+    capture (:mod:`compgraph.torch_step`) needs no benchmark table (no import circle).
+
+    Raises:
+        ValueError: a TensorFlow source.
+    """
+    from compgraph.torch_step import load_torch_step
+
+    if source.kind == "torch":
+        return load_torch_step(source.spec, source.optimizer)
+    from compgraph.models import BENCHMARKS
+    from compgraph.torch_models import capture_benchmark
+
+    bench = BENCHMARKS.get(getattr(source, "model", ""))
+    if source.kind != "benchmark" or bench is None or bench.framework != "torch":
+        raise ValueError(f"source {source.kind!r}: not a PyTorch step")
+    return capture_benchmark(bench.name, bench.sizes[source.size])

@@ -603,24 +603,6 @@ def _holds_tensor(node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
-def capture_source(source) -> CapturedStep:
-    """The captured step of a PyTorch graph source: a ``torch`` source (:func:`load_torch_step`) or a
-    PyTorch benchmark (:func:`compgraph.torch_models.capture_benchmark`).
-
-    Raises:
-        ValueError: a TensorFlow source.
-    """
-    if source.kind == "torch":
-        return load_torch_step(source.spec, source.optimizer)
-    from compgraph.models import BENCHMARKS
-    from compgraph.torch_models import capture_benchmark
-
-    bench = BENCHMARKS.get(getattr(source, "model", ""))
-    if source.kind != "benchmark" or bench is None or bench.framework != "torch":
-        raise ValueError(f"source {source.kind!r}: not a PyTorch step")
-    return capture_benchmark(bench.name, bench.sizes[source.size])
-
-
 def module_source(module, inputs: list[tuple[str, str]], header: str = "") -> str:
     """A standalone Python file defining ``PlacedStep`` (the :func:`placed_module` ``module``'s code)
     and ``INPUTS`` (``[(op name, device)]``, the order of its arguments); ``header`` is put first

@@ -449,7 +449,7 @@ def _graph_of(record: ExportRecord, fmt: str, source, cache_dir):
 
             made = prepare_source(source, None, None, 0, None if is_user_graph(source) else cache_dir)
         else:
-            from compgraph.torch_step import capture_source
+            from compgraph.frontends import capture_source
 
             made = capture_source(source)
     except ValueError as exc:  # UserGraphError, TorchStepError, an unknown model or size
