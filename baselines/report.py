@@ -154,7 +154,7 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
         time_limit_s: an optional wall-clock cap on the optimum (seconds; ``None``: none, deterministic).
         node_limit, polish_evaluations, max_milp_ops: the optimum's work limits
             (:func:`baselines.optimum.milp_optimum`; ``polish_evaluations=None``: by the graph's size).
-        env_kind, env_options: the measurement environment (:func:`cluster.environment.make_environment`).
+        env_kind, env_options: the measurement environment (:func:`cluster.factory.make_environment`).
         stage: a context manager per stage (``"baselines"``, ``"lower bound"``, ``"optimum"``,
             ``"evaluation (sim)"``), as :func:`tracking.progress.stage`; default: silent.
         say: one progress line (each baseline as it ends), as :func:`tracking.progress.say`.
@@ -167,7 +167,7 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
     Raises:
         ValueError: an unknown method (lists the valid ones).
     """
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.evaluation import evaluate_placements
 
     methods = list(methods) if methods is not None else applicable_baselines(spec, prepared.benchmark is None)

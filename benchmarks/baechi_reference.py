@@ -203,7 +203,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from baselines import baechi as ours
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.op_placement import OpPlacement, measure_placement
     from cluster.spec import load_cluster
     from compgraph.prepare import prepare

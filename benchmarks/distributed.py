@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.5, help="seconds added to each slow measurement")
     args = parser.parse_args()
 
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.spec import load_cluster
     import torch
 

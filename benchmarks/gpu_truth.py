@@ -211,7 +211,7 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
     import numpy as np
     import torch
 
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.torch_real import TorchRealEnvironment
     from compgraph.frontends import BenchmarkSource, prepare_source
     from compgraph.grouping import colocation_grouping
@@ -390,7 +390,7 @@ def judge(paths: list[str], cluster: str) -> dict:
     """
     import numpy as np
 
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from compgraph.frontends import BenchmarkSource, prepare_source
     from compgraph.grouping import colocation_grouping
 

@@ -38,7 +38,7 @@ def main() -> None:
 
     import placer.eagle  # noqa: F401
     import placer.hierarchical  # noqa: F401
-    from cluster.environment import SimulatedEnvironment
+    from cluster.simulated import SimulatedEnvironment
     from cluster.spec import load_cluster
     from compgraph.grouping import colocation_grouping
     from compgraph.prepare import prepare

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from baselines import applicable_baselines
     from baselines.report import run_baselines
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.spec import load_cluster
     from compgraph.grouping import colocation_grouping
     from compgraph.prepare import prepare

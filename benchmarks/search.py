@@ -30,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def main() -> None:
     import torch
 
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.spec import load_cluster
     from compgraph.grouping import colocation_grouping
     from compgraph.prepare import prepare

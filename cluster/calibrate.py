@@ -197,7 +197,7 @@ def calibrate(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray] | N
         ValueError: ``steps < 2`` or a placement of the wrong length;
         cluster.real.PlacementError: a placement TensorFlow cannot run.
     """
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.real import RealEnvironment
     from cluster.real import trace_devices
 

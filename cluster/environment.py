@@ -1,7 +1,7 @@
-"""The measurement interface every baseline and search uses, and the one factory that builds it.
+"""The measurement interface every baseline and search uses (the factory that builds one: :mod:`cluster.factory`).
 
 An :class:`Environment` measures group placements of one grouped graph on one cluster. Three
-kinds implement it, each in its own module, and :func:`make_environment` is the only place
+kinds implement it, each in its own module, and :func:`cluster.factory.make_environment` is the only place
 that builds one by name:
 
 * ``sim``: the event-driven simulator (:class:`cluster.simulated.SimulatedEnvironment`);
@@ -77,7 +77,7 @@ class Environment(Protocol):
         ...
 
 
-ENVIRONMENTS = ("sim", "real", "grappler")  #: the kinds :func:`make_environment` builds
+ENVIRONMENTS = ("sim", "real", "grappler")  #: the kinds :func:`cluster.factory.make_environment` builds
 
 
 def measure_rows(env, group_placements: np.ndarray) -> list:
@@ -94,7 +94,7 @@ def measure_rows(env, group_placements: np.ndarray) -> list:
 
 
 class EnvOptions(BaseModel):
-    """Options of :func:`make_environment`; each kind reads the ones that concern it and ignores the rest.
+    """Options of :func:`cluster.factory.make_environment`; each kind reads the ones that concern it and ignores the rest.
 
     Attributes:
         engine: ``sim``: ``fast`` | ``reference`` | ``contracted`` (:data:`cluster.simulated.ENGINES`).
@@ -147,78 +147,3 @@ def _options(options) -> EnvOptions:
         name = ".".join(str(x) for x in err["loc"])
         valid = ", ".join(EnvOptions.model_fields)
         raise ValueError(f"env option {name!r}: {err['msg']} (valid options: {valid})") from None
-
-
-def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions | dict | None = None, *,
-                     grouping: Grouping | None = None) -> Environment:
-    """The environment of ``kind`` for a prepared graph on ``spec``: the one way to build one.
-
-    Args:
-        kind: ``sim``, ``real`` or ``grappler`` (:data:`ENVIRONMENTS`).
-        prepared: a :class:`compgraph.prepare.PreparedGraph` (``.graph``, ``.grouping``,
-            ``.graph_def`` and ``.fetches``; ``real`` and ``grappler`` need the GraphDef).
-        spec: the cluster.
-        options: an :class:`EnvOptions` or a dict of its fields.
-        grouping: the groups placements are made of, instead of ``prepared.grouping`` (e.g.
-            :func:`compgraph.grouping.colocation_grouping` for learners that group ops themselves).
-    Returns:
-        An :class:`Environment`.
-    Raises:
-        ValueError: unknown ``kind`` (lists the valid ones); an unknown option or a bad value
-            (names it); ``real`` or ``grappler`` without a GraphDef; a bad engine or op_times shape.
-    """
-    if kind not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {kind!r}; valid: {', '.join(ENVIRONMENTS)}")
-    opts = _options(options)
-    graph = prepared.graph
-    groups = prepared.grouping if grouping is None else grouping
-    if len(groups.op_group) != graph.num_ops:
-        raise ValueError(f"grouping: covers {len(groups.op_group)} ops, the graph has {graph.num_ops}")
-    if kind == "sim":
-        from cluster.simulated import SimulatedEnvironment
-
-        op_times = opts.op_times
-        if opts.cost_table is not None:
-            if op_times is None:
-                op_times = opts.cost_table.op_times(graph, spec)
-            spec = opts.cost_table.apply_link(spec)
-        execution = opts.execution
-        if execution == "auto":
-            from cluster.torch_real import is_torch_step
-
-            execution = "eager" if is_torch_step(prepared) else "dataflow"
-        return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times, execution=execution)
-    if kind == "real":
-        from cluster.torch_real import TorchRealEnvironment, is_torch_step
-
-        if is_torch_step(prepared):
-            return TorchRealEnvironment(prepared, spec, grouping=groups, repeats=opts.repeats, warmup=opts.warmup,
-                                        seed=opts.seed, threads=opts.threads, time_limit_s=opts.time_limit_s,
-                                        int_bounds={**(getattr(prepared, "int_bounds", None) or {}),
-                                                    **(opts.int_bounds or {})},
-                                        devices=opts.devices)
-    graph_def = getattr(prepared, "graph_def", None)
-    if graph_def is None:
-        raise ValueError(f"env {kind!r}: needs the TensorFlow GraphDef of the graph (a benchmark or --graph-def)")
-    fetches = list(getattr(prepared, "fetches", ()) or ())
-    if kind == "real":
-        from cluster.real import RealEnvironment
-
-        return RealEnvironment(graph, groups, spec, graph_def, fetches, steps=opts.steps,
-                               warmup=1 if opts.warmup is None else opts.warmup,
-                               soft_placement=opts.soft_placement, seed=opts.seed,
-                               int_bounds={**(getattr(prepared, "int_bounds", None) or {}), **(opts.int_bounds or {})},
-                               devices=opts.devices)
-    from cluster.grappler import GrapplerEnvironment
-
-    return GrapplerEnvironment(graph, groups, spec, graph_def, fetches)
-
-
-def __getattr__(name: str):
-    """``SimulatedEnvironment`` and ``ENGINES``, imported from :mod:`cluster.simulated` on first use
-    (they live there; kept importable from here for existing callers)."""
-    if name in ("SimulatedEnvironment", "ENGINES"):
-        import cluster.simulated
-
-        return getattr(cluster.simulated, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from cluster.environment import make_environment
+from cluster.factory import make_environment
 from cluster.spec import ClusterSpec
 
 AGAINST = ("real", "grappler")  #: the reference environments :func:`fidelity` compares against

@@ -93,7 +93,7 @@ def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: i
     """
     import time
 
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.real import RealEnvironment
     from cluster.op_placement import is_op_placement
 

@@ -180,7 +180,7 @@ def _environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_
     """The workers' environment (``measuring``), or what a learner sees: the same simulated
     environment for ``sim`` (so a learner's failing signal is the in-process one), an
     :class:`EnvironmentView` otherwise. The one place this module builds environments."""
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
 
     if measuring or env_kind == "sim":
         return make_environment(env_kind, prepared, spec, env_options)

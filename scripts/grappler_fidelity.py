@@ -31,7 +31,7 @@ def _variant(spec, free_links: bool, no_overhead: bool):
 
 def main() -> None:
     from baselines import BASELINES, BaselineContext
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.fidelity import _agreement, random_placements
     from cluster.spec import load_cluster
     from compgraph.prepare import prepare

@@ -89,7 +89,7 @@ class RealOptions(_Section):
                                                                  "placement fails (empty: 300)")
 
     def env_options(self) -> dict:
-        """The options of :func:`cluster.environment.make_environment` for ``env: real`` (only those given)."""
+        """The options of :func:`cluster.factory.make_environment` for ``env: real`` (only those given)."""
         out: dict = {"soft_placement": True} if self.soft_placement else {}
         for name in ("repeats", "warmup", "threads", "time_limit_s"):
             if getattr(self, name) is not None:

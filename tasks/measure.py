@@ -13,7 +13,8 @@ from prefect.utilities.annotations import quote
 
 from baselines import applicable_baselines as baselines_for
 from cluster.calibrate import CostTable, calibrate
-from cluster.environment import ENVIRONMENTS, Environment, make_environment
+from cluster.environment import ENVIRONMENTS, Environment
+from cluster.factory import make_environment
 from cluster.fidelity import fidelity, random_placements
 from cluster.op_placement import is_op_placement, measure_placement
 from cluster.spec import ClusterSpec

@@ -14,7 +14,8 @@ from prefect.cache_policies import NONE
 from prefect.utilities.annotations import quote
 
 from baselines import BASELINES
-from cluster.environment import Environment, make_environment
+from cluster.environment import Environment
+from cluster.factory import make_environment
 from cluster.evaluation import evaluate_placements, summarize
 from cluster.spec import ClusterSpec
 from compgraph.grouping import colocation_grouping

@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cluster.environment import SimulatedEnvironment  # noqa: E402
+from cluster.simulated import SimulatedEnvironment  # noqa: E402
 from compgraph.grouping import colocation_grouping  # noqa: E402
 from compgraph.ir import Edge, Grouping, OpGraph  # noqa: E402
 from test_simulator import _dev, _op, _spec  # noqa: E402

@@ -9,7 +9,7 @@ from baselines import (BASELINES, BaselineContext, expert, mincut, mincut_group,
                        single_gpu)
 from cluster.kernels import op_gpu_ok
 from compgraph.grouping import colocation_units
-from cluster.environment import SimulatedEnvironment
+from cluster.simulated import SimulatedEnvironment
 from cluster.spec import load_cluster
 
 

@@ -10,7 +10,7 @@ from cluster.kernels import op_gpu_ok
 from baselines.baechi import m_etf, m_sct, m_topo
 from baselines.bounds import lower_bound
 from baselines.optimum import enumerate_optimum, milp_optimum
-from cluster.environment import SimulatedEnvironment
+from cluster.simulated import SimulatedEnvironment
 from cluster.fast_simulator import FastSimulator
 from cluster.op_placement import OpPlacement, measure_placement
 from cluster.spec import ClusterSpec

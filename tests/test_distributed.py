@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from cluster.environment import SimulatedEnvironment  # noqa: E402
+from cluster.simulated import SimulatedEnvironment  # noqa: E402
 from placer.distributed import (  # noqa: E402
     ParameterServer,
     ServerRestarted,

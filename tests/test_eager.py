@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cluster.eager import EagerExecution
-from cluster.environment import make_environment
+from cluster.factory import make_environment
 from cluster.simulated import SimulatedEnvironment
 from cluster.spec import ClusterSpec, load_cluster
 from compgraph.ir import Edge, Grouping, Op, OpGraph

@@ -1,4 +1,4 @@
-"""The environment seam: the one factory (:func:`cluster.environment.make_environment`) for each
+"""The environment seam: the one factory (:func:`cluster.factory.make_environment`) for each
 kind, its errors, the CPU-fallback rule written once (:mod:`cluster.kernels`), and the grappler
 environment (TensorFlow's VirtualCluster) on a tiny real TensorFlow training step."""
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cluster.environment import ENVIRONMENTS, EnvOptions, Measurement, make_environment
+from cluster.environment import ENVIRONMENTS, EnvOptions, Measurement
+from cluster.factory import make_environment
 from cluster.kernels import cpu_fallback, fallback_device, group_gpu_ok, op_gpu_ok
 from cluster.spec import ClusterSpec
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cluster.environment import SimulatedEnvironment
+from cluster.simulated import SimulatedEnvironment
 from cluster.fast_simulator import FastSimulator
 from cluster.simulator import Simulator
 from cluster.spec import ClusterSpec

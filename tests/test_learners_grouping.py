@@ -16,7 +16,7 @@ import torch
 
 import placer.eagle  # noqa: F401  (registers eagle, eagle_ce)
 import placer.hierarchical  # noqa: F401  (registers hierarchical)
-from cluster.environment import SimulatedEnvironment
+from cluster.simulated import SimulatedEnvironment
 from cluster.spec import ClusterSpec
 from compgraph.grouping import colocation_grouping
 from compgraph.ir import Edge, Grouping, Op, OpGraph

@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_simulator import _dev, _op, _spec  # noqa: E402
 
-from cluster.environment import SimulatedEnvironment  # noqa: E402
+from cluster.simulated import SimulatedEnvironment  # noqa: E402
 from compgraph.ir import Edge, Grouping, OpGraph  # noqa: E402
 from placer.features import static_memory_load  # noqa: E402
 from placer.reinforce import ReinforceConfig, ReinforceLearner  # noqa: E402
@@ -104,7 +104,7 @@ def test_local_search_climbs_out_of_an_oom_start_by_memory_load():
 
 
 def _grouper_entropies(prepared, spec, updates: int, **options) -> list[float]:
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from compgraph.grouping import colocation_grouping
     from placer.hierarchical import HierarchicalConfig, HierarchicalPlanner
 

@@ -151,7 +151,7 @@ def test_train_a_learner_that_places_colocation_units_for_real(prefect_harness, 
 def test_train_an_op_level_placement_projects_its_simulated_step(prefect_harness, tmp_path, rnnlm_small, k80x2):
     """m_topo places every op (splitting the 2017 groups): trained (here projected) like any other placement."""
     from baselines import BASELINES, BaselineContext
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.op_placement import measure_placement
 
     out = tmp_path / "runs"
@@ -169,7 +169,7 @@ def test_train_an_op_level_placement_projects_its_simulated_step(prefect_harness
 def test_train_sim_is_labelled_simulated_and_projects_the_calibrated_step(prefect_harness, tmp_path, calibrated,
                                                                            rnnlm_small):
     from cluster.calibrate import CostTable
-    from cluster.environment import SimulatedEnvironment
+    from cluster.simulated import SimulatedEnvironment
     from cluster.spec import load_cluster
 
     _, table_path = calibrated

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from cluster.environment import Measurement, SimulatedEnvironment
+from cluster.environment import Measurement
+from cluster.simulated import SimulatedEnvironment
 from compgraph.ir import Grouping
 from placer.post import PostConfig, post_search
 

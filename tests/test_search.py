@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from cluster.environment import SimulatedEnvironment
+from cluster.simulated import SimulatedEnvironment
 from placer.features import group_features
 from placer.reinforce import ReinforceConfig, reinforce_search
 from placer.seq2seq import Seq2SeqPlacer

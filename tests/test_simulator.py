@@ -1,4 +1,4 @@
-"""Tests for cluster.simulator.Simulator and cluster.environment.SimulatedEnvironment.
+"""Tests for cluster.simulator.Simulator and cluster.simulated.SimulatedEnvironment.
 
 Every expected value is computed by hand in the test's docstring. The graphs are tiny
 hand-built OpGraphs; op times are given with ``op_times=`` (rows: ops, columns: devices)
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cluster.environment import SimulatedEnvironment
+from cluster.simulated import SimulatedEnvironment
 from cluster.simulator import Simulator
 from cluster.spec import ClusterSpec, load_cluster
 from compgraph.ir import Edge, Grouping, Op, OpGraph

@@ -266,7 +266,7 @@ def test_experiment_end_to_end_saved_model_and_keras3(prefect_harness, saved_tra
 def test_env_real_runs_a_keras3_step_on_two_devices(tmp_path, monkeypatch):
     """--env real on a Keras 3 model: variables made real, the label's class range inferred,
     a placement over two logical CPUs measured."""
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from cluster.spec import load_cluster
     from compgraph.frontends import prepare_user_graph
 

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cluster.environment import make_environment  # noqa: E402
+from cluster.factory import make_environment  # noqa: E402
 from cluster.spec import load_cluster  # noqa: E402
 from cluster.torch_real import (DeviceUnavailableError, TorchRealEnvironment, int_input_bounds, load_step,  # noqa: E402
                                 spread, step_tensors, torch_devices)

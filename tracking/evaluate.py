@@ -7,7 +7,7 @@ device). :func:`op_devices` checks it against the prepared graph and the cluster
 no unknown op, no unknown device), :func:`unit_placement` turns it into a placement of the
 TensorFlow colocation units (:func:`compgraph.grouping.colocation_grouping`; a placement that splits
 a unit is refused: TensorFlow would not run it) and :func:`evaluate_placement` measures that in one
-environment (:func:`cluster.environment.make_environment`). Every environment simulates or runs the
+environment (:func:`cluster.factory.make_environment`). Every environment simulates or runs the
 op graph with each op on its unit's device, so the step time equals the one an experiment reports
 for the same op placement.
 """
@@ -221,7 +221,7 @@ def evaluate_placement(prepared, spec, env_kind: str, placement: dict[str, str] 
         EvaluateError: see :func:`op_devices` and :func:`unit_placement`.
         ValueError: the environment refuses its options, the graph or the placement (one line).
     """
-    from cluster.environment import make_environment
+    from cluster.factory import make_environment
     from compgraph.grouping import colocation_grouping
 
     names = list(spec.device_names)

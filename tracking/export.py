@@ -281,7 +281,7 @@ def _load_mlflow_record(run: str, tracking_uri: str | None) -> ExportRecord:
             raise ExportError(f"run {run!r}: no MLflow store at {db} (nothing created; give --out-dir or --tracking-uri "
                               "of the experiment's store)")
     else:
-        from tracking.live import TrackingUnavailable, check_tracking
+        from tracking.store import TrackingUnavailable, check_tracking
 
         try:
             check_tracking(tracking_uri)
