@@ -103,7 +103,8 @@ def op_devices_of(prepared: PreparedGraph, placement) -> np.ndarray:
 def best_baseline_start(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict | None = None,
                         baselines: dict | None = None) -> WarmStart:
     """The best baseline as a warm start: the baseline placement with the lowest step time in
-    ``env_kind`` (ties: the first name in order); if every one runs out of memory, the first.
+    ``env_kind`` (ties: the first name in alphabetical order, as the report's best baseline,
+    :func:`baselines.report.run_baselines`' ``best_baseline``); if every one runs out of memory, the first.
 
     Args:
         baselines: method -> placement of the baselines the experiment ran (reference methods such as
@@ -127,7 +128,7 @@ def best_baseline_start(prepared: PreparedGraph, spec: ClusterSpec, env_kind: st
                          "init_placement (--init-placement FILE)")
     results = _measure(prepared, spec, env_kind, chosen, env_options)
     ran = {m: r["step_time_s"] for m, r in results.items() if not r["oom"] and r["step_time_s"] is not None}
-    best = min(ran, key=lambda m: (ran[m], list(chosen).index(m))) if ran else next(iter(chosen))
+    best = min(ran, key=lambda m: (ran[m], m)) if ran else next(iter(chosen))
     return WarmStart(best, op_devices_of(prepared, chosen[best]), ran.get(best), oom=best not in ran)
 
 

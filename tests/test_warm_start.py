@@ -292,3 +292,18 @@ def test_an_op_level_start_the_learner_cannot_place_is_kept_as_its_placement(mon
     assert list(found.placements["post_warm"].ops) == list(baselines["mincut"].ops)
     results, _ = evaluate.fn(rnnlm_small, k80x2, "sim", {**baselines, **found.placements}, None, found.groupings)
     assert results["post_warm"]["step_time_s"] == pytest.approx(results["mincut"]["step_time_s"])
+
+
+def test_the_warm_start_and_the_report_break_ties_alike():
+    """On one GPU, single_gpu and expert tie: the warm start takes the baseline the report calls best
+    (alphabetically first among the fastest), so 'rl (warm: ...)' names the best baseline of the table."""
+    from baselines.report import run_baselines
+    from cluster.spec import load_cluster
+    from compgraph.frontends import BenchmarkSource, prepare_source
+    from tasks.search import best_baseline_start
+
+    prepared = prepare_source(BenchmarkSource(model="gpt", size="small"))
+    spec = load_cluster("h200x1")
+    report = run_baselines(prepared, spec, methods=["single_gpu", "expert"])
+    start = best_baseline_start(prepared, spec, "sim")
+    assert report["best_baseline"] == start.source == "expert"
