@@ -18,10 +18,8 @@ on a 2-core machine (load 2-3.5; rnnlm paper 16 and 24 s), gnmt 88 and 102 s, re
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from collections.abc import Iterator
 
 import typer
 
@@ -131,18 +129,11 @@ def say(text: str) -> None:
         print_line(text)
 
 
-@contextlib.contextmanager
-def stage(name: str) -> Iterator[dict]:
-    """:func:`tracking.progress.stage` with :func:`say`: ``name ...`` on entry, ``name: done in 2.1 s``
-    (and ``out["result"]``) on exit, ``name: failed after 2.1 s (ValueError)`` on an exception."""
-    say(f"{name} ...")
-    start, out = time.monotonic(), {"result": ""}
-    try:
-        yield out
-    except BaseException as exc:
-        say(f"{name}: failed after {time.monotonic() - start:.1f} s ({type(exc).__name__})")
-        raise
-    say(f"{name}: done in {time.monotonic() - start:.1f} s" + (f": {out['result']}" if out["result"] else ""))
+def stage(name: str):
+    """:func:`tracking.progress.stage` with this command's :func:`say` (no Prefect run look-up)."""
+    from tracking.progress import stage as progress_stage
+
+    return progress_stage(name, say=say)
 
 
 def _graph_line(prepared, spec) -> str:

@@ -37,10 +37,11 @@ def say(text: str) -> None:
 
 
 @contextlib.contextmanager
-def stage(name: str) -> Iterator[dict]:
+def stage(name: str, say: Callable[[str], None] = say) -> Iterator[dict]:
     """``with stage("preprocess") as out:`` says ``preprocess ...`` on entry and ``preprocess: done in
     2.1 s`` on exit, with ``out["result"]`` (a short text the block may set) appended; on an
-    exception, ``preprocess: failed after 2.1 s (ValueError)``."""
+    exception, ``preprocess: failed after 2.1 s (ValueError)``. ``say``: where the lines go
+    (default :func:`say`)."""
     say(f"{name} ...")
     start, out = time.monotonic(), {"result": ""}
     try:
