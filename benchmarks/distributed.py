@@ -1,7 +1,8 @@
 """Throughput of the distributed search (placer/distributed.py) on a local Ray; prints JSON.
 
 * ``sim``: placements per second of the 2017 learner (``rl``, K=8) on the simulator, small
-  RNNLM on k80x2, in-process (:func:`placer.reinforce.reinforce_search`) and distributed with
+  RNNLM on k80x2, in-process and distributed (:func:`placer.search.run_search` with the learner and
+  its environment, or with :func:`placer.distributed.ray_controllers`' controllers and workers) with
   one controller and 1, 2, 4 workers (synchronous), and 2 controllers x 4 workers
   asynchronous; the distributed rates exclude the actors' start (reported apart), and
   ``overhead_ms_per_placement`` is (distributed - in-process) seconds per placement.
@@ -36,9 +37,10 @@ def main() -> None:
     import torch
 
     from compgraph.prepare import prepare
-    from placer.distributed import distributed_search
+    from placer.distributed import RaySettings, ray_controllers
     from placer.ray_session import ray_session
-    from placer.reinforce import ReinforceConfig, reinforce_search
+    from placer.reinforce import ReinforceConfig, ReinforceLearner
+    from placer.search import run_search
 
     prep, spec = prepare("rnnlm", "small"), load_cluster("k80x2")
     cfg = ReinforceConfig(budget=args.budget, k=8, seed=0)
@@ -51,15 +53,16 @@ def main() -> None:
     torch.set_num_threads(1)
     out["in_process_torch_threads"] = 1
     t = time.perf_counter()
-    reinforce_search(env, cfg)
+    run_search(ReinforceLearner(env, cfg), env)
     in_process_s = time.perf_counter() - t
     out["sim"]["in_process"] = {"seconds": in_process_s, "placements_per_s": args.budget / in_process_s}
 
     def timed(config, **kw) -> dict:
         started: dict = {}
         t0 = time.perf_counter()
-        res = distributed_search("rl", config, prep, spec, on_start=lambda _: started.setdefault("t", time.perf_counter()),
-                                 **kw)
+        settings = RaySettings(on_start=lambda _: started.setdefault("t", time.perf_counter()), **kw)
+        with ray_controllers("rl", config, prep, spec, "sim", settings) as (controllers, evaluator):
+            res = run_search(controllers, evaluator)
         end = time.perf_counter()
         run_s = end - started["t"]
         return {"seconds_after_start": run_s, "actor_start_s": started["t"] - t0,

@@ -6,21 +6,24 @@ measure them (one placement per worker at a time), updates from the running time
 own baseline ("it is more stable to let each controller have its own baseline"), and pushes
 the result to the parameter server.
 
-Here any :class:`placer.learner.Learner` is distributed through its contract
-(:func:`distributed_search`): each controller (a Ray actor) holds a learner instance and
-calls its ``sample`` and ``update`` (so it keeps its own baseline, optimizer state and
-sampling generator); the server holds only the policy's parameters (:func:`policy_state`);
-a pool of worker actors, each with its own measurement environment, measures placements
-one at a time; the driver (this process) dispatches placements to free workers, appends
-each measurement to the run's placement log (:class:`placer.search.PlacementLog`) the
-moment it arrives, and only then gives the batch's times to its controller.
+Here any :class:`placer.learner.Learner` is distributed through its contract: each
+controller (a Ray actor, :mod:`placer.actors`) holds a learner instance and calls its
+``sample`` and ``update`` (so it keeps its own baseline, optimizer state and sampling
+generator); the server holds only the policy's parameters (:func:`placer.actors.policy_state`);
+a pool of worker actors, each with its own measurement environment, measures placements one at
+a time; the driver (this process) dispatches placements to free workers, appends each
+measurement to the run's placement log (:class:`placer.search.PlacementLog`) the moment it
+arrives, and only then gives the batch's times to its controller.
 
-The search is the one loop of :mod:`placer.search` (:func:`placer.search.search_loop`):
-:class:`RayControllers` is its update side (the controller actors and the server) and
-:class:`RayEvaluator` its measuring side (the worker pool), where the in-process search has
-the learner and the environment; so the placement log, replay, curve and per-update
-diagnostics are the same code. The asynchronous mode has no rounds and drives the same pieces
-itself (:meth:`RayControllers.run_async`).
+The search is the one search of :mod:`placer.search`: :func:`ray_controllers` starts the actors
+and yields :class:`RayControllers` (the update side: the controller actors and the server) and
+:class:`RayEvaluator` (the measuring side: the worker pool), which
+:func:`placer.search.run_search` drives where the in-process search has the learner and the
+environment; so the placement log, replay, curve and per-update diagnostics are the same code.
+The experiment's one search task (:func:`tasks.search.learner_search`) does exactly that::
+
+    with ray_controllers("rl", config, prepared, spec, "sim", RaySettings(controllers=2)) as (ctl, ev):
+        result = run_search(ctl, ev, log_path, resume=True)
 
 A controller pushes its learner's new parameters (synchronous) or the change it made to
 the parameters it pulled (asynchronous). Controller ``c`` samples with seed
@@ -31,15 +34,17 @@ parameters and samples ``min(K, placements left)``; the workers measure all of t
 batches are recorded in sample-index order; every controller updates; the server's new
 parameters are controller 0's new parameters plus every other controller's change
 (``new_c - pulled``) -- with one controller exactly controller 0's, so one controller gives
-the in-process search's result for the same seed (for the 2017 learner:
-:func:`placer.reinforce.reinforce_search`). The same seed and settings give the same
-:class:`placer.search.SearchResult` whatever the timing, and a re-run on an existing
-log with the same settings replays the logged measurements by sample index (resume).
+the in-process search's result for the same seed (``run_search(learner, env)``). The same seed
+and settings give the same :class:`placer.search.SearchResult` whatever the timing, and a
+re-run on an existing log with the same settings replays the logged measurements by sample
+index (resume).
 
-**Asynchronous (``async_updates=True``, 2017's mode, not reproducible).** Each controller
-loops on its own: pull whatever the server holds, sample, measure, update, push its change,
-which the server adds on arrival (the parameters may have moved meanwhile). The budget is
-allocated in sample-index order as controllers ask; such a log cannot be resumed.
+**Asynchronous (``async_updates=True``, 2017's mode, not reproducible).** A mode of the
+controllers (``RayControllers.asynchronous``) that the same search loop drives batch by batch
+(:func:`placer.search.search_loop`): each controller goes on on its own -- pull whatever the
+server holds, sample, measure, update, push its change, which the server adds on arrival (the
+parameters may have moved meanwhile). The budget is allocated in sample-index order as
+controllers ask; such a log cannot be resumed.
 
 **The learner contract** (:class:`placer.learner.Learner`, each with a default): the
 search distributes every learner, including those that group ops themselves (Hierarchical
@@ -81,42 +86,42 @@ unpickling.
 
 from __future__ import annotations
 
-import os
-from collections import deque
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from placer.actors import (
+    Controller,
+    ControllerRestarted,
+    EnvironmentView,
+    ParameterServer,
+    ServerRestarted,
+    Worker,
+    WorkerPool,
+)
 from placer.ray_session import actor_options, check_ray_address, ray_get, ray_session
-from placer.search import Job
+from placer.search import Event, Job
 
 if TYPE_CHECKING:  # torch and the learners are imported lazily: worker processes never load torch
+    from cluster.environment import Measurement
     from cluster.spec import ClusterSpec
     from compgraph.ir import Grouping
     from compgraph.prepare import PreparedGraph
     from placer.learner import Learner, LearnerConfig, Samples
-    from placer.reinforce import ReinforceConfig
-    from cluster.environment import Measurement
-    from placer.search import SearchLedger, SearchResult
-
-# ----------------------------------------------------------------------------- actors
 
 
 def controller_seed(seed: int, controller: int) -> int:
     """Seed of controller ``controller``'s sampling generator: ``seed`` for controller 0 (so one
-    controller samples as :func:`placer.reinforce.reinforce_search` does), else a 63-bit
-    value derived from ``(seed, controller)`` by ``numpy.random.SeedSequence``."""
+    controller samples as the in-process search does), else a 63-bit value derived from
+    ``(seed, controller)`` by ``numpy.random.SeedSequence``."""
     if controller == 0:
         return int(seed)
     state = np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, controller]).generate_state(1, np.uint64)
     return int(state[0] >> 1)
-
-
-
-# ----------------------------------------------------------------------------- the learner extension
 
 
 def resolve_learner(learner: str | type[Learner]) -> type[Learner]:
@@ -134,352 +139,199 @@ def resolve_learner(learner: str | type[Learner]) -> type[Learner]:
     return LEARNERS[learner]
 
 
-def _numpy(value) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.array(value, copy=True)
+@dataclass(frozen=True)
+class RaySettings:
+    """How a search runs on Ray (:func:`ray_controllers`); the experiment's ``ray`` section
+    (:class:`tasks.config.RayOptions`) gives the first seven.
 
-
-def policy_state(learner: Learner) -> dict[str, np.ndarray]:
-    """``learner.policy_state()`` as numpy arrays (:meth:`placer.learner.Learner.policy_state`)."""
-    return {k: _numpy(v) for k, v in learner.policy_state().items()}
-
-
-def merge_parameters(pulled: dict[str, np.ndarray], news: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """A synchronous round's new parameters: ``news[0] + sum_{c>0} (news[c] - pulled)`` for
-    floating-point arrays (``news[0]`` itself with one controller, bit for bit), ``news[0]``'s
-    value for the others."""
-    if len(news) == 1:
-        return dict(news[0])
-    out = {}
-    for key, base in pulled.items():
-        first = np.asarray(news[0][key])
-        if np.issubdtype(first.dtype, np.floating):
-            total = first.copy()
-            for new in news[1:]:
-                total += np.asarray(new[key]) - base
-            out[key] = total
-        else:
-            out[key] = first
-    return out
-
-
-class EnvironmentView:
-    """What a learner may read of an environment (``kind``, ``graph``, ``grouping``, ``spec``),
-    for controllers and the server of a search whose workers measure for real; ``measure``
-    raises (the contract: learners never measure)."""
-
-    def __init__(self, kind: str, graph, grouping, spec) -> None:
-        self.kind, self.graph, self.grouping, self.spec = kind, graph, grouping, spec
-
-    def measure(self, group_placement):
-        raise RuntimeError("a learner must not measure (placer.learner.Learner); workers do")
-
-
-def _environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict, measuring: bool):
-    """The workers' environment (``measuring``), or what a learner sees: the same simulated
-    environment for ``sim`` (so a learner's failing signal is the in-process one), an
-    :class:`EnvironmentView` otherwise. The one place this module builds environments."""
-    from cluster.factory import make_environment
-
-    if measuring or env_kind == "sim":
-        return make_environment(env_kind, prepared, spec, env_options)
-    return EnvironmentView(env_kind, prepared.graph, prepared.grouping, spec)
-
-
-def _make_learner(learner_cls, config, prepared, spec, env_kind, env_options, device: str, pooled: bool):
-    learner = learner_cls(_environment(prepared, spec, env_kind, env_options, False), config)
-    if device != "cpu":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"policy_device: {device!r} but CUDA is not available on this Ray node "
-                               f"(torch.cuda.is_available() is False); use policy_device='cpu'")
-        learner = learner.to(device)
-    learner.pooled = pooled
-    return learner
-
-
-# ----------------------------------------------------------------------------- actors
-
-
-class ControllerRestarted(RuntimeError):
-    """Raised by a controller actor that Ray restarted and the driver has not restored yet."""
-
-
-class ServerRestarted(RuntimeError):
-    """Raised by a parameter server that Ray restarted and the driver has not restored yet."""
-
-
-class ParameterServer:
-    """Holds the policy's parameters (2017 Sec. 3.4); a Ray actor.
-
-    Args:
-        params: the initial parameters (controller 0's learner's, seeded with ``config.seed``).
-        learner_cls, config, prepared, spec, env_kind, env_options: a learner with a pooled
-            step, built here (on the CPU) for :meth:`pooled`; ``learner_cls=None``: none.
+    Attributes:
+        controllers: controller actors (the paper: up to 20; >= 1).
+        workers: worker actors, shared by the controllers, each measuring one placement at a
+            time; ``None``: K per controller (the paper).
+        gpus_per_worker: GPUs each worker asks Ray for (it sees only those; none when 0).
+            ``env_kind="real"`` on a cluster with GPUs needs as many as the spec has GPUs.
+        policy_device: where the controllers run the policy (``cuda`` needs the learner's
+            ``to(device)`` and a GPU for each controller).
+        async_updates: 2017's asynchronous updates (not reproducible); default: synchronous rounds.
+        address: ``None``: a local Ray on 127.0.0.1 (:func:`placer.ray_session.ray_session`; a Ray
+            already initialised in this process is used as is); ``"auto"``, ``"ray://host:port"`` or
+            ``"host:port"``: a running cluster (``ray start --head``).
+        temp_dir: a local Ray's files go under it (``None``: the system temp folder).
+        cpus_per_worker: CPUs each worker asks Ray for (0: packed regardless of CPUs).
+        gpus_per_controller: GPUs each controller asks for; ``None``: 1 with ``cuda``, else 0.
+        measure_delay_s: seconds each worker sleeps per measurement (a stand-in for real
+            execution, for benchmarks and tests).
+        max_attempts: tries of a placement whose workers die, of a controller step and of a server call.
+        num_cpus, runtime_env: of a local Ray / the Ray job (:func:`placer.ray_session.ray_session`).
+        start_timeout_s: seconds to wait for all actors to start (e.g. for GPUs to be free).
+        on_start: called once all actors are up with ``{"server", "controllers", "workers"}``
+            (their Ray handles), e.g. to watch them.
     """
 
-    def __init__(self, params: dict[str, np.ndarray], learner_cls=None, config=None, prepared=None, spec=None,
-                 env_kind: str = "sim", env_options: dict | None = None) -> None:
-        self.params = {k: np.array(v) for k, v in params.items()}
-        self.version = 0
-        self.learner: Learner | None = None
-        self.restored = False  # set by restore(): a server Ray restarted serves nothing until the driver restores it
-        if learner_cls is not None:
-            self.learner = _make_learner(learner_cls, config, prepared, spec, env_kind, env_options or {}, "cpu", True)
+    controllers: int = 2
+    workers: int | None = None
+    gpus_per_worker: float = 0
+    policy_device: Literal["cpu", "cuda"] = "cpu"
+    async_updates: bool = False
+    address: str | None = None
+    temp_dir: str | Path | None = None
+    cpus_per_worker: float = 0
+    gpus_per_controller: float | None = None
+    measure_delay_s: float = 0.0
+    max_attempts: int = 3
+    num_cpus: int | None = None
+    runtime_env: dict | None = None
+    start_timeout_s: float = 300.0
+    on_start: Callable[[dict], None] | None = None
 
-    def _check(self) -> None:
-        if not self.restored:
-            raise ServerRestarted(f"parameter server pid {os.getpid()}: restarted, not restored")
+    def controller_gpus(self) -> float:
+        """GPUs each controller asks for: ``gpus_per_controller``, else 1 with ``cuda``, else 0."""
+        if self.gpus_per_controller is not None:
+            return self.gpus_per_controller
+        return 1.0 if self.policy_device == "cuda" else 0.0
 
-    def state(self) -> dict:
-        """``{"params", "version", "learner"}``: everything to continue from (the pooled learner's
-        :meth:`~placer.learner.Learner.state_dict`, or ``None``)."""
-        self._check()
-        return {"params": self.params, "version": self.version,
-                "learner": None if self.learner is None else self.learner.state_dict()}
-
-    def restore(self, state: dict | None) -> int:
-        """Load a :meth:`state` (``None``: keep the initial one); marks the server usable; returns its pid."""
-        if state is not None:
-            self.params = {k: np.array(v) for k, v in state["params"].items()}
-            self.version = int(state["version"])
-            if self.learner is not None and state["learner"] is not None:
-                self.learner.load_state_dict(state["learner"])
-        self.restored = True
-        return os.getpid()
-
-    def get_params(self) -> tuple[int, dict[str, np.ndarray]]:
-        """``(version, parameters)``: the number of changes applied so far, and the parameters."""
-        self._check()
-        return self.version, self.params
-
-    def merge(self, *news: dict[str, np.ndarray]) -> int:
-        """A synchronous round: :func:`merge_parameters` of the controllers' new parameters (the
-        server's parameters are those the round pulled)."""
-        self._check()
-        self.params = merge_parameters(self.params, list(news))
-        self.version += 1
-        return self.version
-
-    def add(self, delta: dict[str, np.ndarray]) -> int:
-        """An asynchronous push: add a controller's change (floating-point arrays; the others replaced)."""
-        self._check()
-        for k, v in delta.items():
-            if np.issubdtype(self.params[k].dtype, np.floating):
-                self.params[k] = self.params[k] + v
-            else:
-                self.params[k] = np.array(v)
-        self.version += 1
-        return self.version
-
-    def pooled(self, *batches: dict) -> dict[str, float] | None:
-        """The learner's pooled step (e.g. Post's cross-entropy) over every controller's batch,
-        each ``{"placements" [K][U], "log_prob" [K], "step_times_s" [K], "oom" [K]}``."""
-        from placer.learner import Samples
-
-        self._check()
-        if self.learner is None:
-            raise RuntimeError("parameter server: no pooled learner (the learner has no pooled step)")
-        self.learner.load_policy_state(self.params)
-        got = self.learner.pooled_update([
-            (Samples(np.asarray(b["placements"], dtype=np.int64), np.asarray(b["log_prob"], dtype=np.float64)),
-             np.asarray(b["step_times_s"], dtype=np.float64), np.asarray(b["oom"], dtype=bool)) for b in batches])
-        if got is not None:
-            self.params = policy_state(self.learner)
-            self.version += 1
-        return got
+    def log_header(self) -> dict:
+        """What the placement log's header says of the search on Ray (:func:`placer.search.log_header`)."""
+        return {"distributed": {"controllers": self.controllers, "workers": self.workers,
+                                "async_updates": self.async_updates}}
 
 
-class Controller:
-    """Holds one learner; samples from pulled parameters and updates from measured times; a Ray actor.
+def _check(learner_cls: type[Learner], settings: RaySettings, prepared: PreparedGraph, spec: ClusterSpec,
+           env_kind: str, env_options: dict) -> None:
+    """Refuse bad settings before Ray starts (:func:`ray_controllers`' ``ValueError`` list)."""
+    from cluster.environment import ENVIRONMENTS
 
-    Args:
-        learner_cls, config: the learner and its settings (``config.seed`` is this controller's seed).
-        prepared, spec, env_kind, env_options: what the learner sees (:func:`_environment`).
-        device: ``cpu`` or ``cuda`` (the learner's ``to``).
-        pooled: the learner's pooled step runs at the server.
-    """
+    if settings.controllers < 1:
+        raise ValueError(f"controllers: must be >= 1, got {settings.controllers}")
+    if settings.workers is not None and settings.workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {settings.workers}")
+    if settings.max_attempts < 1:
+        raise ValueError(f"max_attempts: must be >= 1, got {settings.max_attempts}")
+    for name in ("gpus_per_worker", "cpus_per_worker", "measure_delay_s"):
+        if getattr(settings, name) < 0:
+            raise ValueError(f"{name}: must be >= 0, got {getattr(settings, name)}")
+    if settings.policy_device not in ("cpu", "cuda"):
+        raise ValueError(f"policy_device: {settings.policy_device!r}; valid: cpu, cuda")
+    problem = learner_cls.policy_device_problem(settings.policy_device)
+    if problem:
+        raise ValueError(problem)
+    if env_kind not in ENVIRONMENTS:
+        raise ValueError(f"env_kind: unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
+    if env_kind == "real":
+        from cluster.torch_real import is_torch_step, torch_devices
 
-    def __init__(self, learner_cls, config, prepared, spec, env_kind, env_options, device: str, pooled: bool) -> None:
-        self._args = (learner_cls, config, prepared, spec, env_kind, env_options, device, pooled)
-        self._learner: Learner | None = None
-        self.samples: Samples | None = None
-        self.pulled: dict | None = None
-        self.restored = False
-
-    @property
-    def learner(self) -> Learner:
-        """The learner, built on first use (not in ``__init__``, so that its errors reach the
-        caller as their own type rather than as Ray's ``ActorDiedError``)."""
-        if self._learner is None:
-            self._learner = _make_learner(*self._args)
-        return self._learner
-
-    def info(self) -> dict:
-        """``{"params", "failing_signal", "batch_size", "pid"}`` of the freshly built learner."""
-        return {"params": policy_state(self.learner), "failing_signal": self.learner.failing_signal,
-                "batch_size": int(self.learner.batch_size), "pid": os.getpid()}
-
-    def restore(self, state: dict | None) -> int:
-        """Load a learner state (``None``: keep the fresh one); marks the actor usable; returns its pid."""
-        if state is not None:
-            self.learner.load_state_dict(state)
-        self.samples, self.restored = None, True
-        return os.getpid()
-
-    def _check(self) -> None:
-        if not self.restored:
-            raise ControllerRestarted(f"controller pid {os.getpid()}: restarted, not restored")
-
-    def sample(self, k: int, pulled: tuple[int, dict]) -> dict:
-        """Load the pulled ``(version, parameters)`` and sample ``k`` placements ->
-        ``{"placements" [k][U], "log_prob" [k]}``."""
-        self._check()
-        self.pulled = pulled[1]
-        self.learner.load_policy_state(self.pulled)
-        self.samples = self.learner.sample(k)
-        return {"placements": np.asarray(self.samples.placements, dtype=np.int64).tolist(),
-                "log_prob": np.asarray(self.samples.log_prob, dtype=np.float64).tolist()}
-
-    def update(self, step_times_s: list[float], oom: list[bool], as_delta: bool) -> tuple:
-        """``learner.update`` on the last batch -> ``(diagnostics, parameters or their change since
-        the pull, learner state)`` (three Ray returns).
-
-        Raises:
-            ControllerRestarted: restarted since the batch was sampled.
-        """
-        self._check()
-        if self.samples is None:
-            raise ControllerRestarted("controller: update() without a sampled batch")
-        diag = self.learner.update(self.samples, np.asarray(step_times_s, dtype=np.float64),
-                                   np.asarray(oom, dtype=bool))
-        self.samples = None
-        new = policy_state(self.learner)
-        if as_delta:
-            pulled = self.pulled or {}
-            new = {k: (v - pulled[k]) if np.issubdtype(v.dtype, np.floating) else v for k, v in new.items()}
-        return {k: float(v) for k, v in (diag or {}).items()}, new, self.learner.state_dict()
+        # a PyTorch step runs its placed torch.fx code (cluster.torch_real), a TensorFlow graph its GraphDef
+        if not is_torch_step(prepared) and prepared.__dict__.get("_graph_def") is None:  # without parsing it
+            raise ValueError("env_kind 'real': needs the TensorFlow GraphDef of the graph (PreparedGraph.graph_def)")
+        # the spec's devices that run on a real GPU (cpu4's stand-in GPUs run on logical CPUs: tf_device)
+        real_gpus = sum(1 for d in torch_devices(spec, env_options.get("devices")) if d.startswith("cuda"))
+        if real_gpus and settings.gpus_per_worker < real_gpus:
+            raise ValueError(f"gpus_per_worker: {settings.gpus_per_worker}, but env 'real' on cluster {spec.name!r} "
+                             f"runs each placement on its {real_gpus} GPUs; ask for {real_gpus}")
+    if settings.address is not None:
+        check_ray_address(settings.address)
 
 
-class Worker:
-    """Owns one measurement environment and measures one placement at a time; a Ray actor.
+@contextmanager
+def ray_controllers(
+    learner: str | type[Learner],
+    config: LearnerConfig,
+    prepared: PreparedGraph,
+    spec: ClusterSpec,
+    env_kind: str = "sim",
+    settings: RaySettings | None = None,
+    *,
+    env_options: dict | None = None,
+    grouping: Grouping | None = None,
+) -> Iterator[tuple[RayControllers, RayEvaluator]]:
+    """Start a search's actors on Ray (module docstring) and yield ``(controllers, evaluator)`` for
+    :func:`placer.search.run_search`; the actors are killed when the body ends (a local Ray this
+    call started is shut down).
 
     Args:
-        prepared, spec, env_kind, env_options: the environment (:func:`_environment`).
-        delay_s: extra seconds per measurement (a stand-in for real execution in benchmarks and tests).
-
-    A worker that asked Ray for no GPU sees none (``CUDA_VISIBLE_DEVICES`` emptied); one that
-    asked for ``G`` sees the ``G`` Ray gave it. The environment is built by :meth:`ready`
-    (so its errors reach the caller as their own type, not as Ray's ``ActorDiedError``).
+        learner: a method name (``rl``, ``post``, ...: :func:`resolve_learner`) or a
+            :class:`placer.learner.Learner` subclass.
+        config: an instance of the learner's ``Config``; ``config.budget`` counts placements
+            over all controllers; ``config.seed`` seeds controller 0 and the server.
+        prepared: the prepared graph (:func:`compgraph.prepare.prepare`); sent by object ref.
+        spec: the cluster whose devices the placements use.
+        env_kind: the workers' environment (``sim``, ``real`` or ``grappler``).
+        settings: controllers, workers, resources, mode, Ray address (:class:`RaySettings`;
+            ``None``: its defaults).
+        env_options: the environment's options (``engine``/``op_times`` for ``sim``; ``steps``,
+            ``warmup``, ``soft_placement``, ``seed``, ``devices`` for ``real``).
+        grouping: the units the learner places (``None``: ``prepared.grouping``); a learner that
+            groups ops itself places the colocation units
+            (:func:`compgraph.grouping.colocation_grouping`), as in-process.
+    Yields:
+        :class:`RayControllers` and :class:`RayEvaluator`. ``run_search`` with them logs each
+        measurement as it arrives with ``round``, ``controller``, ``worker`` and ``attempt``
+        beside ``index``, ``placement``, ``step_time_s``, ``oom``, under a header with a
+        ``distributed`` entry; its result's ``distributed`` holds ``controllers``, ``workers``,
+        ``async_updates``, ``worker_retries`` (placements measured again after a worker died),
+        ``controller_restarts`` and ``server_restarts``.
+    Raises:
+        ValueError: ``controllers`` or ``workers`` < 1, ``max_attempts`` < 1, a negative resource
+            request, an unknown learner, ``env_kind`` or ``policy_device``, a ``policy_device``
+            the learner cannot run on (its ``policy_devices``), a bad ``address``,
+            GPUs asked of a Ray cluster that has fewer, ``env_kind="real"`` on GPUs without
+            ``gpus_per_worker``, an asynchronous search with a warm start (its start is placement
+            0 of synchronous rounds), a warm start without its ``init_ops``.
+        TypeError: a learner without a policy module that does not override ``policy_state``.
+        ConnectionError: no Ray cluster at ``address``.
+        TimeoutError: the actors did not start within ``start_timeout_s``.
+        RuntimeError: an actor failed to start.
+        Errors of the environments and learners, re-raised as their type.
     """
+    from placer.warm import start_units
 
-    def __init__(self, prepared, spec, env_kind: str, env_options: dict, delay_s: float = 0.0) -> None:
+    settings = settings or RaySettings()
+    learner_cls = resolve_learner(learner)
+    env_options = dict(env_options or {})
+    _check(learner_cls, settings, prepared, spec, env_kind, env_options)
+    if grouping is not None:  # the learner's units: what controllers, server and workers see
+        prepared = replace(prepared, grouping=grouping)
+    # a warm start (placer.warm): placement 0, measured before any controller samples (search_loop)
+    start = start_units(config, prepared.grouping, len(spec.devices), learner_cls.name)
+    if start is not None and settings.async_updates:
+        init = getattr(config, "init", "?")
+        raise ValueError(f"learner {learner_cls.name!r}: a warm start (init {init!r}) needs synchronous rounds (its "
+                         "start is measured first); leave async_updates off")
+    with ray_session(settings.address, num_cpus=settings.num_cpus, temp_dir=settings.temp_dir,
+                     runtime_env=settings.runtime_env):
         import ray
 
-        if not ray.get_gpu_ids():
-            os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        self._args: tuple | None = (prepared, spec, env_kind, env_options)
-        self.delay_s = float(delay_s)
-        self.env = None
-
-    def ready(self) -> int:
-        """Build the environment; returns the worker's pid."""
-        if self.env is None:
-            assert self._args is not None
-            prepared, spec, env_kind, env_options = self._args
-            self.env = _environment(prepared, spec, env_kind, env_options, True)
-            self._args = None
-        return os.getpid()
-
-    def visible_gpus(self) -> str:
-        """The worker's ``CUDA_VISIBLE_DEVICES``."""
-        return os.environ.get("CUDA_VISIBLE_DEVICES", "")
-
-    def measure(self, placement: list[int]) -> dict:
-        """Measure one ``[U]`` placement -> ``{"step_time_s" (seconds, None if OOM), "oom"}``.
-
-        Raises:
-            ValueError and the environment's errors (e.g. :class:`cluster.real.PlacementError`).
-        """
-        import time
-
-        self.ready()
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        assert self.env is not None
-        m = self.env.measure(np.asarray(placement, dtype=np.int64))
-        return {"step_time_s": m.step_time_s, "oom": bool(m.oom)}
-
-
-# ----------------------------------------------------------------------------- the search
-
-
-class _Pool:
-    """The workers: one placement per worker at a time; a placement whose worker died goes,
-    first in the queue, to the next free worker (the dead one, restarting, waits last)."""
-
-    def __init__(self, workers: list, max_attempts: int) -> None:
-        self.workers, self.max_attempts = workers, max_attempts
-        self.free = deque(range(len(workers)))
-        self.queue: deque[Job] = deque()
-        self.inflight: dict = {}
-        self.reviving: dict = {}  # ready() ref of a worker Ray is restarting -> worker
-        self.retried = 0
-
-    def submit(self, job: Job) -> None:
-        self.queue.append(job)
-
-    def refs(self) -> list:
-        while self.free and self.queue:
-            w, job = self.free.popleft(), self.queue.popleft()
-            self.inflight[self.workers[w].measure.remote(job.placement)] = (w, job)
-        return list(self.inflight) + list(self.reviving)
-
-    def collect(self, ref) -> tuple[Job, int, dict] | None:
-        """The finished measurement of ``ref`` -> ``(job, worker, measurement)``; ``None`` when
-        its worker died (the job is queued again).
-
-        Raises:
-            RuntimeError: a placement failed ``max_attempts`` times; the environment's errors.
-        """
-        import time
-
-        import ray
-
-        if ref in self.reviving:  # a restarting worker's ready(): back to work, or ask again
-            w = self.reviving.pop(ref)
-            try:
-                ray_get(ref)
-                self.free.append(w)
-            except ray.exceptions.RayActorError:
-                time.sleep(0.2)
-                self.reviving[self.workers[w].ready.remote()] = w
-            return None
-        w, job = self.inflight.pop(ref)
+        have = ray.cluster_resources().get("GPU", 0)
+        for name, want in (("gpus_per_worker", settings.gpus_per_worker),
+                           ("gpus_per_controller", settings.controller_gpus())):
+            if want > have:
+                raise ValueError(f"{name}: {want} GPUs asked, the Ray cluster has {have:g}"
+                                 + (" (policy_device='cuda')" if name == "gpus_per_controller" else ""))
+        actors = _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, settings)
         try:
-            m = ray_get(ref)
-        except ray.exceptions.RayActorError as e:
-            # it died (Ray: "restarted", "may or may not have been executed"): measured again elsewhere
-            job.attempts += 1
-            self.retried += 1
-            if job.attempts >= self.max_attempts:
-                raise RuntimeError(f"sample {job.index}: {job.attempts} workers died measuring it; last: {e}") from None
-            self.queue.appendleft(job)
-            self.reviving[self.workers[w].ready.remote()] = w
-            return None
-        self.free.append(w)
-        return job, w, m
+            if settings.on_start is not None:
+                settings.on_start({"server": actors["server"], "controllers": actors["controllers"],
+                                   "workers": actors["pool"].workers})
+            controllers = RayControllers(actors, learner_cls, config, settings, start)
+            yield controllers, RayEvaluator(actors["pool"], EnvironmentView(env_kind, prepared.graph,
+                                                                            prepared.grouping, spec))
+        finally:
+            for a in actors["all"]:
+                ray.kill(a)
 
 
 class RayEvaluator:
     """The measuring side on Ray (:class:`placer.search.Evaluator`): the worker pool, each
     measurement passed on the moment it arrives, with its ``round``, ``controller``, ``worker``
-    and ``attempt`` for the log."""
+    and ``attempt`` for the log.
 
-    def __init__(self, pool: _Pool) -> None:
-        self.pool = pool
+    Args:
+        pool: the workers.
+        env: what they measure (kind, graph, units, cluster), for the log's header.
+    """
+
+    def __init__(self, pool: WorkerPool, env: EnvironmentView) -> None:
+        self.pool, self.env = pool, env
 
     @staticmethod
     def arrival(job: Job, worker: int, m: dict) -> list[tuple[Job, Measurement, dict]]:
@@ -489,12 +341,17 @@ class RayEvaluator:
         return [(job, Measurement(step_time_s=m["step_time_s"], oom=bool(m["oom"])),
                  {"round": job.round, "controller": job.controller, "worker": worker, "attempt": job.attempts})]
 
+    def submit(self, jobs: list[Job]) -> None:
+        """Queue ``jobs`` for the workers without waiting (the asynchronous mode: their
+        measurements come back through :meth:`RayControllers.next_event`)."""
+        for job in jobs:
+            self.pool.submit(job)
+
     def measure(self, jobs: list[Job], arrived) -> None:
         """Measure every job on the workers; blocks until all are in."""
         import ray
 
-        for job in jobs:
-            self.pool.submit(job)
+        self.submit(jobs)
         while True:
             refs = self.pool.refs()
             if not refs:
@@ -539,25 +396,54 @@ def _light_prepared(prepared: PreparedGraph, env_kind: str) -> PreparedGraph:
 
 class RayControllers:
     """The update side on Ray (:class:`placer.search.Controllers`): the controller actors and the
-    parameter server, driven from this process, with their fault recovery (module docstring).
-    Synchronous rounds run through :func:`placer.search.search_loop`; :meth:`run_async` is
-    2017's asynchronous mode, which has no rounds.
+    parameter server, driven from this process by :func:`placer.search.search_loop`, with their
+    fault recovery (module docstring). Two modes (``asynchronous``): synchronous rounds
+    (:meth:`batch_sizes`, :meth:`sample`, :meth:`update`), or 2017's asynchronous updates, one
+    controller at a time (:class:`placer.search.AsyncControllers`: :meth:`begin_sample`,
+    :meth:`begin_update`, :meth:`next_event`).
 
     Args:
         actors: :func:`_start_actors`' dict.
-        max_attempts: tries of a controller step or a server call.
-        pooled: the learner's pooled step runs at the server after each round.
+        learner_cls, config: the learner and its settings (the log's ``search``, the budget).
+        settings: the Ray settings (``async_updates``: the mode; ``max_attempts``: tries of a
+            controller step or a server call).
+        start: the warm start, ``[num_units]`` device indices (``None``: none).
+
+    Attributes:
+        controller_restarts, server_restarts: faults recovered from so far.
     """
 
-    def __init__(self, actors: dict, max_attempts: int, pooled: bool) -> None:
+    def __init__(self, actors: dict, learner_cls: type[Learner], config: LearnerConfig, settings: RaySettings,
+                 start: np.ndarray | None = None) -> None:
         self.server, self.controllers, self.pool = actors["server"], actors["controllers"], actors["pool"]
-        self.k, self.max_attempts, self.pooled = actors["batch_size"], max_attempts, pooled
+        self.k, self.max_attempts, self.pooled = actors["batch_size"], settings.max_attempts, learner_cls.pools
         self.failing_signal = actors["failing"]
+        self.name, self.settings = learner_cls.name, {"learner": learner_cls.name, **config.model_dump()}
+        self.budget, self.start, self.asynchronous = int(config.budget), start, settings.async_updates
+        self.header = settings.log_header()
         self.states: list = [None] * len(self.controllers)  # ref of each learner's state after its last update
         self.controller_restarts = 0
         self.server_restarts = 0
         self.server_state = None  # the server's state after the last completed round (None: its initial one)
         self._round: tuple = ()  # (pulled, samples) of the round in progress
+        self._batches: dict[int, dict] = {}  # asynchronous: controller -> its batch in progress
+        self._pending: dict = {}  # asynchronous: ref of a sample or update call -> controller
+
+    @property
+    def count(self) -> int:
+        """The controllers."""
+        return len(self.controllers)
+
+    @property
+    def batch_size(self) -> int:
+        """K: each controller's batch."""
+        return self.k
+
+    def summary(self) -> dict:
+        """The result's ``distributed``: the settings, the workers started, the faults recovered from."""
+        return {"controllers": self.count, "workers": len(self.pool.workers), "async_updates": self.asynchronous,
+                "worker_retries": self.pool.retried, "controller_restarts": self.controller_restarts,
+                "server_restarts": self.server_restarts}
 
     def _server(self, method: str, *args):
         """``server.<method>(*args)``, waited for; if the server died (or Ray restarted it), it is
@@ -681,292 +567,78 @@ class RayControllers:
     def load_state_dict(self, state: dict) -> None:
         raise NotImplementedError("a search on Ray has no checkpoint")
 
-    def run_async(self, ledger: SearchLedger, budget: int, on_update=None) -> None:
-        """Each controller on its own: pull, sample, measure, update, push (2017 Sec. 3.4); the
-        budget allocated in sample-index order as controllers ask; each measurement logged as it
-        arrives (``ledger``), each batch recorded once measured."""
-        import time
+    # -- the asynchronous mode: one controller at a time (placer.search.search_loop drives it) --
 
+    def begin_sample(self, c: int, k: int) -> None:
+        """Controller ``c`` pulls whatever the server holds and starts sampling ``k`` placements."""
+        pulled = self._pull()
+        self._batches[c] = {"k": k, "pulled": pulled}
+        self._pending[self.controllers[c].sample.remote(k, pulled)] = c
+
+    def begin_update(self, c: int, times: np.ndarray, oom: np.ndarray) -> None:
+        """Controller ``c`` starts its update from its batch's measured times (it pushes a change)."""
+        b = self._batches[c]
+        b["times"], b["oom"] = times.tolist(), oom.tolist()
+        b["update"] = self.controllers[c].update.options(num_returns=3).remote(b["times"], b["oom"], True)
+        self._pending[b["update"][0]] = c
+
+    def next_event(self, evaluator: RayEvaluator) -> Event:
+        """Wait for the next sample, measurement or update (whichever comes first). An update is
+        pushed to the server (added, then the pooled step) before it is passed on.
+
+        Raises:
+            RuntimeError: a controller step, server call or placement failed ``max_attempts`` times.
+        """
         import ray
 
-        t0 = time.perf_counter()
-        allocated = 0
-        rounds = [0] * len(self.controllers)
-        batch: dict[int, dict] = {}
-        pending: dict = {}  # ref of a sample or update call -> controller
+        from placer.learner import Samples
 
-        def start(c: int) -> None:
-            nonlocal allocated
-            k = min(self.k, budget - allocated)
-            if k <= 0:
-                return
-            pulled = self._pull()
-            batch[c] = {"k": k, "start": allocated, "pulled": pulled}
-            allocated += k
-            batch[c]["sample"] = self.controllers[c].sample.remote(k, pulled)
-            pending[batch[c]["sample"]] = c
-
-        def sampled(c: int) -> None:
-            b = batch[c]
-            out = self.sample_one(c, b["k"], b["pulled"], b.pop("sample"))
-            b.update(placements=out["placements"], log_prob=out["log_prob"], left=b["k"])
-            for i, row in enumerate(out["placements"]):
-                self.pool.submit(Job(b["start"] + i, row, c, rounds[c]))
-
-        def measured(c: int) -> None:  # logged, recorded: the controller may update
-            b = batch[c]
-            times, oom, b["point"] = ledger.record(range(b["start"], b["start"] + b["k"]))
-            b["times"], b["oom"] = times.tolist(), oom.tolist()
-            b["update"] = self.controllers[c].update.options(num_returns=3).remote(b["times"], b["oom"], True)
-            pending[b["update"][0]] = c
-
-        def updated(c: int) -> None:
-            b = batch.pop(c)
-            diag, new = self.update_one(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True,
-                                        b["update"])
-            self._server("add", new)
-            if self.pooled:
-                self._server("pooled", {"placements": b["placements"], "log_prob": b["log_prob"],
-                                        "step_times_s": b["times"], "oom": b["oom"]})
-            self._snapshot()
-            rounds[c] += 1
-            info = {"placements": b["point"]["placements"], "wall_s": time.perf_counter() - t0, **(diag or {})}
-            ledger.result.updates.append(info)
-            ledger.result.add_point(b["point"], on_update, info)
-            start(c)
-
-        for c in range(len(self.controllers)):
-            start(c)
-        while pending or self.pool.inflight or self.pool.queue:
-            (ref,), _ = ray.wait(list(pending) + self.pool.refs(), num_returns=1)
-            if ref in pending:
-                c = pending.pop(ref)
-                sampled(c) if "sample" in batch[c] else updated(c)
-                continue
-            got = self.pool.collect(ref)
+        while True:
+            (ref,), _ = ray.wait(list(self._pending) + evaluator.pool.refs(), num_returns=1)
+            if ref in self._pending:
+                c = self._pending.pop(ref)
+                b = self._batches[c]
+                if "update" not in b:
+                    out = self.sample_one(c, b["k"], b["pulled"], ref)
+                    b.update(placements=out["placements"], log_prob=out["log_prob"])
+                    return Event("sampled", c, samples=Samples(np.asarray(out["placements"], dtype=np.int64),
+                                                               np.asarray(out["log_prob"], dtype=np.float64)))
+                del self._batches[c]
+                diag, new = self.update_one(c, b["k"], b["pulled"], b["placements"], b["times"], b["oom"], True,
+                                            b["update"])
+                self._server("add", new)
+                if self.pooled:
+                    self._server("pooled", {"placements": b["placements"], "log_prob": b["log_prob"],
+                                            "step_times_s": b["times"], "oom": b["oom"]})
+                self._snapshot()
+                return Event("updated", c, diagnostics=diag)
+            got = evaluator.pool.collect(ref)
             if got is not None:
-                ledger.arrive(RayEvaluator.arrival(*got))
-                ledger.result.measured += 1
-                c = got[0].controller
-                batch[c]["left"] -= 1
-                if batch[c]["left"] == 0:
-                    measured(c)
-        ledger.result.wall_time_s = time.perf_counter() - t0
+                return Event("measured", got[0].controller, arrived=RayEvaluator.arrival(*got))
 
 
-def distributed_search(
-    learner: str | type[Learner],
-    config: LearnerConfig | ReinforceConfig,
-    prepared: PreparedGraph,
-    spec: ClusterSpec,
-    env_kind: str = "sim",
-    *,
-    controllers: int = 2,
-    workers: int | None = None,
-    gpus_per_worker: float = 0,
-    cpus_per_worker: float = 0,
-    policy_device: Literal["cpu", "cuda"] = "cpu",
-    gpus_per_controller: float | None = None,
-    async_updates: bool = False,
-    ray_address: str | None = None,
-    log_path: str | Path | None = None,
-    env_options: dict | None = None,
-    measure_delay_s: float = 0.0,
-    max_attempts: int = 3,
-    num_cpus: int | None = None,
-    ray_temp_dir: str | Path | None = None,
-    runtime_env: dict | None = None,
-    start_timeout_s: float = 300.0,
-    on_update: Callable[[dict], None] | None = None,
-    on_start: Callable[[dict], None] | None = None,
-    grouping: Grouping | None = None,
-) -> SearchResult:
-    """Search placements with any learner on Ray actors (2017 Sec. 3.4; module docstring).
-
-    Args:
-        learner: a method name (``rl``, ``post``, ...: :func:`resolve_learner`) or a
-            :class:`placer.learner.Learner` subclass.
-        config: an instance of the learner's ``Config``; ``config.budget`` counts placements
-            over all controllers; ``config.seed`` seeds controller 0 and the server.
-        prepared: the prepared graph (:func:`compgraph.prepare.prepare`); sent by object ref.
-        spec: the cluster whose devices the placements use.
-        env_kind: the workers' environment (``sim`` or ``real``).
-        controllers: controller actors (the paper: up to 20).
-        workers: worker actors, shared by the controllers, each measuring one placement at a
-            time; ``None``: K per controller (the paper).
-        gpus_per_worker: GPUs each worker asks Ray for (it sees only those; none when 0).
-            ``env_kind="real"`` on a cluster with GPUs needs as many as the spec has GPUs.
-        cpus_per_worker: CPUs each worker asks Ray for (0: packed regardless of CPUs).
-        policy_device: where the controllers run the policy (``cuda`` needs the learner's
-            ``to(device)`` and a GPU for each controller).
-        gpus_per_controller: GPUs each controller asks for; ``None``: 1 with ``cuda``, else 0.
-        async_updates: 2017's asynchronous updates (not reproducible); default: synchronous rounds.
-        ray_address: ``None``: a local Ray on 127.0.0.1 (:func:`placer.ray_session.ray_session`; a Ray already
-            initialised in this process is used as is); ``"auto"``, ``"ray://host:port"`` or
-            ``"host:port"``: a running cluster (``ray start --head``).
-        log_path: the placement log (JSON lines), each measurement appended as it arrives:
-            ``index`` (the sample), ``placement``, ``step_time_s``, ``oom``, ``round``,
-            ``controller``, ``worker``, ``attempt``; an existing log with the same settings is
-            replayed by index (synchronous only).
-        env_options: the environment's options (``engine``/``op_times`` for ``sim``; ``steps``,
-            ``warmup``, ``soft_placement``, ``seed``, ``devices`` for ``real``).
-        measure_delay_s: seconds each worker sleeps per measurement (a stand-in for real
-            execution, for benchmarks and tests).
-        max_attempts: tries of a placement whose workers die, and of a controller step.
-        num_cpus, ray_temp_dir, runtime_env: of a local Ray / the Ray job (:func:`placer.ray_session.ray_session`;
-            ``ray_temp_dir=None``: the log's folder).
-        start_timeout_s: seconds to wait for all actors to start (e.g. for GPUs to be free).
-        on_update: called with each learning-curve point, one per controller update.
-        on_start: called once all actors are up with ``{"server", "controllers", "workers"}``
-            (their Ray handles), e.g. to watch them.
-        grouping: the units the learner places (``None``: ``prepared.grouping``); a learner that
-            groups ops itself places the colocation units
-            (:func:`compgraph.grouping.colocation_grouping`), as in-process.
-    Returns:
-        A :class:`placer.search.SearchResult`: ``step_times`` batch by batch in the order
-        recorded (synchronous: sample-index order), one ``curve`` point per controller
-        update; ``failing_signal`` the learner's (``failing_signal`` attribute; 0 if none);
-        an extra attribute ``distributed``: ``{"controllers", "workers", "async_updates",
-        "worker_retries" (placements measured again after a worker died), "controller_restarts"}``.
-    Raises:
-        ValueError: ``controllers`` or ``workers`` < 1, ``max_attempts`` < 1, a negative resource
-            request, an unknown learner, ``env_kind`` or ``policy_device``, a ``policy_device``
-            the learner cannot run on (its ``policy_devices``), a bad ``ray_address``,
-            GPUs asked of a Ray cluster that has fewer, ``env_kind="real"`` on GPUs without
-            ``gpus_per_worker``, an asynchronous search on a non-empty log or with a warm start
-            (its start is placement 0 of synchronous rounds), a warm start without its ``init_ops``,
-            a log written with other settings, or a logged placement that differs on replay.
-        TypeError: a learner without a policy module that does not override ``policy_state``.
-        ConnectionError: no Ray cluster at ``ray_address``.
-        TimeoutError: the actors did not start within ``start_timeout_s``.
-        RuntimeError: a placement or a controller step failed ``max_attempts`` times.
-        Errors of the environments and learners, re-raised as their type.
-    """
-    from cluster.environment import ENVIRONMENTS
-    from placer.search import PlacementLog, SearchLedger, SearchResult, search_loop
-
-    learner_cls = resolve_learner(learner)
-    if controllers < 1:
-        raise ValueError(f"controllers: must be >= 1, got {controllers}")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers: must be >= 1, got {workers}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts: must be >= 1, got {max_attempts}")
-    for name, value in (("gpus_per_worker", gpus_per_worker), ("cpus_per_worker", cpus_per_worker),
-                        ("measure_delay_s", measure_delay_s)):
-        if value < 0:
-            raise ValueError(f"{name}: must be >= 0, got {value}")
-    if policy_device not in ("cpu", "cuda"):
-        raise ValueError(f"policy_device: {policy_device!r}; valid: cpu, cuda")
-    problem = learner_cls.policy_device_problem(policy_device)
-    if problem:
-        raise ValueError(problem)
-    if gpus_per_controller is None:
-        gpus_per_controller = 1.0 if policy_device == "cuda" else 0.0
-    if env_kind not in ENVIRONMENTS:
-        raise ValueError(f"env_kind: unknown environment {env_kind!r}; valid: {', '.join(ENVIRONMENTS)}")
-    if env_kind == "real":
-        from cluster.torch_real import is_torch_step
-
-        # a PyTorch step runs its placed torch.fx code (cluster.torch_real), a TensorFlow graph its GraphDef
-        if not is_torch_step(prepared) and prepared.__dict__.get("_graph_def") is None:  # without parsing it
-            raise ValueError("env_kind 'real': needs the TensorFlow GraphDef of the graph (PreparedGraph.graph_def)")
-        from cluster.torch_real import torch_devices
-
-        # the spec's devices that run on a real GPU (cpu4's stand-in GPUs run on logical CPUs: tf_device)
-        real_gpus = sum(1 for d in torch_devices(spec, (env_options or {}).get("devices")) if d.startswith("cuda"))
-        if real_gpus and gpus_per_worker < real_gpus:
-            raise ValueError(f"gpus_per_worker: {gpus_per_worker}, but env 'real' on cluster {spec.name!r} runs each "
-                             f"placement on its {real_gpus} GPUs; ask for {real_gpus}")
-    if ray_address is not None:
-        check_ray_address(ray_address)
-    env_options = dict(env_options or {})
-    if grouping is not None:  # the learner's units: what controllers, server and workers see
-        prepared = replace(prepared, grouping=grouping)
-    pooled = learner_cls.pools
-    from placer.warm import start_units
-
-    # a warm start (placer.warm): placement 0, measured before any controller samples (search_loop)
-    start = start_units(config, prepared.grouping, len(spec.devices), learner_cls.name)
-    if start is not None and async_updates:
-        init = getattr(config, "init", "?")
-        raise ValueError(f"learner {learner_cls.name!r}: a warm start (init {init!r}) needs synchronous rounds (its "
-                         "start is measured first); leave async_updates off")
-    header = {
-        "graph": prepared.graph.name,
-        "groups": prepared.grouping.num_groups,
-        "grouper": prepared.grouping.grouper,
-        "cluster": spec.name,
-        "environment": env_kind,
-        "search": (search_settings := {"learner": learner_cls.name, **config.model_dump()}),
-        "distributed": {"controllers": controllers, "workers": workers, "async_updates": async_updates},
-    }
-    log = PlacementLog(log_path, header) if log_path is not None else None
-    if log is not None and async_updates and log.records:
-        log.close()
-        raise ValueError(
-            f"placement log {log.path}: an asynchronous search cannot resume a log (its order is not reproducible)")
-    try:
-        temp_dir = ray_temp_dir
-        if temp_dir is None and log_path is not None:
-            temp_dir = Path(log_path).parent
-        with ray_session(ray_address, num_cpus=num_cpus, temp_dir=temp_dir, runtime_env=runtime_env):
-            import ray
-
-            have = ray.cluster_resources().get("GPU", 0)
-            for name, want in (("gpus_per_worker", gpus_per_worker), ("gpus_per_controller", gpus_per_controller)):
-                if want > have:
-                    raise ValueError(f"{name}: {want} GPUs asked, the Ray cluster has {have:g}"
-                                     + (" (policy_device='cuda')" if name == "gpus_per_controller" else ""))
-            actors = _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, controllers, workers,
-                                   gpus_per_worker, cpus_per_worker, policy_device, gpus_per_controller, pooled,
-                                   measure_delay_s, max_attempts, start_timeout_s)
-            try:
-                if on_start is not None:
-                    on_start({"server": actors["server"], "controllers": actors["controllers"],
-                              "workers": actors["pool"].workers})
-                result = SearchResult(None, None, failing_signal=float(actors["failing"] or 0.0),
-                                      learner=learner_cls.name, settings=search_settings)
-                ctl = RayControllers(actors, max_attempts, pooled)
-                if async_updates:
-                    ctl.run_async(SearchLedger(log, result), config.budget, on_update)
-                else:
-                    search_loop(ctl, RayEvaluator(actors["pool"]), config.budget, result, log, on_update=on_update,
-                                grouping=prepared.grouping, start=start)
-                result.distributed = {"controllers": controllers, "workers": len(actors["pool"].workers),
-                                      "async_updates": async_updates, "worker_retries": actors["pool"].retried,
-                                      "controller_restarts": ctl.controller_restarts,
-                                      "server_restarts": ctl.server_restarts}
-                return result
-            finally:
-                for a in actors["all"]:
-                    ray.kill(a)
-    finally:
-        if log is not None:
-            log.close()
-
-
-def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, controllers, workers,
-                  gpus_per_worker, cpus_per_worker, policy_device, gpus_per_controller, pooled,
-                  measure_delay_s, max_attempts, start_timeout_s) -> dict:
+def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, settings: RaySettings) -> dict:
     """Create the controllers, the server (from controller 0's initial parameters) and the
     workers, and wait until all are up."""
     import ray
 
+    controllers, pooled, start_timeout_s = settings.controllers, learner_cls.pools, settings.start_timeout_s
+    gpus_per_worker, cpus_per_worker = settings.gpus_per_worker, settings.cpus_per_worker
+
     ref = ray.put(_light_prepared(prepared, env_kind))
-    ctl_cls: Any = ray.remote(Controller).options(**actor_options("controller", gpus=gpus_per_controller))
+    ctl_cls: Any = ray.remote(Controller).options(**actor_options("controller", gpus=settings.controller_gpus()))
     ctls = [ctl_cls.remote(learner_cls, config.model_copy(update={"seed": controller_seed(config.seed, c)}), ref,
-                           spec, env_kind, env_options, policy_device, pooled) for c in range(controllers)]
+                           spec, env_kind, env_options, settings.policy_device, pooled) for c in range(controllers)]
     every: list[Any] = list(ctls)
     try:
         infos = _wait(ray, [c.info.remote() for c in ctls], start_timeout_s, "controllers", every)
         k = infos[0]["batch_size"]
-        n_workers = workers if workers is not None else k * controllers
+        n_workers = settings.workers if settings.workers is not None else k * controllers
         srv_pooled = (learner_cls, config, ref, spec, env_kind, env_options) if pooled else ()
         server: Any = ray.remote(ParameterServer).options(**actor_options("server")).remote(infos[0]["params"], *srv_pooled)
         every.append(server)
         w_cls: Any = ray.remote(Worker).options(**actor_options("worker", gpus=gpus_per_worker, cpus=cpus_per_worker))
-        ws = [w_cls.remote(ref, spec, env_kind, env_options, measure_delay_s) for _ in range(n_workers)]
+        ws = [w_cls.remote(ref, spec, env_kind, env_options, settings.measure_delay_s) for _ in range(n_workers)]
         every += ws
         _wait(ray, [server.restore.remote(None), *(w.ready.remote() for w in ws), *(c.restore.remote(None) for c in ctls)],
               start_timeout_s, f"{n_workers} workers (num_gpus={gpus_per_worker}, num_cpus={cpus_per_worker} each)",
@@ -976,7 +648,7 @@ def _start_actors(learner_cls, config, prepared, spec, env_kind, env_options, co
             ray.kill(a)
         raise
     # "prepared" keeps the graph's object alive: restarting actors read their constructor arguments again
-    return {"server": server, "controllers": ctls, "pool": _Pool(ws, max_attempts), "all": every,
+    return {"server": server, "controllers": ctls, "pool": WorkerPool(ws, settings.max_attempts), "all": every,
             "failing": infos[0]["failing_signal"], "batch_size": k, "prepared": ref}
 
 

@@ -1,25 +1,26 @@
-"""The one search loop every learner runs through, its placement log and its result.
+"""The one search loop every learner runs through, in-process and on Ray, its placement log and its result.
 
-:func:`search_loop` is the loop, split as 2017 Sec. 3.4 splits the work: the *controllers*
-(:class:`Controllers`) sample placements and update the policy, an *evaluator*
+:func:`run_search` runs :func:`search_loop`, split as 2017 Sec. 3.4 splits the work: the
+*controllers* (:class:`Controllers`) sample placements and update the policy, an *evaluator*
 (:class:`Evaluator`) measures them. In-process, one learner is the controller
 (:class:`LocalController`) and the environment the evaluator (:class:`EnvironmentEvaluator`,
 one ``measure_batch`` call where the environment has it); on Ray they are C controller actors
-with a parameter server and a pool of worker actors (:mod:`placer.distributed`). Either way
-the loop, each round: asks the controllers for their batches (``min(K, budget left)`` each),
-replays the samples the placement log already holds (resume) and has the evaluator measure
-the rest, appends each measurement to the placement log (JSON lines, fsynced) *before* any
-learner sees it (:class:`SearchLedger`), keeps the fastest, hands the batches' times to the
-controllers' update, records the learning curve (best-so-far and sample mean against
-placements and wall seconds, with each update's diagnostics: loss, entropy, KL, baseline) and
-checkpoints a local learner (``torch.save`` of its
+with a parameter server and a pool of worker actors (:func:`placer.distributed.ray_controllers`).
+Either way the loop, each round: asks the controllers for their batches (``min(K, budget
+left)`` each), replays the samples the placement log already holds (resume) and has the
+evaluator measure the rest, appends each measurement to the placement log (JSON lines, fsynced)
+*before* any learner sees it (:class:`SearchLedger`), keeps the fastest, hands the batches'
+times to the controllers' update, records the learning curve (best-so-far and sample mean
+against placements and wall seconds, with each update's diagnostics: loss, entropy, KL,
+baseline) and checkpoints a local learner (``torch.save`` of its
 :meth:`~placer.learner.Learner.state_dict`, read back with ``weights_only=True``; the search's
-bookkeeping as JSON beside it). :func:`run_search` is the in-process entry point.
+bookkeeping as JSON beside it). Asynchronous controllers (2017's mode on Ray,
+:class:`AsyncControllers`) have no rounds: the loop goes batch by batch, each controller on its own.
 
-Resume: with ``resume=True`` an existing log with the same settings is replayed: the
-learner runs again from its seed (or from the last checkpoint, whose RNG states make the
-continuation identical) and takes the logged measurements instead of measuring, so no
-placement is measured twice and the result equals that of an uninterrupted search.
+Resume: with ``resume=True`` an existing log with the same settings is replayed: the learner
+runs again from its seed (or from the last checkpoint, whose RNG states make the continuation
+identical) and takes the logged measurements instead of measuring, so no placement is measured
+twice and the result equals that of an uninterrupted search.
 """
 
 from __future__ import annotations
@@ -30,14 +31,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 import numpy as np
 
 from cluster.environment import Environment, Measurement
 
 if TYPE_CHECKING:
-    from compgraph.ir import Grouping
     from placer.learner import Learner, Samples
 
 
@@ -63,9 +63,9 @@ class SearchResult:
         learner: the learner's name; ``settings``: its settings; ``wall_time_s``: seconds
             the search took (summed over resumed runs); ``measured``: placements measured
             by this run (the rest were replayed from the log).
-        distributed: a search on Ray (:func:`placer.distributed.distributed_search`):
-            ``controllers``, ``workers``, ``async_updates``, ``worker_retries``,
-            ``controller_restarts``, ``server_restarts``; ``None`` in-process.
+        distributed: a search on Ray (:func:`placer.distributed.ray_controllers`): ``controllers``,
+            ``workers``, ``async_updates``, ``worker_retries``, ``controller_restarts``,
+            ``server_restarts``; ``None`` in-process.
         start: a warm-started search's start (:mod:`placer.warm`), placement 0 of the search:
             ``{"step_time_s": seconds or None, "oom": bool}``; ``None`` without a warm start.
     """
@@ -92,11 +92,8 @@ class SearchResult:
 
     def curve_point(self, placements: int, ran_times: list[float]) -> dict:
         """A learning-curve point after ``placements`` samples; ``ran_times``: the update's samples that ran."""
-        return {
-            "placements": placements,
-            "best_step_time_s": self.best_step_time_s,
-            "sample_mean_step_time_s": float(np.mean(ran_times)) if ran_times else None,
-        }
+        mean = float(np.mean(ran_times)) if ran_times else None
+        return {"placements": placements, "best_step_time_s": self.best_step_time_s, "sample_mean_step_time_s": mean}
 
     def add_point(self, point: dict, on_update: Callable[[dict], None] | None = None, update: dict | None = None) -> None:
         """Append ``point`` to the curve and pass it to ``on_update``, with the policy update's
@@ -122,19 +119,11 @@ class SearchResult:
 
     def to_json(self) -> dict:
         """A JSON-able view (placements as lists)."""
-        return {
-            "learner": self.learner,
-            "best_step_time_s": self.best_step_time_s,
-            "best_placement": None if self.best_placement is None else [int(x) for x in self.best_placement],
-            "step_times": self.step_times,
-            "curve": self.curve,
-            "updates": self.updates,
-            "failing_signal": self.failing_signal,
-            "wall_time_s": self.wall_time_s,
-            "measured": self.measured,
-            "settings": self.settings,
-            "start": self.start,
-        }
+        best = None if self.best_placement is None else [int(x) for x in self.best_placement]
+        return {"learner": self.learner, "best_step_time_s": self.best_step_time_s, "best_placement": best,
+                "step_times": self.step_times, "curve": self.curve, "updates": self.updates,
+                "failing_signal": self.failing_signal, "wall_time_s": self.wall_time_s, "measured": self.measured,
+                "settings": self.settings, "start": self.start}
 
 
 class PlacementLog:
@@ -313,7 +302,15 @@ Arrived = Callable[[list[tuple[Job, Measurement, dict]]], None]
 
 
 class Evaluator(Protocol):
-    """The measuring side of a search: the environment in-process, or a pool of Ray workers."""
+    """The measuring side of a search: the environment in-process (:class:`EnvironmentEvaluator`),
+    or a pool of Ray workers (:class:`placer.distributed.RayEvaluator`).
+
+    Attributes:
+        env: what it measures (``kind``, ``graph``, ``grouping``: the units, ``spec``), for the
+            log's header and the best placement's ops.
+    """
+
+    env: Environment
 
     def measure(self, jobs: list[Job], arrived: Arrived) -> None:
         """Measure every job, passing each measurement to ``arrived`` as it comes in (in any
@@ -325,9 +322,26 @@ class Evaluator(Protocol):
         ...
 
 
+@runtime_checkable
 class Controllers(Protocol):
-    """The update side of a search: one learner in-process, or C Ray controllers and a
-    parameter server."""
+    """The update side of a search: one learner in-process (:class:`LocalController`), or C Ray
+    controllers and a parameter server (:class:`placer.distributed.RayControllers`).
+
+    Attributes:
+        name, settings: the learner's name and settings (the log header's ``search``).
+        budget: placements in all, over every controller.
+        start: the warm start, ``[num_units]`` device indices (``None``: none).
+        asynchronous: the mode: ``False``, rounds (:meth:`batch_sizes`, :meth:`sample`,
+            :meth:`update`); ``True``, each controller on its own (:class:`AsyncControllers`).
+        header: what else the placement log's header holds (Ray: ``distributed``).
+    """
+
+    name: str
+    settings: dict
+    budget: int
+    start: np.ndarray | None
+    asynchronous: bool
+    header: dict
 
     @property
     def failing_signal(self) -> float | None:
@@ -355,12 +369,58 @@ class Controllers(Protocol):
         """Restore :meth:`state_dict`."""
         ...
 
+    def summary(self) -> dict | None:
+        """The result's ``distributed`` entry (``None`` in-process)."""
+        ...
+
+
+@dataclass
+class Event:
+    """What asynchronous controllers wait for (:meth:`AsyncControllers.next_event`): ``controller``
+    ``"sampled"`` its batch (``samples``), one of its placements was ``"measured"`` (``arrived``:
+    as an evaluator passes it on), or it ``"updated"`` (its ``diagnostics``)."""
+
+    kind: Literal["sampled", "measured", "updated"]
+    controller: int = 0
+    samples: Samples | None = None
+    arrived: list[tuple[Job, Measurement, dict]] = field(default_factory=list)
+    diagnostics: dict | None = None
+
+
+class AsyncControllers(Controllers, Protocol):
+    """Controllers in the asynchronous mode (2017 Sec. 3.4): each of ``count`` controllers samples
+    ``batch_size`` (K), has them measured and updates on its own; the search loop starts their
+    steps and reacts to :meth:`next_event` (:func:`_each_on_its_own`)."""
+
+    count: int
+    batch_size: int
+
+    def begin_sample(self, c: int, k: int) -> None:
+        """Controller ``c`` starts sampling ``k`` placements (answered by a ``sampled`` event)."""
+        ...
+
+    def begin_update(self, c: int, times: np.ndarray, oom: np.ndarray) -> None:
+        """Controller ``c`` starts its update from its batch's ``times`` ``[k]`` (NaN: OOM) and
+        ``oom`` ``[k]`` (answered by an ``updated`` event)."""
+        ...
+
+    def next_event(self, evaluator) -> Event:
+        """Wait for the next controller step or measurement of ``evaluator`` (which the
+        controllers' mode pairs with: its ``submit(jobs)`` queues jobs without waiting)."""
+        ...
+
 
 class LocalController:
-    """One learner, in this process: the controller of :func:`run_search`."""
+    """One learner, in this process: the controller of :func:`run_search` (synchronous rounds of
+    one batch)."""
+
+    asynchronous = False
 
     def __init__(self, learner: Learner) -> None:
         self.learner = learner
+        self.name, self.settings = learner.name, json.loads(json.dumps(learner.settings()))
+        self.budget, self.start = int(learner.config.budget), learner.start
+        self.header: dict = {}
 
     @property
     def failing_signal(self) -> float | None:
@@ -380,6 +440,9 @@ class LocalController:
 
     def load_state_dict(self, state: dict) -> None:
         self.learner.load_state_dict(state)
+
+    def summary(self) -> dict | None:
+        return None
 
 
 class EnvironmentEvaluator:
@@ -466,14 +529,8 @@ class SearchLedger:
 
 def log_header(env: Environment, search: dict) -> dict:
     """The placement log's first line: graph, groups, grouper, cluster, environment and ``search`` settings."""
-    return {
-        "graph": env.graph.name,
-        "groups": env.grouping.num_groups,
-        "grouper": env.grouping.grouper,
-        "cluster": env.spec.name,
-        "environment": env.kind,
-        "search": search,
-    }
+    return {"graph": env.graph.name, "groups": env.grouping.num_groups, "grouper": env.grouping.grouper,
+            "cluster": env.spec.name, "environment": env.kind, "search": search}
 
 
 def run_name(model: str, size: str, cluster: str, grouper: str, learner: str, seed: int, budget: int) -> str:
@@ -517,45 +574,58 @@ def _load_checkpoint(path: Path, settings: dict, logged: int) -> tuple[dict, dic
 
 
 def run_search(
-    learner: Learner,
-    env: Environment,
+    learner: Learner | Controllers,
+    env: Environment | Evaluator,
     log_path: str | Path | None = None,
     checkpoint_path: str | Path | None = None,
     resume: bool = False,
     on_update: Callable[[dict], None] | None = None,
     checkpoint_every_s: float = 30.0,
 ) -> SearchResult:
-    """Run ``learner``'s search in ``env`` for ``learner.config.budget`` placements, in this
-    process (:func:`search_loop` with :class:`LocalController` and :class:`EnvironmentEvaluator`).
+    """Run a search for its budget of placements (:func:`search_loop`): in this process (a learner
+    and its environment, :class:`LocalController` and :class:`EnvironmentEvaluator`), or on Ray
+    (the controllers and evaluator of :func:`placer.distributed.ray_controllers`).
 
     Args:
-        learner: the learner (built on ``env``).
-        env: the measurement environment; its grouping's groups are the learner's units.
+        learner: the learner (built on ``env``; its ``config.budget`` placements), or controllers
+            (:class:`Controllers`, told apart by their protocol's members).
+        env: the learner's measurement environment (its grouping's groups are the learner's
+            units), or the controllers' evaluator.
         log_path: the placement log (JSON lines); ``None``: no log.
         checkpoint_path: the checkpoint (``.pt``; the bookkeeping goes to the same name
             with ``.json``); written at most every ``checkpoint_every_s`` seconds and at
-            the end; ``None``: no checkpoint.
+            the end; ``None``: no checkpoint (controllers on Ray have none: their log is replayed).
         resume: continue from an existing log (and checkpoint) with the same settings;
             ``False``: start afresh, overwriting them.
         on_update: called with each learning-curve point, the update's diagnostics under ``"update"``.
         checkpoint_every_s: seconds between checkpoints (0: after every update).
     Returns:
         A :class:`SearchResult`; the same learner settings and seed give the same result,
-        interrupted and resumed or not (``wall_s`` and ``wall_time_s`` aside). A warm-started
-        learner's (``learner.start``) first placement is its start, so the result is never
-        slower than the start.
+        interrupted and resumed or not (``wall_s`` and ``wall_time_s`` aside), in-process or on
+        Ray with one controller (synchronous). A warm-started learner's (``learner.start``) first
+        placement is its start, so the result is never slower than the start.
     Raises:
-        ValueError: the log was written with other settings, or its placements differ from
-            the learner's (not the same search).
+        PlacementLogBusy: another process writes the log.
+        ValueError: the log was written with other settings, its placements differ from
+            the learner's (not the same search), or asynchronous controllers were asked to
+            resume a log that has records.
     """
-    settings = json.loads(json.dumps(learner.settings()))
-    log = PlacementLog(log_path, log_header(env, settings), fresh=not resume) if log_path is not None else None
-    result = SearchResult(None, None, failing_signal=float(learner.failing_signal or 0.0),
-                          learner=learner.name, settings=settings)
+    if isinstance(learner, Controllers):  # controllers come with their evaluator (Ray's pair)
+        controllers, evaluator = learner, cast(Evaluator, env)
+    else:  # a learner with its environment (which may well have an ``env`` of its own: a wrapper)
+        controllers, evaluator = LocalController(learner), EnvironmentEvaluator(cast(Environment, env))
+    settings = controllers.settings
+    header = {**log_header(evaluator.env, settings), **controllers.header}
+    log = PlacementLog(log_path, header, fresh=not resume) if log_path is not None else None
     try:
-        return search_loop(LocalController(learner), EnvironmentEvaluator(env), int(learner.config.budget), result,
-                           log, checkpoint_path, resume, on_update, checkpoint_every_s, env.grouping,
-                           start=learner.start)
+        if log is not None and controllers.asynchronous and log.records:
+            raise ValueError(f"placement log {log.path}: an asynchronous search cannot resume a log (its order is "
+                             "not reproducible)")
+        result = SearchResult(None, None, failing_signal=float(controllers.failing_signal or 0.0),
+                              learner=controllers.name, settings=settings)
+        search_loop(controllers, evaluator, result, log, checkpoint_path, resume, on_update, checkpoint_every_s)
+        result.distributed = controllers.summary()
+        return result
     finally:
         if log is not None:
             log.close()
@@ -564,41 +634,37 @@ def run_search(
 def search_loop(
     controllers: Controllers,
     evaluator: Evaluator,
-    budget: int,
     result: SearchResult,
     log: PlacementLog | None = None,
     checkpoint_path: str | Path | None = None,
     resume: bool = False,
     on_update: Callable[[dict], None] | None = None,
     checkpoint_every_s: float = 30.0,
-    grouping: Grouping | None = None,
-    start: np.ndarray | None = None,
 ) -> SearchResult:
-    """The search loop (module docstring), in rounds until ``budget`` placements are recorded.
+    """The search loop (module docstring) until ``controllers.budget`` placements are recorded: in
+    rounds, or batch by batch for asynchronous controllers (:func:`_each_on_its_own`).
 
-    A warm start (``start``, :mod:`placer.warm`; in no paper) is placement 0: measured (or
-    replayed) first, written to the log (marked ``"start": true``) and recorded before the
+    A warm start (``controllers.start``, :mod:`placer.warm`; in no paper) is placement 0: measured
+    (or replayed) first, written to the log (marked ``"start": true``) and recorded before the
     controllers sample anything, its own learning-curve point; it is the incumbent, so the result
     is never slower than it. It counts in the budget and is not handed to the controllers' update.
 
     Args:
         controllers: sample and update (:class:`LocalController`, or Ray's).
-        evaluator: measures (:class:`EnvironmentEvaluator`, or Ray's worker pool).
-        budget: placements in all (over every controller).
+        evaluator: measures (:class:`EnvironmentEvaluator`, or Ray's worker pool); its
+            ``env.grouping`` expands the best placement to ops (``best_op_placement``).
         result: the result to fill (its ``settings`` name the checkpoint's search).
         log: the open placement log (the caller closes it); its records are replayed by index.
         checkpoint_path, resume, checkpoint_every_s: as :func:`run_search` (only controllers
             whose ``state_dict`` is not ``None`` are checkpointed).
         on_update: called with each learning-curve point (one per controller batch), the
             update's diagnostics under ``"update"``.
-        grouping: expands the best placement to ops (``best_op_placement``); ``None``: not expanded.
-        start: the warm start, ``[num_units]`` device indices (``None``: none).
     Returns:
         ``result``, filled.
     Raises:
         ValueError: a logged placement differs from the one sampled.
     """
-    settings = result.settings
+    settings, budget, start = result.settings, controllers.budget, controllers.start
     ledger = SearchLedger(log, result)
     ckpt = Path(checkpoint_path) if checkpoint_path is not None else None
     sampled, wall_before, rnd = 0, 0.0, 0
@@ -611,9 +677,7 @@ def search_loop(
             learner_state, book = loaded
             controllers.load_state_dict(learner_state)
             sampled, wall_before = book["sampled"], book["wall_time_s"]
-            result.step_times = book["step_times"]
-            result.curve = book["curve"]
-            result.updates = book["updates"]
+            result.step_times, result.curve, result.updates = book["step_times"], book["curve"], book["updates"]
             result.best_step_time_s = book["best_step_time_s"]
             result.best_placement = None if book["best_placement"] is None else np.asarray(book["best_placement"], dtype=np.int64)
             result.start = book.get("start")
@@ -631,6 +695,10 @@ def search_loop(
         info = {"placements": 1, "wall_s": wall_before + time.perf_counter() - began, "start": 1.0}
         result.updates.append(info)
         result.add_point(point, on_update, info)
+    if controllers.asynchronous:  # no rounds: every placement is recorded when the controllers are done
+        _each_on_its_own(cast("AsyncControllers", controllers), evaluator, ledger, sampled, budget, on_update,
+                         lambda: wall_before + time.perf_counter() - began)
+        sampled = budget
     while sampled < budget:
         ks = controllers.batch_sizes(budget - sampled)
         batches = controllers.sample(ks)
@@ -646,10 +714,7 @@ def search_loop(
         diagnostics = controllers.update(batches, [r[0] for r in recorded], [r[1] for r in recorded])
         wall = wall_before + time.perf_counter() - began
         for (_, _, point), diag in zip(recorded, diagnostics):
-            info = {"placements": point["placements"], "wall_s": wall}
-            info.update({k_: (None if v is None else float(v)) for k_, v in (diag or {}).items()})
-            result.updates.append(info)
-            result.add_point(point, on_update, info)
+            _add_update(result, point, wall, diag, on_update)
         rnd += 1
         now = time.perf_counter()
         if ckpt is not None and (now - last_ckpt >= checkpoint_every_s or sampled >= budget):
@@ -659,20 +724,71 @@ def search_loop(
             last_ckpt = now
     result.failing_signal = float(controllers.failing_signal or 0.0)
     result.wall_time_s = wall_before + time.perf_counter() - began
-    if result.best_placement is not None and grouping is not None:
-        result.best_op_placement = grouping.expand(result.best_placement)
+    if result.best_placement is not None:
+        result.best_op_placement = evaluator.env.grouping.expand(result.best_placement)
     return result
 
 
+def _add_update(result: SearchResult, point: dict, wall: float, diag: dict | None, on_update) -> None:
+    """Record an update: its curve point and diagnostics (floats, or ``None``), ``wall_s`` seconds in."""
+    info = {"placements": point["placements"], "wall_s": wall}
+    info.update({k: (None if v is None else float(v)) for k, v in (diag or {}).items()})
+    result.updates.append(info)
+    result.add_point(point, on_update, info)
+
+
+def _each_on_its_own(controllers: AsyncControllers, evaluator, ledger: SearchLedger, allocated: int, budget: int,
+                     on_update, wall: Callable[[], float]) -> None:
+    """The asynchronous mode (2017 Sec. 3.4): each controller samples, has its batch measured and
+    updates on its own, then samples again; the budget is allocated in sample-index order as
+    controllers ask; each measurement is logged as it arrives, each batch recorded once it is all
+    measured (in the order batches complete), each update is a curve point."""
+    rounds = [0] * controllers.count
+    live: dict[int, dict] = {}  # controller -> its batch in progress: first index, k, placements left to measure
+
+    def begin(c: int) -> None:
+        nonlocal allocated
+        k = min(controllers.batch_size, budget - allocated)
+        if k > 0:
+            live[c] = {"start": allocated, "k": k}
+            allocated += k
+            controllers.begin_sample(c, k)
+
+    def measured(c: int) -> None:
+        b = live[c]
+        times, oom, b["point"] = ledger.record(range(b["start"], b["start"] + b["k"]))
+        controllers.begin_update(c, times, oom)
+
+    for c in range(controllers.count):
+        begin(c)
+    while live:
+        event = controllers.next_event(evaluator)
+        c = event.controller
+        if event.kind == "sampled":
+            assert event.samples is not None
+            b = live[c]
+            jobs = [Job(b["start"] + i, [int(x) for x in row], c, rounds[c])
+                    for i, row in enumerate(event.samples.placements)]
+            todo = [job for job in jobs if not ledger.replay(job)]
+            b["left"] = len(todo)
+            evaluator.submit(todo)
+            if not todo:
+                measured(c)
+        elif event.kind == "measured":
+            ledger.arrive(event.arrived)
+            ledger.result.measured += len(event.arrived)
+            for job, _, _ in event.arrived:
+                live[job.controller]["left"] -= 1
+                if live[job.controller]["left"] == 0:
+                    measured(job.controller)
+        else:
+            _add_update(ledger.result, live.pop(c)["point"], wall(), event.diagnostics, on_update)
+            rounds[c] += 1
+            begin(c)
+
+
 def _book(result: SearchResult, sampled: int, wall: float, settings: dict) -> dict:
-    return {
-        "settings": settings,
-        "sampled": sampled,
-        "wall_time_s": wall,
-        "step_times": result.step_times,
-        "curve": result.curve,
-        "updates": result.updates,
-        "best_step_time_s": result.best_step_time_s,
-        "best_placement": None if result.best_placement is None else [int(x) for x in result.best_placement],
-        "start": result.start,
-    }
+    best = None if result.best_placement is None else [int(x) for x in result.best_placement]
+    return {"settings": settings, "sampled": sampled, "wall_time_s": wall, "step_times": result.step_times,
+            "curve": result.curve, "updates": result.updates, "best_step_time_s": result.best_step_time_s,
+            "best_placement": best, "start": result.start}

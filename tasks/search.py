@@ -4,7 +4,7 @@ learner of :data:`placer.LEARNERS` (no per-learner dispatch), the placement eval
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from compgraph.ir import Grouping
 from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
 from placer.learner import LearnerConfig
+from placer.distributed import RaySettings, ray_controllers
 from placer.search import SearchResult, run_name, run_search
 from placer.warm import fits_units, is_warm, warm_label
 from tasks.config import RayOptions
@@ -247,7 +248,28 @@ def busy_problem(out: Path, model: str, size: str, cluster: str, grouper: str, m
     return None
 
 
-@task(name="learner-search", task_run_name="search-{method}", cache_policy=NONE)
+def ray_settings(ray: RayOptions | RaySettings | None, method: str, log_path: Path | None = None) -> RaySettings | None:
+    """How ``method`` searches on Ray: ``None`` in-process (no ``ray``, or the experiment's ``ray``
+    section does not distribute it: :meth:`tasks.config.RayOptions.distributes`), else the
+    :class:`placer.distributed.RaySettings` of the section (or ``ray`` itself), with a local Ray's
+    files in the placement log's folder unless ``temp_dir`` says otherwise."""
+    if isinstance(ray, RayOptions):
+        if not ray.distributes(method):
+            return None
+        ray = RaySettings(controllers=ray.controllers, workers=ray.workers or None, gpus_per_worker=ray.gpus_per_worker,
+                          policy_device=ray.policy_device, async_updates=ray.async_updates, address=ray.address)
+    if ray is not None and ray.temp_dir is None and log_path is not None:
+        ray = replace(ray, temp_dir=Path(log_path).parent)
+    return ray
+
+
+def _search_run_name(parameters: dict) -> str:
+    """The task run's name: ``search-<method>``, ``search-<method>-ray`` on Ray."""
+    on_ray = ray_settings(parameters.get("ray"), parameters["method"]) is not None
+    return f"search-{parameters['method']}" + ("-ray" if on_ray else "")
+
+
+@task(name="learner-search", task_run_name=_search_run_name, cache_policy=NONE)
 def learner_search(
     method: str,
     prepared: PreparedGraph,
@@ -259,16 +281,44 @@ def learner_search(
     resume: bool = False,
     env_options: dict | None = None,
     on_update=None,
+    ray: RayOptions | RaySettings | None = None,
 ) -> SearchResult:
-    """One learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in an
-    environment over its units (:func:`learner_grouping`). A warm start whose ``init_ops`` the
+    """One learner's search (:data:`placer.LEARNERS`) over its units (:func:`learner_grouping`),
+    in this process or on Ray: :func:`placer.search.run_search` with the learner and its
+    environment, or with the controllers and workers of :func:`placer.distributed.ray_controllers`
+    (:func:`ray_settings`; task run ``search-<method>-ray``). A warm start whose ``init_ops`` the
     caller did not fill in is resolved here (:func:`warm_start_config`: the best of every baseline
-    that applies, or the ``init_placement`` file)."""
+    that applies, or the ``init_placement`` file).
+
+    Args:
+        method: the learner's name; ``config``: its config (``budget`` placements, ``seed``).
+        prepared, spec, env_kind, env_options: the graph, the cluster and the environment that measures.
+        log_path: the placement log (``None``: none); ``resume``: replay it (and the checkpoint)
+            instead of starting afresh.
+        checkpoint_path: the learner's checkpoint in-process (a search on Ray has none: its log is replayed).
+        on_update: called with each learning-curve point (:func:`placer.search.run_search`).
+        ray: the experiment's ``ray`` section, or :class:`placer.distributed.RaySettings`
+            (tests, benchmarks: fault and delay knobs); ``None``: in-process.
+    Returns:
+        The :class:`placer.search.SearchResult`; with one synchronous controller on Ray the
+        in-process search's, for the same seed (``distributed`` aside).
+    Raises:
+        ValueError: an unknown learner; bad Ray settings (:func:`placer.distributed.ray_controllers`);
+            a warm start that cannot be resolved; a placement log of other settings.
+    """
+    if method not in LEARNERS:
+        raise ValueError(f"learner: unknown learner {method!r}; valid: {', '.join(sorted(LEARNERS))}")
     if is_warm(config) and config.init_ops is None:
         config, _ = warm_start_config(method, config, prepared, spec, env_kind, env_options)
-    env = environment(prepared, spec, env_kind, env_options, learner_grouping(method, prepared))
-    return run_search(LEARNERS[method](env, config), env, log_path=log_path, checkpoint_path=checkpoint_path,
-                      resume=resume, on_update=on_update)
+    units = learner_grouping(method, prepared)
+    settings = ray_settings(ray, method, log_path)
+    if settings is None:
+        env = environment(prepared, spec, env_kind, env_options, units)
+        return run_search(LEARNERS[method](env, config), env, log_path=log_path, checkpoint_path=checkpoint_path,
+                          resume=resume, on_update=on_update)
+    with ray_controllers(method, config, prepared, spec, env_kind, settings, env_options=env_options,
+                         grouping=units) as (controllers, evaluator):
+        return run_search(controllers, evaluator, log_path=log_path, resume=resume, on_update=on_update)
 
 
 def unit_placements(prepared: PreparedGraph, env_kind: str, placements: dict,
@@ -351,10 +401,10 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
                      env_options: dict | None = None, progress=None, ray: RayOptions | None = None,
                      baselines: dict | None = None) -> LearnerSearches:
     """Every learner of ``methods`` (those in :data:`placer.LEARNERS`, in order) searches ``budget``
-    placements: in-process (task ``search-<method>``, :func:`learner_search`) or on Ray
-    (:func:`tasks.stages.distributed_placement_search`, see :class:`tasks.config.RayOptions`), with its placement log and
-    checkpoint under ``out`` named by the run's settings (:func:`run_paths`; ``-ray<N>`` in the
-    log's name on Ray), resumed from them with ``resume``.
+    placements with the one search task (:func:`learner_search`): in-process (task run
+    ``search-<method>``) or on Ray (``search-<method>-ray``, see :class:`tasks.config.RayOptions`), with its
+    placement log and checkpoint under ``out`` named by the run's settings (:func:`run_paths`; ``-ray<N>`` in
+    the log's name on Ray), resumed from them with ``resume``.
 
     Args:
         size: the experiment's size parameter (names the logs; a user's graph keeps the one asked for).
@@ -397,18 +447,11 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
         say(f"search {method}: {config.budget} placements" + (f" on Ray ({ray.controllers} controllers)" if distributed
                                                               else "") + (", resuming" if resume else "") + " ...")
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        if distributed:
-            from tasks.stages import distributed_placement_search
-
+        if distributed:  # on Ray: its own log (a search on Ray is not checkpointed)
             log_path = log_path.with_name(log_path.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
-            if not resume:
-                log_path.unlink(missing_ok=True)  # the distributed search replays an existing log
-            found = distributed_placement_search(quote(prepared), spec, env_kind, config, log_path, ray.controllers,
-                                                 ray.address, env_options, on_update, method, **dist,
-                                                 grouping=quote(units))
-        else:
-            found = learner_search(method, quote(prepared), spec, env_kind, quote(config), log_path, ckpt_path, resume,
-                                   env_options, on_update)
+        found = learner_search(method, quote(prepared), spec, env_kind, quote(config), log_path,
+                               None if distributed else ckpt_path, resume, env_options, on_update,
+                               ray if distributed else None)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         best = "none fits in memory" if found.best_step_time_s is None else f"best {found.best_step_time_s:.5g} s"
         say(f"search {method}: done in {wall:.1f} s, {best}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 from prefect import task
 from prefect.cache_policies import NONE
@@ -11,11 +9,8 @@ from prefect.utilities.annotations import quote
 
 from baselines import BASELINES, BaselineContext
 from cluster.spec import ClusterSpec, load_cluster
-from compgraph.ir import Grouping
 from compgraph.frontends import GraphSource, prepare_source
 from compgraph.prepare import PreparedGraph
-from placer.configs import ReinforceConfig
-from placer.search import SearchResult
 from tracking import record_experiment
 
 
@@ -58,35 +53,6 @@ def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dic
 
     refs = compute(prepared.graph, prepared.grouping, spec, placements, wants_optimum(methods))
     return {**refs, "placements": reference_placements(refs)}
-
-
-@task(name="distributed-placement-search", task_run_name="search-{method}-ray", cache_policy=NONE)
-def distributed_placement_search(
-    prepared: PreparedGraph,
-    spec: ClusterSpec,
-    env_kind: str,
-    config: ReinforceConfig,
-    log_path: Path,
-    num_controllers: int,
-    ray_address: str | None,
-    env_options: dict | None = None,
-    on_update=None,
-    method: str = "rl",
-    workers: int | None = None,
-    gpus_per_worker: float = 0,
-    policy_device: str = "cpu",
-    async_updates: bool = False,
-    grouping: Grouping | None = None,
-) -> SearchResult:
-    """A learner's search on Ray: controllers, workers and a parameter server
-    (:func:`placer.distributed.distributed_search`; synchronous rounds reproducible by seed), over
-    ``grouping``'s units (``None``: the prepared groups)."""
-    from placer.distributed import distributed_search
-
-    return distributed_search(method, config, prepared, spec, env_kind, controllers=num_controllers, workers=workers,
-                              gpus_per_worker=gpus_per_worker, policy_device=policy_device,
-                              async_updates=async_updates, ray_address=ray_address, log_path=log_path,
-                              env_options=env_options, on_update=on_update, grouping=grouping)
 
 
 @task(name="record-mlflow", cache_policy=NONE)

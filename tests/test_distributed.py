@@ -1,4 +1,5 @@
-"""The distributed search on Ray (placer/distributed.py): any learner through the contract,
+"""The distributed search on Ray (placer/distributed.py, placer/actors.py) through the experiment's one
+search task (tasks.search.learner_search, placer.search.run_search): any learner through the contract,
 reproducibility, the log, equivalence with the in-process searches, faults, GPU requests."""
 
 from __future__ import annotations
@@ -14,18 +15,20 @@ import pytest
 pytest.importorskip("ray")
 
 from cluster.simulated import SimulatedEnvironment  # noqa: E402
-from placer.distributed import (  # noqa: E402
-    ParameterServer,
-    ServerRestarted,
-    _make_learner,
-    controller_seed,
-    distributed_search,
-    merge_parameters,
-)
-from placer.post import PostLearner  # noqa: E402
+from placer.actors import ParameterServer, ServerRestarted, _make_learner, merge_parameters  # noqa: E402
+from placer.distributed import RaySettings, controller_seed  # noqa: E402
+from placer.post import PostConfig, PostLearner  # noqa: E402
 from placer.ray_session import actor_options, ray_session  # noqa: E402
-from placer.post import PostConfig, post_search  # noqa: E402
-from placer.reinforce import ReinforceConfig, reinforce_search  # noqa: E402
+from placer.reinforce import ReinforceConfig, ReinforceLearner  # noqa: E402
+from placer.search import run_search  # noqa: E402
+from tasks.search import learner_search  # noqa: E402
+
+
+def ray_search(method, config, prepared, spec, env_kind="sim", *, log_path=None, env_options=None, **settings):
+    """``method``'s search on Ray through the one search task (its function: no Prefect run), over the
+    learner's own units, an existing log replayed; ``settings``: :class:`placer.distributed.RaySettings`."""
+    return learner_search.fn(method, prepared, spec, env_kind, config, log_path=log_path, resume=True,
+                             env_options=env_options, ray=RaySettings(**settings))
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +71,8 @@ def test_local_ray_listens_on_the_loopback_address_only(local_ray):
 def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=24, k=4, seed=0, hidden_size=64, learning_rate=0.05, valid_only_after=3)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
-    expected = reinforce_search(env, cfg)
-    got = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2)
+    expected = run_search(ReinforceLearner(env, cfg), env)
+    got = ray_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2)
     _same(got, expected)
     assert got.failing_signal == expected.failing_signal
     # the one search loop: the same per-update diagnostics on Ray as in-process (loss, entropy, baseline...)
@@ -81,7 +84,7 @@ def test_one_controller_equals_the_in_process_2017_search(local_ray, rnnlm_small
     assert got.distributed == {"controllers": 1, "workers": 2, "async_updates": False, "worker_retries": 0,
                                "controller_restarts": 0, "server_restarts": 0}
     # The updates matter: without learning, the same seed samples other placements after the first batch.
-    frozen = reinforce_search(env, cfg.model_copy(update={"learning_rate": 1e-12}))
+    frozen = run_search(ReinforceLearner(env, cfg.model_copy(update={"learning_rate": 1e-12})), env)
     assert frozen.step_times[:4] == expected.step_times[:4] and frozen.step_times != expected.step_times
 
 
@@ -92,16 +95,16 @@ def test_one_controller_equals_the_in_process_search_with_the_ppo_option(local_r
     cfg = ReinforceConfig(budget=16, k=4, seed=0, hidden_size=32, ppo_epochs=2, normalize_advantage=True,
                           learning_rate=0.01)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
-    expected = reinforce_search(env, cfg)
-    _same(distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2), expected)
+    expected = run_search(ReinforceLearner(env, cfg), env)
+    _same(ray_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=2), expected)
 
 
 @pytest.mark.slow
 def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=22, k=4, seed=3, hidden_size=32)
     log = tmp_path / "a.jsonl"
-    a = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=4, log_path=log)
-    b = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
+    a = ray_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=4, log_path=log)
+    b = ray_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3)
     _same(a, b)  # the same whatever the number of workers and the timing
     # 22 placements: two rounds of 2 x 4, then 4 for controller 0 and 2 for controller 1.
     assert [p["placements"] for p in a.curve] == [4, 8, 12, 16, 20, 22]
@@ -121,11 +124,11 @@ def test_two_controllers_same_seed_same_result_and_every_sample_logged_once(loca
 def test_an_interrupted_log_is_resumed(local_ray, rnnlm_small, k80x2, tmp_path):
     cfg = ReinforceConfig(budget=16, k=4, seed=1, hidden_size=32)
     log = tmp_path / "r.jsonl"
-    first = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
+    first = ray_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
     full = log.read_text().splitlines()
     assert len(full) == 1 + 16
     log.write_text("\n".join(full[:1 + 10]) + "\n")  # interrupted after 10 records
-    resumed = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
+    resumed = ray_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
     _same(resumed, first)
     lines = log.read_text().splitlines()
     assert len(lines) == 1 + 16  # the 10 logged samples replayed, not appended again
@@ -136,7 +139,7 @@ def test_an_interrupted_log_is_resumed(local_ray, rnnlm_small, k80x2, tmp_path):
 def test_post_one_controller_equals_the_in_process_post_before_a_cross_entropy_step(local_ray, rnnlm_small, k80x2):
     cfg = PostConfig(budget=24, k=6, n_ce=60, seed=2)
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
-    _same(distributed_search("post", cfg, rnnlm_small, k80x2, controllers=1, workers=2), post_search(env, cfg))
+    _same(ray_search("post", cfg, rnnlm_small, k80x2, controllers=1, workers=2), run_search(PostLearner(env, cfg), env))
 
 
 def test_the_cross_entropy_step_runs_at_the_server_over_pooled_samples(rnnlm_small, k80x2):
@@ -195,14 +198,14 @@ def test_killed_worker_and_controller_synchronous_same_result(local_ray, rnnlm_s
     controller's PPO steps; a worker and a controller killed mid-search change nothing."""
     cfg = PostConfig(budget=16, k=4, n_ce=8, seed=5)
     opts = dict(controllers=2, workers=4, measure_delay_s=0.5)
-    clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
+    clean = ray_search("post", cfg, rnnlm_small, k80x2, **opts)
     actors: dict = {}
     log = tmp_path / "faults.jsonl"
     stop = threading.Event()
     killers = [_kill_when_measuring(log, lambda: actors["workers"][0], stop, min_records=1),
                _kill_when_measuring(log, lambda: actors["controllers"][1], stop, min_records=6)]
     try:
-        faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+        faulty = ray_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
     finally:
         _stop(stop, *killers)
     _same(faulty, clean)
@@ -221,7 +224,7 @@ def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rn
     killers = [_kill_when_measuring(log, lambda: actors["workers"][1], stop, min_records=1),
                _kill_when_measuring(log, lambda: actors["controllers"][0], stop, min_records=8)]
     try:
-        res = distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+        res = ray_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
                                  measure_delay_s=0.3, log_path=log, on_start=actors.update)
     finally:
         _stop(stop, *killers)
@@ -232,7 +235,7 @@ def test_asynchronous_search_with_faults_accounts_for_every_sample(local_ray, rn
     assert res.curve[-1]["placements"] == 24
     assert res.distributed["worker_retries"] + res.distributed["controller_restarts"] >= 1
     with pytest.raises(ValueError, match="cannot resume"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
+        ray_search("rl", cfg, rnnlm_small, k80x2, controllers=2, workers=3, async_updates=True,
                            log_path=log)
 
 
@@ -245,16 +248,16 @@ def test_gpu_requests_and_their_absence(local_ray, rnnlm_small, k80x2):
     assert actor_options("server") == {"num_cpus": 0, "num_gpus": 0, "max_restarts": -1, "max_task_retries": 0}
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
     with pytest.raises(ValueError, match="gpus_per_worker: 1 GPUs asked, the Ray cluster has 0"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, gpus_per_worker=1)
+        ray_search("rl", cfg, rnnlm_small, k80x2, controllers=1, gpus_per_worker=1)
     with pytest.raises(ValueError, match=r"gpus_per_controller: 1.0 GPUs asked.*policy_device='cuda'"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, policy_device="cuda")
+        ray_search("rl", cfg, rnnlm_small, k80x2, controllers=1, policy_device="cuda")
     import torch
 
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="policy_device: 'cuda' but CUDA is not available"):
             _make_learner(_learner_cls("rl"), cfg, rnnlm_small, k80x2, "sim", {}, "cuda", False)
     seen: dict = {}
-    distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=1,
+    ray_search("rl", cfg, rnnlm_small, k80x2, controllers=1, workers=1,
                        on_start=lambda a: seen.update(gpus=ray.get(a["workers"][0].visible_gpus.remote())))
     assert seen == {"gpus": ""}  # a worker that asked for no GPU sees none
 
@@ -268,36 +271,50 @@ def _learner_cls(name):
 def test_a_worker_error_is_raised_as_its_type(local_ray, rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16, failing_signal=5.0)
     with pytest.raises(ValueError, match="unknown engine 'warp'"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=1, env_options={"engine": "warp"})
+        ray_search("rl", cfg, rnnlm_small, k80x2, controllers=1, env_options={"engine": "warp"})
 
 
 def test_bad_ray_address_is_a_clear_error(rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
     with pytest.raises(ValueError, match="ray_address: 'not an address'"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, ray_address="not an address")
+        ray_search("rl", cfg, rnnlm_small, k80x2, address="not an address")
     with pytest.raises(ValueError, match="ray_address: 'ray://127.0.0.1:0' has no valid port"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, ray_address="ray://127.0.0.1:0")
+        ray_search("rl", cfg, rnnlm_small, k80x2, address="ray://127.0.0.1:0")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ConnectionError, match=f"ray_address 'ray://127.0.0.1:{port}': nothing answers"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, ray_address=f"ray://127.0.0.1:{port}")
+        ray_search("rl", cfg, rnnlm_small, k80x2, address=f"ray://127.0.0.1:{port}")
 
 
 def test_bad_arguments_are_refused_before_ray_starts(rnnlm_small, k80x2):
     cfg = ReinforceConfig(budget=4, k=4, seed=0, hidden_size=16)
     with pytest.raises(ValueError, match="controllers: must be >= 1, got 0"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, controllers=0)
+        ray_search("rl", cfg, rnnlm_small, k80x2, controllers=0)
     with pytest.raises(ValueError, match="workers: must be >= 1, got 0"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, workers=0)
+        ray_search("rl", cfg, rnnlm_small, k80x2, workers=0)
     with pytest.raises(ValueError, match="env_kind: unknown environment 'gpu'"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, env_kind="gpu")
+        ray_search("rl", cfg, rnnlm_small, k80x2, env_kind="gpu")
     with pytest.raises(ValueError, match="policy_device: 'tpu'"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, policy_device="tpu")
+        ray_search("rl", cfg, rnnlm_small, k80x2, policy_device="tpu")
     with pytest.raises(ValueError, match="learner: unknown learner 'nope'"):
-        distributed_search("nope", cfg, rnnlm_small, k80x2)
+        ray_search("nope", cfg, rnnlm_small, k80x2)
     with pytest.raises(ValueError, match="gpus_per_worker: 0, but env 'real' on cluster 'k80x2'"):
-        distributed_search("rl", cfg, rnnlm_small, k80x2, env_kind="real")
+        ray_search("rl", cfg, rnnlm_small, k80x2, env_kind="real")
+
+
+def test_one_search_task_names_its_runs_by_where_they_search():
+    """The experiment's one search task: ``search-<method>`` in-process, ``search-<method>-ray`` on Ray
+    (the experiment's ``ray`` section distributes every learner, and only learners)."""
+    from tasks.config import RayOptions
+    from tasks.search import _search_run_name, ray_settings
+
+    assert _search_run_name({"method": "post"}) == "search-post"
+    assert _search_run_name({"method": "post", "ray": RayOptions()}) == "search-post"
+    assert _search_run_name({"method": "post", "ray": RayOptions(controllers=2)}) == "search-post-ray"
+    assert _search_run_name({"method": "rl", "ray": RaySettings(controllers=1)}) == "search-rl-ray"
+    got = ray_settings(RayOptions(controllers=2, workers=0, async_updates=True), "rl")
+    assert got == RaySettings(controllers=2, workers=None, async_updates=True)
 
 
 def test_merge_parameters_and_controller_seeds():
@@ -324,7 +341,6 @@ def test_grouping_learners_one_controller_equals_the_in_process_search(local_ray
     in-process): one controller gives the in-process search, every update and CE step included."""
     from compgraph.grouping import colocation_grouping
     from placer import LEARNERS
-    from placer.search import run_search
 
     units = colocation_grouping(rnnlm_small.graph)
     assert units.num_groups != rnnlm_small.grouping.num_groups
@@ -332,7 +348,7 @@ def test_grouping_learners_one_controller_equals_the_in_process_search(local_ray
     env = SimulatedEnvironment(rnnlm_small.graph, units, k80x2)
     expected = run_search(LEARNERS[name](env, config), env)
     log = tmp_path / "units.jsonl"
-    got = distributed_search(name, config, rnnlm_small, k80x2, controllers=1, workers=2, grouping=units, log_path=log)
+    got = ray_search(name, config, rnnlm_small, k80x2, controllers=1, workers=2, log_path=log)
     _same(got, expected)
     assert len(got.best_placement) == units.num_groups
     header, recs = _records(log)
@@ -348,7 +364,7 @@ def test_local_search_two_controllers_climb_on_their_own(local_ray, rnnlm_small,
 
     cfg = LocalSearchConfig(budget=32, k=4, seed=0)
     log = tmp_path / "ls.jsonl"
-    res = distributed_search("local_search", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
+    res = ray_search("local_search", cfg, rnnlm_small, k80x2, controllers=2, workers=2, log_path=log)
     _, recs = _records(log)
     by_index = {r["index"]: r for r in recs}
     assert sorted(by_index) == list(range(32))
@@ -368,7 +384,7 @@ def test_a_policy_device_a_learner_cannot_use_is_refused_before_ray_starts(rnnlm
     for name in ("hierarchical", "post", "local_search"):
         with pytest.raises(ValueError, match=f"policy_device 'cuda': learner '{name}' runs its policy on cpu only "
                                              r"\(on cuda: rl, rl_warm\)"):
-            distributed_search(name, LEARNERS[name].Config(budget=2), rnnlm_small, k80x2, policy_device="cuda")
+            ray_search(name, LEARNERS[name].Config(budget=2), rnnlm_small, k80x2, policy_device="cuda")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -395,13 +411,13 @@ def test_killed_parameter_server_synchronous_same_result(local_ray, rnnlm_small,
     server killed mid-search is revived and restored from the last round's state; same result."""
     cfg = PostConfig(budget=16, k=4, n_ce=8, seed=5)
     opts = dict(controllers=2, workers=4, measure_delay_s=0.5)
-    clean = distributed_search("post", cfg, rnnlm_small, k80x2, **opts)
+    clean = ray_search("post", cfg, rnnlm_small, k80x2, **opts)
     actors: dict = {}
     log = tmp_path / "server.jsonl"
     stop = threading.Event()
     killer = _kill_when_measuring(log, lambda: actors["server"], stop, min_records=9)
     try:
-        faulty = distributed_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
+        faulty = ray_search("post", cfg, rnnlm_small, k80x2, log_path=log, on_start=actors.update, **opts)
     finally:
         _stop(stop, killer)
     _same(faulty, clean)
@@ -421,7 +437,7 @@ def test_workers_measure_a_pytorch_step_for_real(local_ray, tmp_path):
     prepared = prepare_source(BenchmarkSource(model="gpt", size="small"))
     cfg = ReinforceConfig(budget=4, k=2, seed=0, hidden_size=16)
     log = tmp_path / "real.jsonl"
-    got = distributed_search("rl", cfg, prepared, load_cluster("cpu4"), env_kind="real", controllers=1, workers=1,
+    got = ray_search("rl", cfg, prepared, load_cluster("cpu4"), env_kind="real", controllers=1, workers=1,
                              env_options={"repeats": 2, "warmup": 0, "threads": 1}, log_path=log)
     assert len(got.step_times) == 4 and all(t is not None and t > 0 for t in got.step_times)
     records = PlacementLog(log, json.loads(log.read_text().splitlines()[0])).records
@@ -443,7 +459,7 @@ def test_a_worker_killed_while_it_runs_a_pytorch_step_is_retried(local_ray, tmp_
     killer = _kill_when_measuring(log, lambda: actors["workers"][0], stop, min_records=1, after_s=0.0)
     t0 = time.perf_counter()
     try:
-        got = distributed_search("rl", cfg, prepared, load_cluster("cpu4"), env_kind="real", controllers=1,
+        got = ray_search("rl", cfg, prepared, load_cluster("cpu4"), env_kind="real", controllers=1,
                                  workers=1, env_options={"repeats": 2, "warmup": 0, "threads": 1}, log_path=log,
                                  on_start=actors.update)
     finally:

@@ -8,7 +8,13 @@ import pytest
 from cluster.environment import Measurement
 from cluster.simulated import SimulatedEnvironment
 from compgraph.ir import Grouping
-from placer.post import PostConfig, post_search
+from placer.post import PostConfig, PostLearner
+from placer.search import run_search
+
+
+def run_post(env, config, log_path=None):
+    """Post's search of ``env``'s groups (:func:`placer.search.run_search`), an existing log replayed."""
+    return run_search(PostLearner(env, config), env, log_path=log_path, resume=True)
 
 
 class CountingEnv:
@@ -32,7 +38,7 @@ class CountingEnv:
 
 def test_post_finds_the_optimum_of_a_separable_problem():
     env = CountingEnv()
-    r = post_search(env, PostConfig(budget=600, seed=0, failing_time_s=1.0))
+    r = run_post(env, PostConfig(budget=600, seed=0, failing_time_s=1.0))
     assert r.best_step_time_s == pytest.approx(1e-3)  # every group on device 2
     assert list(r.best_placement) == [2] * 10
     # the cross-entropy updates concentrate the samples: the last batch is mostly optimal
@@ -42,7 +48,7 @@ def test_post_finds_the_optimum_of_a_separable_problem():
 
 def test_post_oom_samples_never_become_the_best_and_are_logged_as_none():
     env = CountingEnv()
-    r = post_search(env, PostConfig(budget=60, seed=1, failing_time_s=1.0))
+    r = run_post(env, PostConfig(budget=60, seed=1, failing_time_s=1.0))
     assert any(t is None for t in r.step_times)  # group 0 on device 0 happens early
     assert r.best_placement[0] != 0
     assert r.failing_signal == 1.0
@@ -50,9 +56,9 @@ def test_post_oom_samples_never_become_the_best_and_are_logged_as_none():
 
 def test_post_is_deterministic_by_seed_on_the_simulator(rnnlm_small, k80x2):
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, k80x2)
-    a = post_search(env, PostConfig(budget=120, seed=3))
-    b = post_search(env, PostConfig(budget=120, seed=3))
-    c = post_search(env, PostConfig(budget=120, seed=4))
+    a = run_post(env, PostConfig(budget=120, seed=3))
+    b = run_post(env, PostConfig(budget=120, seed=3))
+    c = run_post(env, PostConfig(budget=120, seed=4))
     assert a.step_times == b.step_times and list(a.best_placement) == list(b.best_placement)
     assert a.step_times != c.step_times
     # the default failing time is 10 x T_serial of the slowest device
@@ -62,10 +68,10 @@ def test_post_is_deterministic_by_seed_on_the_simulator(rnnlm_small, k80x2):
 def test_post_replays_its_placement_log(tmp_path):
     log = tmp_path / "post.jsonl"
     env = CountingEnv()
-    first = post_search(env, PostConfig(budget=72, seed=0, failing_time_s=1.0), log_path=log)
+    first = run_post(env, PostConfig(budget=72, seed=0, failing_time_s=1.0), log_path=log)
     assert len(log.read_text().splitlines()) == 73  # header + 72 placements
     again = CountingEnv()
-    second = post_search(again, PostConfig(budget=72, seed=0, failing_time_s=1.0), log_path=log)
+    second = run_post(again, PostConfig(budget=72, seed=0, failing_time_s=1.0), log_path=log)
     assert again.calls == 0 and second.step_times == first.step_times
     with pytest.raises(ValueError, match="other settings"):
-        post_search(CountingEnv(), PostConfig(budget=72, seed=1, failing_time_s=1.0), log_path=log)
+        run_post(CountingEnv(), PostConfig(budget=72, seed=1, failing_time_s=1.0), log_path=log)

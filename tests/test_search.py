@@ -9,8 +9,14 @@ import pytest
 
 from cluster.simulated import SimulatedEnvironment
 from placer.features import group_features
-from placer.reinforce import ReinforceConfig, reinforce_search
+from placer.reinforce import ReinforceConfig, ReinforceLearner
+from placer.search import run_search
 from placer.seq2seq import Seq2SeqPlacer
+
+
+def rl_search(env, config, log_path=None):
+    """The 2017 search of ``env``'s groups (:func:`placer.search.run_search`), an existing log replayed."""
+    return run_search(ReinforceLearner(env, config), env, log_path=log_path, resume=True)
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +50,9 @@ def test_policy_scores_its_own_samples(rnnlm_small):
 
 def test_same_seed_same_placements(env, tmp_path):
     cfg = ReinforceConfig(budget=24, k=8, seed=3, hidden_size=32)
-    a = reinforce_search(env, cfg)
-    b = reinforce_search(env, cfg)
-    c = reinforce_search(env, cfg.model_copy(update={"seed": 4}))
+    a = rl_search(env, cfg)
+    b = rl_search(env, cfg)
+    c = rl_search(env, cfg.model_copy(update={"seed": 4}))
     assert a.step_times == b.step_times
     assert (a.best_placement == b.best_placement).all()
     assert a.step_times != c.step_times
@@ -58,7 +64,7 @@ def test_same_seed_same_placements(env, tmp_path):
 def test_every_placement_is_logged_and_replayed(env, tmp_path):
     cfg = ReinforceConfig(budget=16, k=4, seed=0, hidden_size=32)
     log = tmp_path / "search.jsonl"
-    first = reinforce_search(env, cfg, log_path=log)
+    first = rl_search(env, cfg, log_path=log)
     lines = log.read_text().splitlines()
     assert json.loads(lines[0])["search"]["seed"] == 0
     records = [json.loads(x) for x in lines[1:]]
@@ -77,21 +83,21 @@ def test_every_placement_is_logged_and_replayed(env, tmp_path):
             calls.append(1)
             return real_measure(p)
 
-    resumed = reinforce_search(Counting(), cfg, log_path=log)
+    resumed = rl_search(Counting(), cfg, log_path=log)
     assert resumed.step_times == first.step_times
     assert len(calls) == 10
     # the torn tail was dropped, so the log is whole again: a second resume measures nothing
     assert [json.loads(x)["index"] for x in log.read_text().splitlines()[1:]] == list(range(16))
     calls.clear()
-    assert reinforce_search(Counting(), cfg, log_path=log).step_times == first.step_times
+    assert rl_search(Counting(), cfg, log_path=log).step_times == first.step_times
     assert calls == []
 
 
 def test_log_with_other_settings_is_refused(env, tmp_path):
     log = tmp_path / "search.jsonl"
-    reinforce_search(env, ReinforceConfig(budget=4, k=4, seed=0, hidden_size=32), log_path=log)
+    rl_search(env, ReinforceConfig(budget=4, k=4, seed=0, hidden_size=32), log_path=log)
     with pytest.raises(ValueError, match="other settings"):
-        reinforce_search(env, ReinforceConfig(budget=4, k=4, seed=1, hidden_size=32), log_path=log)
+        rl_search(env, ReinforceConfig(budget=4, k=4, seed=1, hidden_size=32), log_path=log)
 
 
 def test_oom_gets_the_failing_signal(rnnlm_small):
@@ -101,7 +107,7 @@ def test_oom_gets_the_failing_signal(rnnlm_small):
     spec = ClusterSpec(name="tiny", devices=[dict(name="/cpu:0", kind="cpu", **tiny), dict(name="/gpu:0", kind="gpu", **tiny)],
                        default_link=dict(bandwidth=1e10))
     env = SimulatedEnvironment(rnnlm_small.graph, rnnlm_small.grouping, spec)
-    res = reinforce_search(env, ReinforceConfig(budget=8, k=4, seed=0, hidden_size=16, failing_signal=5.0))
+    res = rl_search(env, ReinforceConfig(budget=8, k=4, seed=0, hidden_size=16, failing_signal=5.0))
     assert res.step_times == [None] * 8
     assert res.best_placement is None and res.failing_signal == 5.0
     assert all(p["sample_mean_step_time_s"] is None for p in res.curve)
@@ -109,9 +115,9 @@ def test_oom_gets_the_failing_signal(rnnlm_small):
 
 def test_ppo_option_is_deterministic_and_changes_the_updates(env):
     base = dict(budget=30, k=10, seed=0, hidden_size=32, learning_rate=0.003)
-    faithful = reinforce_search(env, ReinforceConfig(**base))
+    faithful = rl_search(env, ReinforceConfig(**base))
     ppo_cfg = ReinforceConfig(**base, ppo_epochs=4, entropy_coef=0.01, grad_clip=1.0, normalize_advantage=True)
-    a, b = reinforce_search(env, ppo_cfg), reinforce_search(env, ppo_cfg)
+    a, b = rl_search(env, ppo_cfg), rl_search(env, ppo_cfg)
     assert a.step_times == b.step_times
     # the first batch is sampled before any update, so it is the same; later batches differ
     assert a.step_times[:10] == faithful.step_times[:10]

@@ -110,14 +110,15 @@ def test_a_warm_start_on_ray_is_refused_with_async_updates():
     from learner_toy import toy_graph
 
     from compgraph.prepare import PreparedGraph
-    from placer.distributed import distributed_search
+    from placer.distributed import RaySettings, ray_controllers
     from placer.configs import CONFIGS
 
     graph, grouping, spec, _ = toy_graph()
     prepared = PreparedGraph(graph=graph, grouping=grouping, benchmark=None, size="user", config=None)
     config = CONFIGS["post_warm"](budget=8, init_ops=TOY_START)
     with pytest.raises(ValueError, match="warm start .* needs synchronous rounds"):
-        distributed_search("post_warm", config, prepared, spec, "sim", controllers=2, async_updates=True)
+        with ray_controllers("post_warm", config, prepared, spec, "sim", RaySettings(controllers=2, async_updates=True)):
+            pass
 
 
 # -- bad settings: one line naming the field and the value --
