@@ -280,6 +280,7 @@ from cli import compare  # noqa: E402,F401  (registers compare, log-run)
 from cli import export  # noqa: E402,F401  (registers export)
 from cli import detect  # noqa: E402,F401  (registers detect)
 from cli import evaluate  # noqa: E402,F401  (registers evaluate)
+from cli import server  # noqa: E402,F401  (registers server start|stop|status)
 
 if __name__ == "__main__":  # `python -m cli.main`: run the module whose app the sub-modules registered on
     from cli.main import main as _main

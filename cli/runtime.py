@@ -19,7 +19,9 @@ the same server (Prefect's own ``prefect.server.api.server:create_app`` under uv
 
 With ``PREFECT_API_URL`` set (in the environment or the Prefect profile: a persistent
 ``prefect server start``, Prefect Cloud, or ``prefect_test_harness``) that server is used instead; it is checked first and, if it does not answer, the command fails
-with one line (exit 2) before any work.
+with one line (exit 2) before any work. Without it, the server ``placement server start`` keeps
+running (:mod:`tracking.server`, recorded under ``PLACEMENT_HOME``) is used when it answers; the
+temporary server is the default when none does.
 """
 
 from __future__ import annotations
@@ -153,8 +155,9 @@ def _raise_system_exit(signum, frame):  # SIGTERM -> SystemExit, so finally-bloc
 
 def check_prefect_api(check_timeout_s: float = 5.0) -> str | None:
     """The Prefect API URL this process is given (``PREFECT_API_URL``, the profile or a test
-    harness), checked to answer within ``check_timeout_s`` seconds; ``None`` when none is given
-    (a temporary server will be started).
+    harness), checked to answer within ``check_timeout_s`` seconds; else that of the server
+    ``placement server start`` recorded, if it answers (:func:`tracking.server.running_api_url`);
+    ``None`` when there is neither (a temporary server will be started).
 
     Raises:
         PrefectServerError: the given API does not answer (names the URL).
@@ -165,7 +168,11 @@ def check_prefect_api(check_timeout_s: float = 5.0) -> str | None:
     if given and not _healthy(given, check_timeout_s):
         raise PrefectServerError(f"PREFECT_API_URL={given} does not answer (start it with "
                                  "`prefect server start --host 127.0.0.1`, or unset PREFECT_API_URL)")
-    return given or None
+    if not given:
+        from tracking.server import running_api_url
+
+        return running_api_url(check_timeout_s)
+    return given
 
 
 @contextlib.contextmanager
@@ -181,10 +188,21 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
 
     given = check_prefect_api(check_timeout_s)
     if given:
+        from prefect.settings import get_current_settings
+
+        if given != (os.environ.get("PREFECT_API_URL") or get_current_settings().api.url):
+            from tracking.progress import say
+
+            say(f"Prefect: the server `placement server start` keeps running, at {given}")
+        kept = os.environ.get("PREFECT_API_URL")
+        os.environ["PREFECT_API_URL"] = given  # the recorded server's (placement server start), for Ray workers too
         try:
-            yield given
+            with temporary_settings(updates={PREFECT_API_URL: given}):
+                yield given
         finally:
             _drain_prefect_workers()  # the run's logs and events reach the server before this process exits
+            if kept is None:
+                os.environ.pop("PREFECT_API_URL", None)
         return
     previous = signal.getsignal(signal.SIGTERM)
     if previous in (signal.SIG_DFL, None):
@@ -193,7 +211,7 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
     try:
         from tracking.progress import say
 
-        say("Prefect: starting a temporary server (set PREFECT_API_URL to use a running one) ...")
+        say("Prefect: starting a temporary server (`placement server start` keeps one running) ...")
         proc, api_url = start_server()
         say(f"Prefect: server at {api_url}")
         os.environ["PREFECT_API_URL"] = api_url  # child processes (Ray workers) use it too

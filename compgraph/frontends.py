@@ -20,6 +20,7 @@ dispatches on the kind. The CLI and the flows build a source from their flat opt
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,48 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from compgraph.prepare import PreparedGraph, prepare, prepare_user_step
 
 
+_ROLE = re.compile(r":(?:py:)?[a-z]+:`~?([^`<]*?)\s*(?:<[^`>]+>)?`")  # a Sphinx role (its title, or its target)
+_XREF = re.compile(r"\[`?([^`\]]+)`?\]\[[^\]]*\]")  # a mkdocstrings cross-reference: [`title`][target]
+
+
+def form_text(text: str) -> str:
+    """A docstring as a form shows it: its first paragraph on one line, cross-references (Sphinx
+    roles, mkdocstrings references) as their titles and double-backquoted literals as their text."""
+    first = re.split(r"\n\s*\n", text.strip())[0]
+    return " ".join(_XREF.sub(r"\1", _ROLE.sub(r"\1", first)).replace("``", "").split())
+
+
+def form_schema(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """``json_schema_extra`` of the models a Prefect form shows (the graph sources here, the
+    experiment config and its sections in :mod:`tasks.config`).
+
+    * The model's description is :func:`form_text` of its docstring.
+    * A field ``X | None`` whose default ``None`` means "unset: use the default" is shown as X's
+      plain input, without the null choice (Prefect's "Property is type None" toggle) and without a
+      default: a field left empty is left out of the values, so it stays ``None``. Python still
+      takes ``None``. A field whose default is not ``None`` keeps its null choice: there ``None``
+      is a value of its own (e.g. no bound).
+    """
+    if schema.get("description"):
+        schema["description"] = form_text(schema["description"])
+    properties = schema.get("properties", {})
+    for name, field in cls.model_fields.items():
+        prop = properties.get(field.alias or name)
+        if prop is None or field.is_required() or field.default is not None:
+            continue
+        prop.pop("default", None)
+        members = [m for m in prop.get("anyOf", []) if m != {"type": "null"}]
+        if "anyOf" in prop and len(members) < len(prop["anyOf"]):
+            del prop["anyOf"]
+            if len(members) == 1:
+                for key, value in members[0].items():
+                    prop.setdefault(key, value)
+            else:
+                prop["anyOf"] = members
+
+
 class _Source(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=form_schema)
 
 
 def _benchmark_names() -> list[JsonValue]:
@@ -47,10 +88,14 @@ def _size_names() -> list[JsonValue]:
 
 
 class BenchmarkSource(_Source):
-    """A registered benchmark (:data:`compgraph.models.BENCHMARKS`) at one of its sizes. The
-    names are offered as choices in a form's schema (``enum``); an unknown one is refused where
-    the source is used (:class:`tasks.config.ExperimentConfig`, :func:`compgraph.prepare.prepare`)
-    with the valid ones listed."""
+    """A registered benchmark (``placement models``) at one of its sizes.
+
+    The benchmarks of :data:`compgraph.models.BENCHMARKS` and their sizes are offered as choices in
+    a form's schema (``enum``); an unknown one is refused where the source is used
+    (:class:`tasks.config.ExperimentConfig`, :func:`compgraph.prepare.prepare`) with the valid ones
+    listed."""
+
+    model_config = ConfigDict(title="benchmark")
 
     kind: Literal["benchmark"] = "benchmark"
     model: str = Field("rnnlm", json_schema_extra={"enum": _benchmark_names()},
@@ -61,43 +106,75 @@ class BenchmarkSource(_Source):
 
 
 class GraphDefSource(_Source):
-    """A ``.pb``/``.pbtxt`` training-step ``GraphDef``, flat or TF2 with a function library;
+    """A TensorFlow training step saved as a ``.pb``/``.pbtxt`` ``GraphDef``, flat or TF2 with a
+    function library.
+
     ``fetches``: the op names one step runs (``None``: the graph's sinks without initializers)."""
 
+    model_config = ConfigDict(title="graph_def")
+
     kind: Literal["graph_def"] = "graph_def"
-    path: str
-    fetches: list[str] | None = None
+    path: str = Field(description="the .pb or .pbtxt file")
+    fetches: list[str] | None = Field(None, description="the op names one step runs (empty: the graph's sinks "
+                                                        "without initializers)")
 
 
 class SavedModelSource(_Source):
-    """A SavedModel folder and the signature holding the training step (``None``: its only one)."""
+    """A TensorFlow SavedModel folder and the signature holding the training step.
+
+    ``signature``: ``None`` for its only one."""
+
+    model_config = ConfigDict(title="saved_model")
 
     kind: Literal["saved_model"] = "saved_model"
-    path: str
-    signature: str | None = None
+    path: str = Field(description="the SavedModel folder")
+    signature: str | None = Field(None, description="the signature holding the training step (empty: its only one)")
 
 
 class KerasSource(_Source):
-    """``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(keras model, input specs)``, resolved
-    from the current folder (:func:`compgraph.user_graph.resolve_user_function`)."""
+    """A Keras model built by the user's function.
+
+    ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(keras model, input specs)``,
+    resolved from the current folder (:func:`compgraph.user_graph.resolve_user_function`)."""
+
+    model_config = ConfigDict(title="keras")
 
     kind: Literal["keras"] = "keras"
-    spec: str
+    spec: str = Field(description="MODULE:FUNCTION or path/to/file.py:FUNCTION returning (keras model, input specs), "
+                                  "from the current folder")
 
 
 class TorchSource(_Source):
-    """``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(torch module, example_args)``, resolved from the current
+    """A PyTorch training step: the user's module and example inputs.
+
+    ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(torch module, example_args)``, resolved from the current
     folder; ``module(*example_args)`` is the scalar training loss, and the captured step adds
     the backward and ``optimizer``'s update (:func:`compgraph.torch_step.load_torch_step`)."""
 
+    model_config = ConfigDict(title="torch")
+
     kind: Literal["torch"] = "torch"
-    spec: str
-    optimizer: Literal["sgd", "adam"] = "adam"
+    spec: str = Field(description="MODULE:FUNCTION or path/to/file.py:FUNCTION returning (torch module, example_args); "
+                                  "module(*example_args) is the training loss")
+    optimizer: Literal["sgd", "adam"] = Field("adam", description="the optimizer whose update the captured step adds")
+
+
+class _ChoiceOfKinds:
+    """``Annotated`` marker: the JSON schema of a union of kinds lists them under ``anyOf`` (beside
+    the ``discriminator``) rather than ``oneOf``, which means the same here (each kind has its own
+    ``kind``): Prefect's form shows an ``anyOf`` as one button per kind, by its title, with the
+    chosen kind's fields below; its v1 UI shows a ``oneOf`` as a raw JSON box."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = dict(handler(core_schema))
+        if "oneOf" in schema:
+            schema["anyOf"] = schema.pop("oneOf")
+        return schema
 
 
 GraphSource = Annotated[Union[BenchmarkSource, GraphDefSource, SavedModelSource, KerasSource, TorchSource],
-                        Field(discriminator="kind")]
-"""Any graph source, told apart by ``kind``."""
+                        Field(discriminator="kind"), _ChoiceOfKinds()]
+"""Any graph source, told apart by ``kind`` (in a form: a choice of kinds, each with its fields)."""
 
 
 @dataclass(frozen=True)

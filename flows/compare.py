@@ -11,7 +11,7 @@ from prefect.runtime import flow_run
 from prefect.utilities.annotations import quote
 
 from tasks import stages
-from tasks.choices import ClusterName, Count, EnvName, GrouperName, LearnerName, NonNegative
+from tasks.choices import AUTO, ClusterName, Count, EnvName, GrouperChoice, LearnerName, NonNegative, Unset, unset
 from tasks.config import LearnerOptions, learner_overrides
 from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
 from placer import LEARNERS
@@ -38,16 +38,16 @@ def record(**kwargs) -> str:
 def compare_learners(
     source: GraphSource = BenchmarkSource(),
     cluster: ClusterName = "k80x2",
-    learners: list[LearnerName] | None = None,
+    learners: Unset[list[LearnerName]] = [],
     seeds: list[NonNegative] = [0, 1, 2],
     budget: Count = 1000,
     env: EnvName = "sim",
-    grouper: GrouperName | None = None,
+    grouper: Unset[GrouperChoice] = AUTO,
     learner_options: LearnerOptions = LearnerOptions(),  # type: ignore[valid-type]
     resume: bool = False,
     out_dir: str = str(placement_home()),  # the user-level home when imported
-    tracking_uri: str | None = None,
-    cache_dir: str | None = None,
+    tracking_uri: Unset[str] = "",
+    cache_dir: Unset[str] = "",
 ) -> dict:
     """Run every learner of ``learners`` (default: all of :data:`placer.LEARNERS`) once per seed
     with the same budget in the same kind of environment; returns the per-learner summary
@@ -61,7 +61,7 @@ def compare_learners(
         seeds: one search per learner and seed; the summary gives the median and spread over them.
         budget: placements each learner samples per seed.
         env: where placements are measured: sim (simulator), real (TensorFlow on this machine) or grappler.
-        grouper: how ops are grouped (empty: 2017 for benchmarks).
+        grouper: how ops are grouped (auto: 2017 for benchmarks, heuristic for users' graphs).
         learner_options: each learner's options, its paper's defaults pre-filled (the experiment's learners
             section); a field left at its default is no override.
         resume: continue interrupted searches from their placement logs and checkpoints.
@@ -69,6 +69,7 @@ def compare_learners(
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
         cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
     """
+    learners, grouper, tracking_uri, cache_dir = unset(learners), unset(grouper, AUTO), unset(tracking_uri), unset(cache_dir)
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     chosen = list(learners or LEARNERS)

@@ -12,7 +12,7 @@ from prefect.utilities.annotations import quote
 from tasks import stages
 from baselines import BASELINES
 from compgraph.frontends import BenchmarkSource, GraphSource
-from tasks.choices import ClusterName, Count, EnvName, MethodName, NonNegative
+from tasks.choices import ClusterName, Count, EnvName, MethodName, NonNegative, Unset, unset
 from tasks.config import ExperimentConfig, GroupingOptions, LearnerOptions, RayOptions, RealOptions, TrackingOptions
 from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params
 from tasks.measure import train_best
@@ -54,10 +54,10 @@ def placement_experiment(
     source: GraphSource = BenchmarkSource(),
     cluster: ClusterName = "k80x2",
     env: EnvName = "sim",
-    methods: list[MethodName] | None = None,
+    methods: Unset[list[MethodName]] = [],
     budget: Count = 1000,
     seed: NonNegative = 0,
-    init_placement: str | None = None,
+    init_placement: Unset[str] = "",
     train_steps: NonNegative = 100,
     grouping: GroupingOptions = GroupingOptions(),
     learners: LearnerOptions = LearnerOptions(),  # type: ignore[valid-type]
@@ -68,12 +68,14 @@ def placement_experiment(
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
     The parameters are the fields of :class:`tasks.config.ExperimentConfig` (a test keeps them
-    equal), validated together by it before anything runs.
+    equal), validated together by it before anything runs; ``methods`` and ``init_placement`` left
+    empty (the form's plain inputs: :data:`tasks.choices.Unset`) are the config's ``None``.
 
     Args:
         source: the graph: a benchmark (kind benchmark: model, size: small for a demo in seconds, paper for
             the 2017 sizes), or a user's training step (kind graph_def: a .pb/.pbtxt path; saved_model: a folder
-            and its signature; keras: MODULE:FUNCTION returning (keras model, input specs)).
+            and its signature; keras: MODULE:FUNCTION returning (keras model, input specs); torch: MODULE:FUNCTION
+            returning (torch module, example args)).
         cluster: preset cluster (k80x2: 2 K80 GPUs and a CPU, as in 2017) or the path of a YAML cluster spec.
         env: where placements are measured: sim (simulator), real (TensorFlow on this machine) or grappler
             (TensorFlow's own cost model).
@@ -108,8 +110,8 @@ def placement_experiment(
     Raises:
         pydantic.ValidationError: settings that do not fit together (:class:`tasks.config.ExperimentConfig`).
     """
-    config = ExperimentConfig(source=source, cluster=cluster, env=env, methods=methods, budget=budget, seed=seed,
-                              init_placement=init_placement, train_steps=train_steps, grouping=grouping,
+    config = ExperimentConfig(source=source, cluster=cluster, env=env, methods=unset(methods), budget=budget, seed=seed,
+                              init_placement=unset(init_placement), train_steps=train_steps, grouping=grouping,
                               learners=learners, ray=ray, real=real, tracking=tracking)
     return run_experiment(config)
 

@@ -26,7 +26,7 @@ from tasks import stages
 import tasks.measure as mt
 from cluster.op_placement import is_op_placement
 from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph
-from tasks.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps
+from tasks.choices import AgainstName, ClusterName, Count, EnvName, MethodName, ModelName, NonNegative, SizeName, TracedSteps, Unset, unset
 from placer import LEARNERS
 from tasks.search import learner_grouping
 from tracking import artifact_root, default_tracking_uri, placement_home
@@ -55,7 +55,7 @@ def _none_if_nan(x):
 
 @flow(name="placement-calibrate")
 def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cluster: ClusterName = "cpu4",
-                        steps: TracedSteps = 5, seed: NonNegative = 0, out: str | None = None) -> dict:
+                        steps: TracedSteps = 5, seed: NonNegative = 0, out: Unset[str] = "") -> dict:
     """Calibrate per-op times of a model on a cluster and save the cost table.
 
     Args:
@@ -65,12 +65,13 @@ def placement_calibrate(model: ModelName = "rnnlm", size: SizeName = "small", cl
             (cpu4: four logical CPUs).
         steps: traced steps per device kind (the first dropped; >= 2).
         seed: seed of the synthetic inputs.
-        out: where the table goes; default :func:`default_cost_table_path` under the user-level home.
+        out: where the table goes (empty: default_cost_table_path under the user-level home).
     Returns:
         ``{"model", "size", "cluster", "ops", "measured_ops", "coverage", "path", "steps", "devices"}``:
         ``coverage`` the fraction of ops with a measured time (0..1), ``path`` the table's file,
         ``devices`` kind -> TensorFlow device it was measured on.
     """
+    out = unset(out)
     prepared = stages.preprocess(BenchmarkSource(model=model, size=size))
     spec = stages.load_cluster_spec(cluster)
     path = Path(out) if out else default_cost_table_path(model, size, spec.name)
@@ -97,11 +98,11 @@ def placement_fidelity(
     random: NonNegative = 8,
     steps: TracedSteps = 10,
     seed: NonNegative = 0,
-    cost_table: str | None = None,
+    cost_table: Unset[str] = "",
     calibrate_steps: TracedSteps = 5,
     budget: Count = 1000,
     out_dir: str = DEFAULT_OUT_DIR,
-    tracking_uri: str | None = None,
+    tracking_uri: Unset[str] = "",
     against: AgainstName = "real",
 ) -> dict:
     """Simulated (roofline and calibrated) against real step times on a set of placements, logged to MLflow.
@@ -122,8 +123,8 @@ def placement_fidelity(
         random: seeded uniformly random placements besides the baselines and the learners.
         steps: real steps per placement, the first dropped (2017 Sec. 3.4: 10); >= 2.
         seed: seed of the random placements, the searches and the synthetic inputs.
-        cost_table: a saved cost table; ``None``: calibrate first (``calibrate_steps`` steps)
-            and save it to :func:`default_cost_table_path` under ``out_dir``.
+        cost_table: a saved cost table; empty: calibrate first (calibrate_steps steps)
+            and save it to default_cost_table_path under out_dir.
         calibrate_steps: traced steps per device kind when calibrating first (>= 2).
         budget: placements each learner (rl, post) samples in the calibrated simulator.
         out_dir: folder of the MLflow store (when tracking_uri is empty), cost tables and placement logs.
@@ -136,6 +137,7 @@ def placement_fidelity(
         a fraction, ``None`` where undefined; each row is a :func:`cluster.fidelity.fidelity`
         row plus ``kind`` (``random``, ``baseline``, ``learner``).
     """
+    cost_table, tracking_uri = unset(cost_table), unset(tracking_uri)
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     prepared = stages.preprocess(BenchmarkSource(model=model, size=size))
@@ -214,10 +216,10 @@ def placement_train(
     seed: NonNegative = 0,
     env: EnvName = "real",
     budget: Count = 1000,
-    cost_table: str | None = None,
+    cost_table: Unset[str] = "",
     out_dir: str = DEFAULT_OUT_DIR,
-    tracking_uri: str | None = None,
-    int_bounds: dict[str, int] | None = None,
+    tracking_uri: Unset[str] = "",
+    int_bounds: Unset[dict[str, int]] = {},
 ) -> dict:
     """Train with one method's placement for ``steps`` steps (``env="real"``) or project the time
     from the simulated step time (``env="sim"``), and log it to MLflow.
@@ -255,6 +257,7 @@ def placement_train(
     Raises:
         ValueError: a learner whose search found no placement that fits in memory.
     """
+    cost_table, tracking_uri, int_bounds = unset(cost_table), unset(tracking_uri), unset(int_bounds)
     out = Path(out_dir)
     uri = tracking_uri or default_tracking_uri(out)
     user_graph = is_user_graph(source)

@@ -23,7 +23,7 @@ from cluster.op_placement import OpPlacement
 from cluster.spec import load_cluster
 from cluster.tables import ROWS
 from cluster.tables import TABLES as PAPER_TABLES
-from tasks.choices import TABLE_METHODS, TABLES, GpuCount, NonNegative, SizeName, TableMethod, TableModel, TableName
+from tasks.choices import TABLE_METHODS, TABLE_SIZE, TABLES, GpuCount, NonNegative, TableMethod, TableModel, TableName, TableSize, Unset, unset
 from tasks.search import learner_config, learner_search
 from tracking import artifact_root, default_tracking_uri, placement_home
 from compgraph.paths import named_path
@@ -59,16 +59,16 @@ def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path
 @flow(name="placement-reproduce")
 def placement_reproduce(
     table: TableName = "2017-table2",
-    models: list[TableModel] | None = None,
-    gpus: list[GpuCount] | None = None,
-    methods: list[TableMethod] | None = None,
+    models: Unset[list[TableModel]] = [],
+    gpus: Unset[list[GpuCount]] = [],
+    methods: Unset[list[TableMethod]] = [],
     budget: NonNegative = 0,
     seed: NonNegative = 0,
     out_dir: str = str(placement_home()),  # the user-level home when imported
-    cache_dir: str | None = None,
-    tracking_uri: str | None = None,
-    fit_path: str | None = None,
-    size: SizeName | None = None,
+    cache_dir: Unset[str] = "",
+    tracking_uri: Unset[str] = "",
+    fit_path: Unset[str] = "",
+    size: Unset[TableSize] = TABLE_SIZE,
 ) -> dict:
     """Run the table's rows and compare them with the paper; returns
     :func:`cluster.reproduce.reproduce_tables`'s dict plus the run's ids.
@@ -86,7 +86,8 @@ def placement_reproduce(
         cache_dir: preprocessed-graph cache (empty: out_dir/graph-cache).
         tracking_uri: MLflow tracking URI; empty: the SQLite file out_dir/mlflow.db.
         fit_path: the stored preset fits giving 2017's held-out column (empty: cluster/presets/k80_fit.json).
-        size: a benchmark size for every row instead of the table's (e.g. small: a quick check, not comparable).
+        size: a benchmark size for every row instead of the table's (table: each row's own; small: a quick check,
+            not comparable).
 
     Raises:
         ValueError: an unknown table, model, GPU count or method, or filters that leave no row.
@@ -95,6 +96,8 @@ def placement_reproduce(
     from compgraph.prepare import prepare
     from placer import LEARNERS
 
+    models, gpus, methods, size = unset(models), unset(gpus), unset(methods), unset(size, TABLE_SIZE)
+    cache_dir, tracking_uri, fit_path = unset(cache_dir), unset(tracking_uri), unset(fit_path)
     rows = select_rows(table, models, gpus)
     for m in methods or []:
         if m not in METHODS:

@@ -1,10 +1,11 @@
 """Parameter types of the flows, so that the Prefect UI form shows dropdowns: ``Literal`` types built
 from the registries (benchmarks, sizes, preset clusters, environments, groupers), so a name added to
-a registry appears in the form without an edit here."""
+a registry appears in the form without an edit here; and :data:`Unset`, an option whose ``None``
+means "the default", shown as a plain input."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 from pydantic import Field
 
@@ -22,14 +23,23 @@ ModelName = Literal[tuple(BENCHMARKS)]  # type: ignore[valid-type]
 SizeName = Literal[tuple(dict.fromkeys(s for b in BENCHMARKS.values() for s in b.sizes))]  # type: ignore[valid-type]
 """A benchmark size (``small`` for demos, ``paper`` for the 2017 sizes; not every model has every size)."""
 
-ClusterName = Union[Literal[tuple(preset_names())], str]  # type: ignore[valid-type]
-"""A preset cluster (``placement clusters``) or the path of a YAML cluster spec."""
+ClusterName = Union[Annotated[Literal[tuple(preset_names())], Field(title="preset")],  # type: ignore[valid-type]
+                    Annotated[str, Field(title="YAML spec file")]]
+"""A preset cluster (``placement clusters``) or the path of a YAML cluster spec (the form's two
+choices, by these titles)."""
 
 EnvName = Literal[tuple(ENVIRONMENTS)]  # type: ignore[valid-type]
 """A measurement environment of :data:`cluster.environment.ENVIRONMENTS`."""
 
 GrouperName = Literal[tuple(GROUPERS)]  # type: ignore[valid-type]
 """A grouper of :data:`compgraph.grouping.GROUPERS`."""
+
+AUTO = "auto"
+"""The choice of a form's dropdown that means "the default" (``None`` in Python)."""
+
+GrouperChoice = Literal[(AUTO, *GROUPERS)]  # type: ignore[valid-type]
+"""A grouper of :data:`compgraph.grouping.GROUPERS`, or ``auto``: 2017 for benchmarks, heuristic
+for users' graphs (``None``)."""
 
 
 def _method_names() -> tuple[str, ...]:
@@ -65,6 +75,12 @@ TABLE_MODELS = tuple(dict.fromkeys(r.model for r in ROWS))
 TableModel = Literal[TABLE_MODELS]  # type: ignore[valid-type]
 """A model of a row of the papers' tables (:data:`cluster.tables.ROWS`)."""
 
+TABLE_SIZE = "table"
+"""The choice of ``placement-reproduce``'s size dropdown that means each row's own size (``None``)."""
+
+TableSize = Literal[(TABLE_SIZE, *dict.fromkeys(s for b in BENCHMARKS.values() for s in b.sizes))]  # type: ignore[valid-type]
+"""A benchmark size for every row of a paper table, or ``table``: each row's own."""
+
 GpuCount = Literal[tuple(sorted({r.gpus for r in ROWS}))]  # type: ignore[valid-type]
 """A GPU count of a row of the papers' tables (2, 4 or 8)."""
 
@@ -93,3 +109,38 @@ NonNegative = Annotated[int, Field(ge=0)]
 
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 """A non-negative amount (GPUs per worker)."""
+
+
+T = TypeVar("T")
+
+
+class _NoNullChoice:
+    """``Annotated`` marker: the JSON schema (a Prefect form) of ``X | None`` is X's alone, without
+    the null choice that Prefect shows as a "None" toggle ("Property is type None")."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict:
+        schema = dict(handler(core_schema))
+        members = [m for m in schema.get("anyOf", []) if m != {"type": "null"}]
+        if "anyOf" in schema and len(members) == 1:
+            del schema["anyOf"]
+            schema.update(members[0])
+        elif "anyOf" in schema:
+            schema["anyOf"] = members
+        return schema
+
+
+Unset = Annotated[Optional[T], _NoNullChoice()]
+"""``X | None`` for a flow parameter whose ``None`` means "unset: use the default": the form shows
+X's plain input (no "None" toggle). The parameter's default is X's empty value (``""``, ``[]``,
+``{}``), which the flow turns into ``None`` with :func:`unset`; Python callers (the CLI, the sweep)
+may still pass ``None``. (The config models' optional fields need no marker: their form drops the
+null choice itself, :func:`compgraph.frontends.form_schema`.)"""
+
+
+def unset(value: Any, default: str | None = None) -> Any:
+    """``None`` for a form's empty value (``""``, ``[]``, ``{}``: an :data:`Unset` parameter left
+    empty) or for the dropdown's choice ``default`` that means it (:data:`AUTO`, :data:`TABLE_SIZE`),
+    else ``value``."""
+    if value is None or (isinstance(value, (str, list, tuple, dict)) and not value):
+        return None
+    return None if default is not None and value == default else value

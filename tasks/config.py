@@ -20,16 +20,33 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, create_model, field_validator, model_serializer, model_validator
 
-from compgraph.frontends import BenchmarkSource, GraphSource, is_user_graph, tensorflow_source
+from compgraph.frontends import BenchmarkSource, GraphSource, form_schema, is_user_graph, tensorflow_source
 from placer.configs import CONFIGS
 from tasks.choices import ClusterName, Count, EnvName, GrouperName, MethodName, NonNegative, NonNegativeFloat
 from tracking import placement_home
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _FormModel(BaseModel):
+    """A model the Prefect form shows (:func:`compgraph.frontends.form_schema`): an optional field
+    whose default ``None`` means "unset" is a plain input there, and is left out of the model's dump
+    while unset, so the form's defaults hold no ``null`` for it (validating the dump gives the same
+    model)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=form_schema)
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset(self, handler):
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        fields = type(self).model_fields
+        return {k: v for k, v in data.items() if v is not None or k not in fields or fields[k].default is not None}
+
+
+class _Section(_FormModel):
+    """A section of the config (one section of the form)."""
 
 
 class GroupingOptions(_Section):
@@ -126,8 +143,8 @@ def _options_model(method: str, config: type[BaseModel]) -> type[BaseModel]:
     names = [n for n in config.model_fields if n not in ("budget", "seed", "init_ops", "init_source", *warm)]
     fields = {name: (config.model_fields[name].annotation, config.model_fields[name])
               for name in [*names, *(w for w in warm if w in config.model_fields)]}
-    return create_model(f"{config.__name__.removesuffix('Config')}Options", __config__=ConfigDict(extra="forbid"),
-                        __doc__=f"``{method}``'s options; defaults are its paper's ({config.__module__}.{config.__name__}).",
+    return create_model(f"{config.__name__.removesuffix('Config')}Options", __base__=_Section,
+                        __doc__=f"{method}'s options; defaults are its paper's ({config.__module__}.{config.__name__}).",
                         **fields)  # type: ignore[call-overload]
 
 
@@ -143,12 +160,12 @@ def learner_overrides(options: BaseModel, methods: list[str]) -> dict[str, dict]
 
 
 LearnerOptions = create_model(  # type: ignore[call-overload]
-    "LearnerOptions", __config__=ConfigDict(extra="forbid"),
+    "LearnerOptions", __base__=_Section,
     __doc__="Each learner's options; a field left at its paper default is no override.",
-    **{m: (model, Field(default_factory=model)) for m, model in LEARNER_OPTIONS.items()})
+    **{m: (model, Field(default_factory=model, title=m)) for m, model in LEARNER_OPTIONS.items()})
 
 
-class ExperimentConfig(BaseModel):
+class ExperimentConfig(_FormModel):
     """One experiment: every method on one graph and cluster, measured in one environment.
 
     Attributes:
@@ -168,12 +185,11 @@ class ExperimentConfig(BaseModel):
             path, e.g. ``ray.workers``) and the value.
     """
 
-    model_config = ConfigDict(extra="forbid")
     _spec: tuple | None = PrivateAttr(None)  # (cluster, its spec), read once
 
     source: GraphSource = Field(default_factory=BenchmarkSource,
-                                description="the graph: a benchmark (model, size) or a user's GraphDef, SavedModel or "
-                                            "Keras model")
+                                description="the graph: a benchmark (model, size) or a user's GraphDef, SavedModel, "
+                                            "Keras model or PyTorch step")
     cluster: ClusterName = Field("k80x2", description="a preset cluster (k80x2: 2 K80 GPUs and a CPU, as in 2017) or "
                                                       "the path of a YAML cluster spec")
     env: EnvName = Field("sim", description="where placements are measured: sim (simulator), real (the step run on "

@@ -82,7 +82,7 @@ def test_flow_parameters_have_defaults_descriptions_and_dropdowns(entrypoint):
         assert example in _enums(props[name]), f"{entrypoint}: {name} has no dropdown with {example!r}: {json.dumps(props[name])}"
     # a parameter with a dropdown has its default among the choices (a section's defaults are checked field by field)
     for name in CHOICES[entrypoint]:
-        if "properties" in props[name] or "oneOf" in props[name]:
+        if "properties" in props[name] or "discriminator" in props[name]:  # a section, or a choice of kinds
             continue
         default, enums = props[name]["default"], _enums(props[name])
         for value in (default if isinstance(default, list) else [default]):
@@ -115,3 +115,102 @@ def test_every_count_in_the_form_has_a_minimum(entrypoint):
     for name in counts:
         with pytest.raises(ParameterTypeError, match=name):
             flow.validate_parameters({name: 0})
+
+
+#: the labels Prefect's form (UI v2) gives the choices of a union: a choice's title, else its type's name
+_TYPE_LABELS = {"null": "None", "string": "str", "boolean": "bool", "integer": "int", "number": "float", "array": "list",
+                "object": "dict"}
+
+
+def _unions(node, path: str = ""):
+    """``(path, node)`` of every ``anyOf``/``oneOf`` under a schema node (defaults left out)."""
+    if isinstance(node, dict):
+        if "anyOf" in node or "oneOf" in node:
+            yield path, node
+        for key, value in node.items():
+            if key != "default":
+                yield from _unions(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _unions(value, f"{path}[{i}]")
+
+
+def _label(member: dict, definitions: dict) -> str:
+    if "$ref" in member:
+        member = {**definitions[member["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in member.items() if k != "$ref"}}
+    return member.get("title") or member.get("format") or _TYPE_LABELS.get(member.get("type"), "Field")
+
+
+@pytest.mark.parametrize("entrypoint", [e for e in CHOICES if "source" in CHOICES[e]])
+def test_the_graph_source_is_a_choice_of_kinds_each_with_its_fields(entrypoint):
+    """Prefect's form shows a union as one button per choice, labelled by the choice's title, and the
+    chosen one's fields below: the source's choices are its kinds (the discriminator's values), and the
+    benchmark kind has dropdowns of models and sizes."""
+    schema = _flow(entrypoint).parameters.model_dump()
+    source, definitions = schema["properties"]["source"], schema["definitions"]
+    choices = source.get("oneOf") or source.get("anyOf")
+    assert source["discriminator"]["propertyName"] == "kind"
+    kinds = [definitions[c["$ref"].rsplit("/", 1)[-1]] for c in choices]
+    assert [k["title"] for k in kinds] == [k["properties"]["kind"]["const"] for k in kinds]
+    assert set(source["discriminator"]["mapping"]) == {k["title"] for k in kinds}
+    assert {"benchmark", "graph_def", "saved_model", "keras", "torch"} <= {k["title"] for k in kinds}
+    benchmark = next(k for k in kinds if k["title"] == "benchmark")["properties"]
+    assert "rnnlm" in benchmark["model"]["enum"] and "paper" in benchmark["size"]["enum"]
+    for kind in kinds:  # each kind's fields, with help text (markup-free: the form shows it as is)
+        assert "``" not in kind["description"] and ":data:`" not in kind["description"], kind["description"]
+        for name, prop in kind["properties"].items():
+            assert name == "kind" or prop.get("description"), (kind["title"], name)
+
+
+@pytest.mark.parametrize("entrypoint", list(CHOICES))
+def test_no_none_toggle_on_plain_options(entrypoint):
+    """A ``X | None`` option whose None means "the default" is X's plain input in the form: no null
+    choice (Prefect's "Property is type None" toggle) and no null default, anywhere in the form (its
+    sections and the learners' options included). Only an option whose default is not None keeps its
+    null choice (None is a value of its own there, e.g. hierarchical's grad_bound: no bound). And no
+    union's choices look alike (the cluster was "str | str")."""
+    schema = _flow(entrypoint).parameters.model_dump()
+    definitions = schema.get("definitions", {})
+    for path, node in _unions({"properties": schema["properties"], "definitions": definitions}):
+        members = node.get("anyOf") or node.get("oneOf")
+        if {"type": "null"} in members:
+            assert node.get("default") is not None, f"{entrypoint}: {path} has a None toggle: {json.dumps(node)[:300]}"
+        labels = [_label(m, definitions) for m in members]
+        assert len(set(labels)) == len(labels), f"{entrypoint}: {path}: choices {' | '.join(labels)}"
+    for name, prop in _properties(_flow(entrypoint)).items():
+        assert "null" not in json.dumps(prop["default"]), f"{entrypoint}: {name}'s default holds a null: {prop['default']}"
+
+
+@pytest.mark.parametrize("entrypoint", list(CHOICES))
+def test_the_forms_starting_values_pass_prefects_validation(entrypoint):
+    """The custom-run form starts from each parameter's default and the deployment's parameters;
+    Prefect checks the values against the schema before the run is created (the UI through
+    /ui/schemas/validate, the server on create): they pass as they are."""
+    from prefect.utilities.schema_tools import validate
+
+    schema = _flow(entrypoint).parameters.model_dump()
+    values = {name: prop["default"] for name, prop in schema["properties"].items()}
+    deployments = [d for d in yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"] if d["entrypoint"] == entrypoint]
+    for parameters in [{}, *(d.get("parameters", {}) for d in deployments)]:
+        errors = validate({**values, **parameters}, schema, raise_on_error=False, preprocess=True)
+        assert not errors, [f"{'.'.join(map(str, e.path))}: {e.message[:200]}" for e in errors]
+
+
+def test_an_empty_plain_option_is_none_and_an_unset_field_is_left_out_of_the_dump():
+    """The flows turn a plain option left empty into None (tasks.choices.unset); the config's
+    sections leave an unset field out of their dump (so the form's defaults hold no null), and
+    validating the dump gives the same config, an explicit None of a field whose default is not
+    None (hierarchical's grad_bound: no bound) included."""
+    from tasks.choices import AUTO, unset
+    from tasks.config import ExperimentConfig
+
+    assert [unset(v) for v in ("", [], {}, None)] == [None] * 4
+    assert unset("k80x2") == "k80x2" and unset(0) == 0 and unset(AUTO, AUTO) is None and unset("2017", AUTO) == "2017"
+    config = ExperimentConfig(methods=["hierarchical"], learners={"hierarchical": {"grad_bound": None, "k": 4}},
+                              grouping={"num_groups": 64}, tracking={"out_dir": "runs"})
+    dump = config.model_dump(mode="json")
+    assert "methods" in dump and "init_placement" not in dump and "grouper" not in dump["grouping"]
+    assert dump["grouping"]["num_groups"] == 64 and dump["learners"]["hierarchical"]["grad_bound"] is None
+    again = ExperimentConfig.model_validate(dump)
+    assert again == config and again.grouping.grouper is None and again.learners.hierarchical.grad_bound is None
+    assert again.learner_options == config.learner_options == {"hierarchical": {"grad_bound": None, "k": 4}}
