@@ -1,7 +1,7 @@
 """Every learner and the local-search reference at equal budget on the paper graphs; prints JSON and a table.
 
-Per graph (default: nmt paper on k80x4, inception_v3 paper on k80x4, rnnlm paper on k80x2,
-2017 groups, the simulator) and method (default: every learner of :data:`placer.LEARNERS`,
+Per graph (default: nmt paper on k80x4, inception_v3 paper on k80x4, rnnlm paper on k80x2, the
+6.7B decoder on h100x8 and GPT-2 small on a100x4-pcie; 2017 groups, the simulator) and method (default: every learner of :data:`placer.LEARNERS`,
 ``local_search`` included) and seed: the best step time after ``--budget`` placements (2,400:
 Post's budget), the placements it took to come within 5% of its own final best, and the
 CPU-seconds of the search (torch on one thread, simulator included). Per graph and method,
@@ -18,7 +18,7 @@ rl_lr3=rl:learning_rate=0.001``). Resumable: every finished search goes to ``--o
 and searches already there are skipped (``--fresh`` starts over), so the 3 x 10 x 3 searches
 can run over several sessions.
 
-    python benchmarks/learners.py [--graphs nmt:k80x4,inception_v3:k80x4,rnnlm:k80x2]
+    python benchmarks/learners.py [--graphs nmt:k80x4,inception_v3:k80x4,rnnlm:k80x2,gpt/6.7b:h100x8,gpt/gpt2:a100x4-pcie]
         [--methods rl,post,...] [--budget 2400] [--budget-for rl=300] [--seeds 0,1,2]
         [--variant LABEL=LEARNER:FIELD=VALUE] [--optimum] [--out placement-runs/learners-bench.json] [--fresh]
 """
@@ -36,7 +36,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-DEFAULT_GRAPHS = "nmt:k80x4,inception_v3:k80x4,rnnlm:k80x2"
+DEFAULT_GRAPHS = "nmt:k80x4,inception_v3:k80x4,rnnlm:k80x2,gpt/6.7b:h100x8,gpt/gpt2:a100x4-pcie"
+"""The paper graphs (paper size, the physical K80 presets) and today's (issue 36 item 7): the 6.7B decoder
+on ``h100x8`` and GPT-2 small on ``a100x4-pcie`` (PyTorch steps)."""
+
+
+def parse_graph(item: str) -> tuple[str, str, str]:
+    """``MODEL[/SIZE]:CLUSTER`` -> ``(model, size, cluster)``; the size defaults to ``paper``.
+
+    Raises:
+        SystemExit: an item without a cluster (names the item).
+    """
+    graph, sep, cluster = item.partition(":")
+    if not sep or not graph or not cluster:
+        raise SystemExit(f"--graphs {item!r}: expected MODEL[/SIZE]:CLUSTER (e.g. nmt:k80x4, gpt/6.7b:h100x8)")
+    model, _, size = graph.partition("/")
+    return model, size or "paper", cluster
 
 
 def _value(text: str):
@@ -72,7 +87,7 @@ def parse_variants(items: list[str], learners) -> dict[str, tuple[str, dict]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--graphs", default=DEFAULT_GRAPHS, help="MODEL:CLUSTER,... at paper size")
+    ap.add_argument("--graphs", default=DEFAULT_GRAPHS, help="MODEL[/SIZE]:CLUSTER,... (size: paper unless given)")
     ap.add_argument("--methods", default=None, help="learners (default: every one, local_search included)")
     ap.add_argument("--budget", type=int, default=2400)
     ap.add_argument("--budget-for", action="append", default=[], help="METHOD=N: another budget for one method (said in the output)")
@@ -115,9 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         os.replace(tmp, out_path)
 
     for item in args.graphs.split(","):
-        model, cluster = item.split(":")
-        key = f"{model}:{cluster}"
-        prepared = prepare(model, "paper", grouper="2017", cache_dir=args.cache_dir)
+        model, size, cluster = parse_graph(item)
+        key = item
+        prepared = prepare(model, size, grouper="2017", cache_dir=args.cache_dir)
         spec = load_cluster(cluster)
         if key not in state["graphs"] or (args.optimum and state["graphs"][key].get("optimum_s") is None):
             wanted = applicable_baselines(spec, user_graph=False, optimum=args.optimum)

@@ -7,16 +7,17 @@ against it before torch loads). The first use of :data:`LEARNERS` (method name -
 
 from importlib import import_module
 
+from placer.configs import LEARNER_REGISTRY
 from placer.learner import Learner, LearnerConfig, Samples, register  # noqa: F401
+from placer.warm import WARM_SUFFIX
 
 LEARNER_MODULES = {
-    "rl": "reinforce", "post": "post", "ppo": "post_ablations", "ce": "post_ablations", "pg": "post_ablations",
-    "hierarchical": "hierarchical", "eagle": "eagle", "eagle_ce": "eagle", "local_search": "local_search",
-    **{f"{m}_warm": "warm_learners" for m in ("rl", "post", "ppo", "ce", "pg", "hierarchical", "eagle", "eagle_ce",
-                                              "local_search")},
+    **{name: module for name, (module, _) in LEARNER_REGISTRY.items()},
+    **{f"{name}{WARM_SUFFIX}": "warm_learners" for name in LEARNER_REGISTRY},
 }
-"""Learner name -> the module of ``placer`` that registers it (in registration order): the learners as
-their papers start them, then their warm-started variants (``rl_warm``: :mod:`placer.warm`, in no paper)."""
+"""Learner name -> the module of ``placer`` that registers it (in registration order; read from
+:data:`placer.configs.LEARNER_REGISTRY`): the learners as their papers start them, then their
+warm-started variants (``rl_warm``: :mod:`placer.warm`, in no paper)."""
 
 LEARNER_NAMES = tuple(LEARNER_MODULES)
 """Every learner's method name, known without importing torch (``tests/test_learners*`` check it
@@ -47,7 +48,7 @@ def policy_device_problem(methods, device: str) -> str | None:
     """The first learner of ``methods`` that cannot run its policy on ``device`` (its
     :attr:`placer.learner.Learner.policy_devices`), as one line naming both; ``None`` if every
     learner can (always for ``cpu``; other methods are ignored). Checked before a run starts by
-    the CLI, the experiment flow and :func:`placer.distributed.distributed_search`."""
+    the CLI, the experiment flow and :func:`placer.distributed.ray_controllers`."""
     if device == "cpu":
         return None
     from placer import LEARNERS

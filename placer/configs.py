@@ -11,13 +11,53 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, create_model
+from pydantic import BaseModel, Field, create_model, model_validator
 
-from placer.learner import LearnerConfig
 from placer.warm import WARM_SUFFIX
 
-WarmInit = Literal["uniform", "best_baseline", "placement"]
-"""A learner's ``init`` (:mod:`placer.warm`): the paper's start, or a warm start."""
+
+class LearnerConfig(BaseModel):
+    """Settings every learner has; a learner's own config subclasses this.
+
+    Attributes:
+        budget: placements sampled (and measured) in all.
+        seed: seeds the policy's initialisation and sampling (one seed, one search).
+
+    The warm start (:mod:`placer.warm`; no paper does this), beside each learner's own ``init``
+    (``uniform``: the paper's start; ``single_gpu``: a device prior; ``best_baseline``; ``placement``):
+        init_placement: with ``init="placement"``: the op -> device JSON file to start from
+            (``placement export --format json``); read by the experiment into ``init_ops``.
+        init_prob: the probability the initial policy gives each unit's start device (0.9).
+        init_ops: the start, ``[num_ops]`` device indices (filled in by the experiment:
+            :func:`tasks.search.warm_start_config`); not a setting (not dumped, not logged).
+        init_source: what the start is (a baseline's name or the file), for labels; not dumped.
+
+    Raises:
+        pydantic.ValidationError (a ``ValueError``): ``init="placement"`` without
+            ``init_placement``, or ``init_placement`` with another ``init``.
+    """
+
+    budget: int = Field(1000, ge=1)
+    seed: int = 0
+    init_placement: str | None = None
+    init_prob: float = Field(0.9, gt=0, lt=1)
+    init_ops: list[int] | None = Field(None, exclude=True, repr=False)
+    init_source: str | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _init_placement_with_init(self):
+        init = getattr(self, "init", None)
+        if init == "placement" and not self.init_placement:
+            raise ValueError("init 'placement' needs init_placement: the op -> device JSON file to start from "
+                             "(`placement export --format json`)")
+        if self.init_placement and init != "placement":
+            raise ValueError(f"init_placement {self.init_placement!r}: given with init {init!r}; set init 'placement' "
+                             "to start from it")
+        return self
+
+
+WarmInit = Literal["uniform", "single_gpu", "best_baseline", "placement"]
+"""A learner's ``init`` (:mod:`placer.warm`): the paper's start, a device prior (``single_gpu``), or a warm start."""
 
 
 # placer.reinforce
@@ -73,7 +113,8 @@ class ReinforceConfig(LearnerConfig):
             is after an all-OOM batch), so OOM placements keep a positive ``R - B``.
 
     Named option for the start (not in the 2017 paper, nor any other; :mod:`placer.warm`):
-        init: ``uniform`` (the paper: the network's random initialisation), ``best_baseline``
+        init: ``uniform`` (the paper: the network's random initialisation), ``single_gpu`` (a device
+            prior: the start is the single-GPU placement, :mod:`placer.warm`), ``best_baseline``
             or ``placement`` (``init_placement``): a constant additive prior on each decoder
             step's logits makes the start placement's device about ``init_prob`` likely, and
             ``B`` starts at the first batch's mean reward instead of the failing signal (whose
@@ -135,13 +176,37 @@ class PostConfig(LearnerConfig):
     a uniform start puts a third of the groups on the CPU, and 2,400 placements do not
     learn that away (measured: rnnlm paper k80x2, 84 groups of 253 on the CPU at the start,
     74 after 2,400 placements, best 4.1x expert).
-        init: ``uniform`` (the paper) or ``single_gpu``: each group's distribution starts as
-            if a cross-entropy step had picked the single-GPU placement (every group on the
-            first GPU) as the elite: ``(1 - epsilon)`` on that GPU plus ``epsilon`` uniform,
-            Algorithm 1 line 12's mixing. The local-search reference starts there too.
+        init: ``uniform`` (the paper) or ``single_gpu`` (every learner's device prior,
+            :mod:`placer.warm`): each group's distribution starts with ``init_prob`` on the
+            first GPU, the rest uniform, and the single-GPU placement is measured first. The
+            local-search reference starts there too. (Before the prior was every learner's, Post's
+            ``single_gpu`` was ``(1 - epsilon)`` on that GPU plus ``epsilon`` uniform, 0.92 on
+            five devices against 0.9 now, and the start was not measured first.)
             ``best_baseline`` or ``placement`` (``init_placement``; no paper does this,
             :mod:`placer.warm`): each group's distribution starts with ``init_prob`` on its
             device in that placement, the rest uniform.
+
+    Named options for the cross-entropy step (not in the Post paper, whose Eq. 10 sets each
+    distribution to the period's elite frequencies; both are standard in the CE literature,
+    de Boer, Kroese, Mannor and Rubinstein, *A Tutorial on the Cross-Entropy Method*, Annals of
+    Operations Research 2005, Sec. 3.2 (smoothed updating) and Remark 3.5 (elitism)):
+        smoothing: ``alpha`` of the smoothed update: the new distribution is
+            ``alpha * (elite frequencies mixed with epsilon uniform) + (1 - alpha) * old``
+            (1: the paper, the old distribution forgotten).
+        elites_kept: the best this-many placements measured so far (any period) join each CE
+            step's elites (0: the paper, each period's own elites only), so a step never
+            forgets the incumbent.
+
+    Named option for out-of-memory placements (the paper gives every OOM placement one large
+    step time, Sec. 4 "Setup"; from a start that does not fit, e.g. one H100 for the 6.7B
+    decoder, every placement of a period then ties and the elites are arbitrary: measured,
+    ``init=single_gpu`` with the two options above on ``gpt/6.7b`` ``h100x8``: 2,400 of
+    2,400 placements OOM):
+        oom_reward: ``constant`` (the paper: ``failing_time_s``) or ``memory_scaled``:
+            ``failing_time_s`` times the placement's static memory load
+            (:func:`placer.features.static_memory_load`, at least 1), so the placements that
+            overflow least rank first, as in the 2017 placer's option of the same name and
+            the local search's ranking.
     """
 
     budget: int = Field(2400, ge=1)
@@ -159,8 +224,11 @@ class PostConfig(LearnerConfig):
     seed: int = 0
     cross_entropy: bool = True
     policy_update: Literal["ppo", "pg", "none"] = "ppo"
-    init: Literal["uniform", "single_gpu", "best_baseline", "placement"] = "uniform"
+    init: WarmInit = "uniform"
     torch_threads: int | None = Field(1, ge=1)
+    smoothing: float = Field(1.0, gt=0, le=1)
+    elites_kept: int = Field(0, ge=0)
+    oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
 
 # placer.post_ablations
@@ -227,7 +295,8 @@ class HierarchicalConfig(LearnerConfig):
     EAGLE's own defaults (:mod:`placer.eagle`) are the same three.
 
     Named option for the start (in no paper; :mod:`placer.warm`):
-        init: ``uniform`` (the code's random initialisation), ``best_baseline`` or ``placement``
+        init: ``uniform`` (the code's random initialisation), ``single_gpu`` (a device prior, :mod:`placer.warm`),
+            ``best_baseline`` or ``placement``
             (``init_placement``): constant additive priors on the grouper's logits (each unit to
             the group of its start device) and the placer's (group ``d`` to device ``d``), each
             ``sqrt(init_prob)`` likely (:func:`placer.warm.two_level_priors`); the baseline
@@ -294,7 +363,7 @@ class EagleConfig(LearnerConfig):
             thousands and every PPO ratio is clipped); ``raw``/``sum`` is the grappler's.
         threads: torch intra-op threads while sampling and updating
             (:func:`placer.hierarchical.policy_compute`).
-        init: ``uniform`` (random initialisation), ``best_baseline`` or ``placement``: as the
+        init: ``uniform`` (random initialisation), ``single_gpu`` (a device prior), ``best_baseline`` or ``placement``: as the
             Hierarchical Planner's (:class:`HierarchicalConfig`; in no paper, :mod:`placer.warm`).
     """
 
@@ -344,7 +413,7 @@ class LocalSearchConfig(LearnerConfig):
         patience: rounds without improvement before a restart (``None``: ``max(4, ceil(G (D-1) / k))``).
         kick: random moves applied to the best placement at a restart.
         seed: seeds the moves.
-        init: ``uniform``: start from ``start``; ``best_baseline`` or ``placement``
+        init: ``uniform``: start from ``start``; ``single_gpu``: the single-GPU placement; ``best_baseline`` or ``placement``
             (``init_placement``): start from that placement instead (:mod:`placer.warm`).
     """
 
@@ -358,11 +427,24 @@ class LocalSearchConfig(LearnerConfig):
     init: WarmInit = "uniform"
 
 
-FAITHFUL_CONFIGS: dict[str, type[LearnerConfig]] = {
-    "rl": ReinforceConfig, "post": PostConfig, "ppo": PPOConfig, "ce": CEConfig, "pg": PGConfig,
-    "hierarchical": HierarchicalConfig, "eagle": EagleConfig, "eagle_ce": EagleCEConfig, "local_search": LocalSearchConfig,
+LEARNER_REGISTRY: dict[str, tuple[str, type[LearnerConfig]]] = {
+    "rl": ("reinforce", ReinforceConfig),
+    "post": ("post", PostConfig),
+    "ppo": ("post_ablations", PPOConfig),
+    "ce": ("post_ablations", CEConfig),
+    "pg": ("post_ablations", PGConfig),
+    "hierarchical": ("hierarchical", HierarchicalConfig),
+    "eagle": ("eagle", EagleConfig),
+    "eagle_ce": ("eagle", EagleCEConfig),
+    "local_search": ("local_search", LocalSearchConfig),
 }
-"""Each learner with its paper's start -> its config."""
+"""The one place a learner's name is written: method name -> (the module of ``placer`` that defines
+it, its config), in the order the CLI and the tables list them. The learner class takes its name from
+here (:func:`placer.learner.register`); :data:`placer.LEARNER_NAMES`, the CLI's choices and the flows'
+forms read it, and every entry gets a warm-started variant ``<name>_warm``."""
+
+FAITHFUL_CONFIGS: dict[str, type[LearnerConfig]] = {name: config for name, (_, config) in LEARNER_REGISTRY.items()}
+"""Each learner with its paper's start -> its config (from :data:`LEARNER_REGISTRY`)."""
 
 
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
@@ -381,3 +463,9 @@ CONFIGS: dict[str, type[LearnerConfig]] = {
 """Learner name -> its config, known without torch (``tests/test_learners.py`` checks it is each
 learner's :attr:`placer.learner.Learner.Config`): the faithful learners, then their warm-started
 variants (``rl_warm``...)."""
+
+
+def learner_name(config: type) -> str | None:
+    """The registered name of the learner whose config class is ``config`` (:data:`CONFIGS`), ``None``
+    for a config outside the registry."""
+    return next((name for name, c in CONFIGS.items() if c is config), None)

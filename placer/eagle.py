@@ -220,7 +220,6 @@ class Eagle(Learner):
     (:func:`placer.hierarchical.warm_priors`).
     """
 
-    name: ClassVar[str] = "eagle"
     Config: ClassVar[type[LearnerConfig]] = EagleConfig
     config: EagleConfig
     paper: ClassVar[str] = "Lan, Chen, Li, EAGLE, IPDPS 2021, Sec. III, IV-C (Eq. 1-4)"
@@ -384,6 +383,5 @@ class Eagle(Learner):
 class EagleCE(Eagle):
     """``eagle_ce``: EAGLE with PPO joint with cross-entropy minimisation (Sec. III-D, IV-C)."""
 
-    name: ClassVar[str] = "eagle_ce"
     Config: ClassVar[type[LearnerConfig]] = EagleCEConfig
     paper: ClassVar[str] = "Lan, Chen, Li, EAGLE, IPDPS 2021, Sec. III-D (PPO+CE), IV-C"

@@ -433,7 +433,6 @@ class HierarchicalPlanner(Learner):
     adds constant priors to the grouper's and the placer's logits (:func:`warm_priors`).
     """
 
-    name: ClassVar[str] = "hierarchical"
     Config: ClassVar[type[LearnerConfig]] = HierarchicalConfig
     config: HierarchicalConfig
     paper: ClassVar[str] = ("Mirhoseini et al., A Hierarchical Model for Device Placement, ICLR 2018 "

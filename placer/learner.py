@@ -15,12 +15,13 @@ environment whose grouping is the graph's TensorFlow colocation units
 (:func:`compgraph.grouping.colocation_units`: the finest grouping that never splits a
 colocation group), and its placements are over those units.
 
-Adding a learner: its pydantic config (defaults = the paper's) in :mod:`placer.configs` (listed
-in ``FAITHFUL_CONFIGS``, with an ``init`` field: ``WarmInit``), one module under ``placer/`` with a
-``Learner`` subclass decorated with :func:`register` whose policy starts concentrated on
-:attr:`Learner.start` when there is one (a warm start, :mod:`placer.warm`); add the module to
-``LEARNER_MODULES`` in ``placer/__init__.py`` (its warm-started variant ``<name>_warm`` is
-registered by :mod:`placer.warm_learners`).
+Adding a learner: its pydantic config (defaults = the paper's, with an ``init`` field: ``WarmInit``)
+in :mod:`placer.configs`, and its one entry in :data:`placer.configs.LEARNER_REGISTRY` (name ->
+module, config): the only place its name is written; one module under ``placer/`` with a
+``Learner`` subclass decorated with :func:`register` (which names it from its config) whose policy
+starts concentrated on :attr:`Learner.start` when there is one (a warm start, :mod:`placer.warm`).
+The CLI's choices, the flows' forms, ``placer.LEARNER_NAMES`` and the warm-started variant
+``<name>_warm`` (:mod:`placer.warm_learners`) are read from the registry.
 """
 
 from __future__ import annotations
@@ -30,49 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
-
 from cluster.environment import Environment
-
-
-class LearnerConfig(BaseModel):
-    """Settings every learner has; a learner's own config subclasses this.
-
-    Attributes:
-        budget: placements sampled (and measured) in all.
-        seed: seeds the policy's initialisation and sampling (one seed, one search).
-
-    The warm start (:mod:`placer.warm`; no paper does this), beside each learner's own ``init``
-    (``uniform``: the paper's start; ``best_baseline``; ``placement``):
-        init_placement: with ``init="placement"``: the op -> device JSON file to start from
-            (``placement export --format json``); read by the experiment into ``init_ops``.
-        init_prob: the probability the initial policy gives each unit's start device (0.9).
-        init_ops: the start, ``[num_ops]`` device indices (filled in by the experiment:
-            :func:`tasks.search.warm_start_config`); not a setting (not dumped, not logged).
-        init_source: what the start is (a baseline's name or the file), for labels; not dumped.
-
-    Raises:
-        pydantic.ValidationError (a ``ValueError``): ``init="placement"`` without
-            ``init_placement``, or ``init_placement`` with another ``init``.
-    """
-
-    budget: int = Field(1000, ge=1)
-    seed: int = 0
-    init_placement: str | None = None
-    init_prob: float = Field(0.9, gt=0, lt=1)
-    init_ops: list[int] | None = Field(None, exclude=True, repr=False)
-    init_source: str | None = Field(None, exclude=True)
-
-    @model_validator(mode="after")
-    def _init_placement_with_init(self):
-        init = getattr(self, "init", None)
-        if init == "placement" and not self.init_placement:
-            raise ValueError("init 'placement' needs init_placement: the op -> device JSON file to start from "
-                             "(`placement export --format json`)")
-        if self.init_placement and init != "placement":
-            raise ValueError(f"init_placement {self.init_placement!r}: given with init {init!r}; set init 'placement' "
-                             "to start from it")
-        return self
+from placer.configs import LearnerConfig, learner_name
 
 
 @dataclass
@@ -130,12 +90,15 @@ class Learner(ABC):
         #: Set by the distributed search on a learner with :attr:`pools`: :meth:`update` then
         #: makes only its own step, and the pooled one runs at the parameter server.
         self.pooled = False
-        from placer.warm import start_units
+        from placer.warm import prior_units, start_units
 
-        #: The warm start (:mod:`placer.warm`): int64 ``[num_units]`` device indices of ``env``'s
-        #: units, ``None`` for the paper's start. The subclass biases its policy towards it; the
-        #: search loop measures it first and keeps it as the incumbent.
+        #: The warm start or device prior (:mod:`placer.warm`): int64 ``[num_units]`` device indices
+        #: of ``env``'s units, ``None`` for the paper's start. The subclass biases its policy towards
+        #: it; the search loop measures it first and keeps it as the incumbent.
         self.start: np.ndarray | None = start_units(config, env.grouping, len(env.spec.devices), self.name)
+        init = getattr(config, "init", "uniform")
+        if self.start is None and init != "uniform" and len(env.spec.devices) > 1:
+            self.start = prior_units(init, env.grouping.num_groups, env.spec.gpu_indices)
 
     @property
     @abstractmethod
@@ -234,11 +197,23 @@ LEARNERS: dict[str, type[Learner]] = {}
 
 
 def register(cls: type[Learner]) -> type[Learner]:
-    """Class decorator: add ``cls`` to :data:`LEARNERS` under ``cls.name``.
+    """Class decorator: name ``cls`` from its config's entry in :data:`placer.configs.LEARNER_REGISTRY`
+    (:func:`placer.configs.learner_name`; a learner outside the registry, e.g. a plugin's, gives its own
+    ``name``) and add it to :data:`LEARNERS` under that name.
 
     Raises:
-        ValueError: another learner already has that name.
+        ValueError: another learner already has that name; a class whose own ``name`` differs from its
+            config's registry name; a class outside the registry without a ``name`` of its own.
     """
+    registered, own = learner_name(cls.Config), cls.__dict__.get("name")
+    if registered is not None and own is not None and own != registered:
+        raise ValueError(f"learner {cls.__name__}: name {own!r}, but its config {cls.Config.__name__} is registered as "
+                         f"{registered!r} (placer.configs.LEARNER_REGISTRY)")
+    if registered is None and own is None:
+        raise ValueError(f"learner {cls.__name__}: no name; add it to placer.configs.LEARNER_REGISTRY or set its "
+                         "class attribute name")
+    name: str = registered if registered is not None else str(own)
+    cls.name = name
     if cls.name in LEARNERS and LEARNERS[cls.name] is not cls:
         raise ValueError(f"learner name {cls.name!r}: already registered by {LEARNERS[cls.name].__name__}")
     LEARNERS[cls.name] = cls

@@ -55,7 +55,6 @@ class LocalSearch(Learner):
     and the numpy generator seeded by ``seed``.
     """
 
-    name = "local_search"
     Config = LocalSearchConfig
     config: LocalSearchConfig
     paper = "the project's reference: first-improvement hill climbing over group and block moves (issue 21)"

@@ -40,8 +40,6 @@ other defaults (:mod:`placer.post_ablations`: ``ppo``, ``ce``, ``pg``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,8 +47,9 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import PostConfig
+from placer.features import static_memory_load
 from placer.learner import Learner, Samples, register
-from placer.search import SearchResult, run_search, serial_time
+from placer.search import serial_time
 from placer.warm import start_log_probs
 
 
@@ -71,7 +70,6 @@ class PostLearner(Learner):
     the numpy generator seeded by ``seed`` (inverse-CDF sampling, one uniform per group).
     """
 
-    name = "post"
     Config = PostConfig
     config: PostConfig
     failing_signal: float
@@ -87,17 +85,16 @@ class PostLearner(Learner):
         self.rng = np.random.default_rng(config.seed)
         self.failing_signal = config.failing_time_s if config.failing_time_s is not None else 10.0 * serial_time(env)
         self.u = torch.zeros(self.num_groups, self.num_devices, dtype=torch.float64)
-        if config.init == "single_gpu" and env.spec.gpu_indices and self.num_devices > 1:
-            start = np.full((self.num_groups, self.num_devices), config.epsilon / self.num_devices)
-            start[:, env.spec.gpu_indices[0]] += 1 - config.epsilon
-            self.u = torch.log(torch.from_numpy(start).clamp_min(1e-6))
-        if self.start is not None:  # warm start (placer.warm, in no paper): init_prob on each group's start device
+        if self.start is not None:  # warm start or device prior (placer.warm, in no paper): init_prob on each start device
             self.u = torch.from_numpy(start_log_probs(self.start, self.num_devices, config.init_prob))
         self.beta = config.beta
         self.baseline: float | None = None
         self.sampled = 0
         self.period_times: list[float] = []  # step times (seconds) since the last CE update
         self.period_placements: list[np.ndarray] = []
+        self.kept_times: list[float] = []  # the best placements so far (``elites_kept``), fastest first
+        self.kept_placements: list[np.ndarray] = []
+        self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
 
     @property
     def batch_size(self) -> int:
@@ -116,7 +113,7 @@ class PostLearner(Learner):
         """One iteration of Algorithm 1: CE (Eq. 10) when a period of ``n_ce`` placements
         ended during this batch, else the policy update (PPO Eq. 11, or the ``pg`` step)."""
         config = self.config
-        t_arr = np.where(oom, self.failing_signal, step_times_s).astype(np.float64)
+        t_arr = self._times(samples.placements, step_times_s, oom)
         ce_due = False
         for t, row in zip(t_arr.tolist(), samples.placements):
             self.sampled += 1
@@ -141,17 +138,33 @@ class PostLearner(Learner):
         diagnostics["entropy"] = float(-(p * torch.log(p.clamp_min(1e-300))).sum(dim=1).mean())
         return diagnostics
 
+    def _times(self, placements: np.ndarray, step_times_s: np.ndarray, oom: np.ndarray) -> np.ndarray:
+        """Step times ``[K]`` (seconds) with OOM placements at the failing time (times their
+        static memory load with ``oom_reward="memory_scaled"``)."""
+        failing = np.full(len(oom), self.failing_signal)
+        if self.memory_load is not None and np.any(oom):
+            failing = failing * np.maximum(1.0, self.memory_load(placements))
+        return np.where(oom, failing, step_times_s).astype(np.float64)
+
     def _cross_entropy(self) -> None:
         """Eq. 10: device frequencies among the period's elites, mixed with uniform (Algorithm 1, line 12)."""
         config, d = self.config, self.num_devices
         order = sorted(range(len(self.period_times)), key=lambda i: self.period_times[i])  # stable, as list.sort
         n_elite = max(1, int(round(config.rho * len(order))))
-        elites = np.stack([self.period_placements[i] for i in order[:n_elite]])
+        chosen = [self.period_placements[i] for i in order[:n_elite]]
+        if config.elites_kept:  # elitism (named option): the best so far join the elites
+            chosen += self.kept_placements
+            pool = sorted(zip([*self.kept_times, *self.period_times], [*self.kept_placements, *self.period_placements]),
+                          key=lambda tp: tp[0])[: config.elites_kept]
+            self.kept_times, self.kept_placements = [t for t, _ in pool], [p.copy() for _, p in pool]
+        elites = np.stack(chosen)
         freq = np.zeros((self.num_groups, d))
         for j in range(d):
             freq[:, j] = (elites == j).mean(axis=0)
         eps = config.epsilon * max(0.0, 1.0 - self.sampled / config.budget)
         mixed = (1 - eps) * freq + eps / d
+        if config.smoothing < 1:  # smoothed updating (named option)
+            mixed = config.smoothing * mixed + (1 - config.smoothing) * torch.softmax(self.u, dim=1).numpy()
         self.u = torch.log(torch.from_numpy(mixed).clamp_min(1e-6))
 
     def _policy_step(self, adv: torch.Tensor, idx: torch.Tensor) -> dict[str, float]:
@@ -199,7 +212,7 @@ class PostLearner(Learner):
             return None
         stepped = False
         for samples, times, oom in batches:
-            t_arr = np.where(oom, self.failing_signal, times).astype(np.float64)
+            t_arr = self._times(np.asarray(samples.placements), times, np.asarray(oom))
             for t, row in zip(t_arr.tolist(), samples.placements):
                 self.sampled += 1
                 self.period_times.append(t)
@@ -220,6 +233,9 @@ class PostLearner(Learner):
             "failing_signal": self.failing_signal,
             "period_times": torch.tensor(self.period_times, dtype=torch.float64),
             "period_placements": torch.from_numpy(np.stack(self.period_placements) if k else np.zeros((0, self.num_groups), dtype=np.int64)),
+            "kept_times": torch.tensor(self.kept_times, dtype=torch.float64),
+            "kept_placements": torch.from_numpy(np.stack(self.kept_placements) if self.kept_placements
+                                                else np.zeros((0, self.num_groups), dtype=np.int64)),
             "rng": json.dumps(self.rng.bit_generator.state),
         }
 
@@ -229,20 +245,6 @@ class PostLearner(Learner):
         self.sampled, self.failing_signal = int(state["sampled"]), float(state["failing_signal"])
         self.period_times = state["period_times"].tolist()
         self.period_placements = [row for row in state["period_placements"].numpy()]
+        self.kept_times = state["kept_times"].tolist() if "kept_times" in state else []
+        self.kept_placements = [row.copy() for row in state["kept_placements"].numpy()] if "kept_placements" in state else []
         self.rng.bit_generator.state = json.loads(state["rng"])
-
-
-def post_search(
-    env: Environment,
-    config: PostConfig,
-    log_path: str | Path | None = None,
-    on_update: Callable[[dict], None] | None = None,
-) -> SearchResult:
-    """Search placements of ``env``'s groups with Post: :class:`PostLearner` through
-    :func:`placer.search.run_search`; an existing log with the same settings is replayed.
-
-    Returns:
-        A :class:`placer.search.SearchResult` (``failing_signal`` holds the OOM step time in
-        seconds); the same seed and settings give the same result.
-    """
-    return run_search(PostLearner(env, config), env, log_path=log_path, resume=True, on_update=on_update)

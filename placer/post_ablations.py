@@ -26,7 +26,6 @@ from placer.post import PostLearner
 class PPOLearner(PostLearner):
     """PPO alone on softmax distributions (Post Sec. 4's "Proximal Policy Optimization")."""
 
-    name = "ppo"
     Config = PPOConfig
     paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.3 Eq. 11 and Sec. 4 (baseline PPO); Schulman et al. 2017"
 
@@ -35,7 +34,6 @@ class PPOLearner(PostLearner):
 class CELearner(PostLearner):
     """Cross-entropy minimisation alone (Post Sec. 4's "Cross-Entropy Minimization")."""
 
-    name = "ce"
     Config = CEConfig
     paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 3.2 Eq. 10 and Sec. 4 (baseline CE)"
 
@@ -44,6 +42,5 @@ class CELearner(PostLearner):
 class PGLearner(PostLearner):
     """The policy gradient method on softmax distributions (Post Sec. 4's "Policy Gradient")."""
 
-    name = "pg"
     Config = PGConfig
     paper = "Gao, Chen, Li, Post, NeurIPS 2018, Sec. 4 (baseline PG); Williams 1992; Mirhoseini et al. 2017 Eq. 3"

@@ -20,8 +20,6 @@ resumes where it stopped (same seed and settings: same result).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +29,7 @@ from cluster.environment import Environment
 from placer.configs import ReinforceConfig
 from placer.features import group_features, static_memory_load
 from placer.learner import Learner, Samples, register
-from placer.search import SearchResult, run_search, serial_time
+from placer.search import serial_time
 from placer.seq2seq import Seq2SeqPlacer
 from placer.warm import start_log_probs
 
@@ -89,7 +87,6 @@ class ReinforceLearner(Learner):
     logits get a constant prior that makes the start about ``init_prob`` likely per group.
     """
 
-    name = "rl"
     Config = ReinforceConfig
     config: ReinforceConfig
     failing_signal: float
@@ -206,18 +203,3 @@ class ReinforceLearner(Learner):
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.updates = int(state["updates"])
         self.failing_signal = float(state["failing_signal"])
-
-
-def reinforce_search(
-    env: Environment,
-    config: ReinforceConfig,
-    log_path: str | Path | None = None,
-    on_update: Callable[[dict], None] | None = None,
-) -> SearchResult:
-    """Search placements of ``env``'s groups with the 2017 method: :class:`ReinforceLearner`
-    through :func:`placer.search.run_search`; an existing log with the same settings is replayed.
-
-    Returns:
-        A :class:`placer.search.SearchResult`; the same seed and settings give the same result.
-    """
-    return run_search(ReinforceLearner(env, config), env, log_path=log_path, resume=True, on_update=on_update)

@@ -1,0 +1,124 @@
+"""Named options of the learners from issue 36 item 1 (in no paper; the faithful settings stay the
+defaults): every learner's device prior ``init="single_gpu"``, and the cross-entropy step's
+``smoothing``, ``elites_kept`` and ``oom_reward="memory_scaled"`` (Post, CE). Each test fails on
+the code before the option: the prior was Post's alone, and its CE step forgot the incumbent,
+replaced the old distribution outright and ranked every OOM placement alike."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from learner_toy import make_learner, toy_env  # noqa: E402
+
+from placer import LEARNERS  # noqa: E402
+from placer.learner import Samples  # noqa: E402
+from placer.post import PostLearner  # noqa: E402
+from placer.post_ablations import CELearner  # noqa: E402
+from placer.search import run_search  # noqa: E402
+from placer.warm import WARM_SUFFIX  # noqa: E402
+
+torch.set_num_threads(1)
+
+FAITHFUL = [n for n in LEARNERS if not n.endswith(WARM_SUFFIX) and LEARNERS[n].__module__.startswith("placer.")]
+
+
+@pytest.mark.parametrize("name", FAITHFUL)
+def test_every_learner_has_the_device_prior_and_measures_the_single_gpu_placement_first(name):
+    """``init="single_gpu"``: the start is every unit on the first GPU, measured as placement 0, and
+    the search never returns anything slower; the faithful start stays the default."""
+    assert LEARNERS[name].Config().init == "uniform"
+    learner, env = make_learner(name, 0, budget=24, init="single_gpu")
+    first_gpu = env.spec.gpu_indices[0]
+    assert learner.start is not None and set(learner.start.tolist()) == {first_gpu}
+    t_start = env.measure(np.full(env.grouping.num_groups, first_gpu)).step_time_s
+    r = run_search(learner, env)
+    assert r.start == {"step_time_s": pytest.approx(t_start), "oom": False}
+    assert r.step_times[0] == pytest.approx(t_start)
+    assert r.best_step_time_s <= t_start
+
+
+def test_the_device_prior_keeps_the_cpu_out(rnnlm_small, k80x2):
+    """On a cluster with a CPU the prior's first placements put most groups on the first GPU; the
+    paper's uniform start puts about a third of them on the CPU."""
+    from cluster.factory import make_environment
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    cpu = k80x2.cpu_indices[0]
+    uniform = PostLearner(env, PostLearner.Config(seed=0)).sample(12).placements
+    prior = PostLearner(env, PostLearner.Config(seed=0, init="single_gpu")).sample(12).placements
+    assert (uniform == cpu).mean() > 0.25
+    assert (prior == cpu).mean() < 0.1 and (prior == k80x2.gpu_indices[0]).mean() > 0.8
+
+
+def _ce(**options) -> CELearner:
+    env = toy_env()
+    return CELearner(env, CELearner.Config(n_ce=4, rho=0.25, epsilon=0.0, k=4, **options))
+
+
+def _period(learner: CELearner, rows: list[list[int]], times: list[float]) -> None:
+    learner.update(Samples(np.array(rows, dtype=np.int64), np.zeros(len(rows))), np.array(times), np.zeros(len(rows), bool))
+
+
+def _probs(learner: CELearner) -> np.ndarray:
+    return torch.softmax(learner.u, dim=1).numpy()
+
+
+BEST = [0, 1, 2, 0, 1, 2, 0]
+WORSE = [[1, 2, 0, 1, 2, 0, 1], [2, 0, 1, 2, 0, 1, 2], [1, 2, 0, 1, 2, 0, 1], [2, 0, 1, 2, 0, 1, 2]]
+
+
+def test_elites_kept_keep_the_incumbent_in_every_cross_entropy_step():
+    """Period 1's best placement (1 s) is the elite; period 2's placements are all slower and differ
+    from it in every group. Eq. 10 alone then forgets it (its devices at the clamp, 1e-6); with
+    ``elites_kept=1`` it stays an elite beside period 2's best (probability 0.5 on each of its devices)."""
+    for kept, expected in ((0, 0.0), (1, 0.5)):
+        learner = _ce(elites_kept=kept)
+        _period(learner, [BEST, *WORSE[:3]], [1.0, 9.0, 9.0, 9.0])
+        assert _probs(learner)[np.arange(7), BEST] == pytest.approx(np.ones(7), abs=1e-4)
+        _period(learner, WORSE, [5.0, 6.0, 7.0, 8.0])
+        assert _probs(learner)[np.arange(7), BEST] == pytest.approx(np.full(7, expected), abs=1e-4)
+
+
+def test_smoothing_mixes_the_old_distribution_into_the_cross_entropy_step():
+    """``smoothing=alpha``: new = alpha * elite frequencies + (1 - alpha) * old (de Boer et al. 2005,
+    Sec. 3.2); from the uniform start, alpha 0.5 puts 0.5 + 0.5/3 on each elite device."""
+    learner = _ce(smoothing=0.5)
+    _period(learner, [BEST, *WORSE[:3]], [1.0, 9.0, 9.0, 9.0])
+    p = _probs(learner)
+    assert p[np.arange(7), BEST] == pytest.approx(np.full(7, 0.5 + 0.5 / 3), abs=1e-4)
+    assert p.sum(axis=1) == pytest.approx(np.ones(7))
+
+
+def test_memory_scaled_oom_times_rank_the_placements_that_overflow_least_first(rnnlm_small, k80x2):
+    """With the paper's constant every OOM placement gets the same time; ``memory_scaled`` scales it by
+    the static memory load, so the one that overflows least ranks first (and none below the constant)."""
+    from cluster.factory import make_environment
+    from placer.features import static_memory_load
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    rows = np.stack([np.full(env.grouping.num_groups, d) for d in range(len(k80x2.devices))])
+    oom = np.ones(len(rows), bool)
+    paper = CELearner(env, CELearner.Config())
+    assert set(paper._times(rows, np.zeros(len(rows)), oom).tolist()) == {paper.failing_signal}
+    scaled = CELearner(env, CELearner.Config(oom_reward="memory_scaled"))
+    t = scaled._times(rows, np.zeros(len(rows)), oom)
+    load = np.maximum(1.0, static_memory_load(env)(rows))
+    assert t == pytest.approx(scaled.failing_signal * load) and (t >= scaled.failing_signal).all()
+    ran = scaled._times(rows, np.full(len(rows), 0.5), np.zeros(len(rows), bool))
+    assert ran == pytest.approx(np.full(len(rows), 0.5))
+
+
+def test_the_cross_entropy_options_survive_a_checkpoint():
+    """The kept elites are learner state: a learner loaded from another's state dict keeps them."""
+    learner = _ce(elites_kept=2)
+    _period(learner, [BEST, *WORSE[:3]], [1.0, 9.0, 9.0, 9.0])
+    other = _ce(elites_kept=2)
+    other.load_state_dict(learner.state_dict())
+    assert other.kept_times == learner.kept_times == [1.0, 9.0]
+    assert [p.tolist() for p in other.kept_placements] == [BEST, WORSE[0]]
