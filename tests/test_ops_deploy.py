@@ -141,9 +141,9 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
             # by name: the runs make more task runs than one page of the API returns (200)
             wanted = TaskRunFilter(name=TaskRunFilterName(any_=["search-post-ray", "search-hierarchical-ray"]))
             task_names = {t.name for t in client.read_task_runs(task_run_filter=wanted)}
+    assert states == dict.fromkeys(RUNS, "COMPLETED"), states  # first: a run that did not complete says so
     # the distributed searches say what they are; the op-grouping learner too (it once ran in-process)
     assert {"search-post-ray", "search-hierarchical-ray"} <= task_names, sorted(task_names)
-    assert states == dict.fromkeys(RUNS, "COMPLETED"), states
     # what came out: run folders, MLflow runs, the cost table
     for name in ("demo", "nightly-sweep", "distributed"):
         folders = list((tmp_path / name / "runs").iterdir())
