@@ -262,6 +262,23 @@ def eagle_group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 
     return EagleGroupFeatures(counts, shapes, np.concatenate([dag, dag.T], axis=1), types)
 
 
+def oom_values(failing: float, memory_load: Callable[[np.ndarray], np.ndarray] | None, placements: np.ndarray,
+               oom: np.ndarray) -> np.ndarray:
+    """The failing value of each of ``K`` placements: ``failing`` (a step time in seconds, or a
+    reward), times ``max(1, static memory load)`` (:func:`static_memory_load`) when ``memory_load``
+    is given and a placement ran out of memory (the learners' ``oom_reward="memory_scaled"``).
+
+    Args:
+        placements: int ``[K, num_units]``; oom: bool ``[K]``.
+    Returns:
+        float64 ``[K]`` (every entry, OOM or not; the caller picks the OOM ones).
+    """
+    values = np.full(len(oom), float(failing))
+    if memory_load is not None and np.any(oom):
+        values = values * np.maximum(1.0, memory_load(placements))
+    return values
+
+
 def static_memory_load(env: Environment) -> Callable[[np.ndarray], np.ndarray]:
     """A function ``placements [K, num_groups] -> [K]``: each placement's static memory load,
     ``max_d bytes_d / memory_bytes_d`` (dimensionless; > 1 means it overflows some device).

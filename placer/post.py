@@ -47,7 +47,7 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import PostConfig
-from placer.features import static_memory_load
+from placer.features import oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
 from placer.warm import start_log_probs
@@ -141,9 +141,7 @@ class PostLearner(Learner):
     def _times(self, placements: np.ndarray, step_times_s: np.ndarray, oom: np.ndarray) -> np.ndarray:
         """Step times ``[K]`` (seconds) with OOM placements at the failing time (times their
         static memory load with ``oom_reward="memory_scaled"``)."""
-        failing = np.full(len(oom), self.failing_signal)
-        if self.memory_load is not None and np.any(oom):
-            failing = failing * np.maximum(1.0, self.memory_load(placements))
+        failing = oom_values(self.failing_signal, self.memory_load, placements, oom)
         return np.where(oom, failing, step_times_s).astype(np.float64)
 
     def _cross_entropy(self) -> None:

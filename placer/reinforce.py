@@ -27,7 +27,7 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import ReinforceConfig
-from placer.features import group_features, static_memory_load
+from placer.features import group_features, oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
 from placer.seq2seq import Seq2SeqPlacer
@@ -138,9 +138,7 @@ class ReinforceLearner(Learner):
         """Eq. 3 (or the PPO option) on the batch; rewards ``sqrt(step time)``, the failing signal for OOM."""
         config = self.config
         k = len(step_times_s)
-        oom_r = np.full(k, self.failing_signal)
-        if self.memory_load is not None and oom.any():
-            oom_r = self.failing_signal * np.maximum(1.0, self.memory_load(samples.placements))
+        oom_r = oom_values(self.failing_signal, self.memory_load, samples.placements, oom)
         rewards = [float(f) if o else math.sqrt(t) for t, o, f in zip(step_times_s.tolist(), oom.tolist(), oom_r.tolist())]
         ran = [not o for o in oom.tolist()]
         logp, ent = samples.extra["logp"], samples.extra["entropy"]
