@@ -204,7 +204,7 @@ def experiment(
     from flows.experiment import placement_experiment
 
     start = time.perf_counter()
-    result = run_flow(placement_experiment, _fail, **dict(config))
+    result = run_flow(placement_experiment, _fail, **config.flow_parameters())  # the flow takes this config back whole
     result["wall_time_s"] = time.perf_counter() - start
     _print_table(result, to_stderr=json_path == "-")
     if json_path:

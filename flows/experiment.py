@@ -14,12 +14,12 @@ from baselines import BASELINES
 from compgraph.frontends import BenchmarkSource, GraphSource
 from tasks.choices import ClusterName, Count, EnvName, MethodName, NonNegative, Unset, unset
 from tasks.config import ExperimentConfig, GroupingOptions, LearnerOptions, RayOptions, RealOptions, TrackingOptions
-from tasks.experiment import experiment_outcome, graph_params, save_and_record, start_params
+from tasks.experiment import experiment_outcome, graph_params, open_recorder, save_and_record
 from tasks.measure import train_best
 from tasks.publish import search_progress_artifact, tag_flow_run
 from tasks.search import evaluate, learner_searches
-from tracking import artifact_root, default_tracking_uri
-from tracking.live import ExperimentRecorder, mark_failed, mark_killed
+from tracking import default_tracking_uri
+from tracking.live import mark_failed, mark_killed
 from tracking.progress import chain, say, stage
 
 
@@ -68,8 +68,10 @@ def placement_experiment(
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
     The parameters are the fields of :class:`tasks.config.ExperimentConfig` (a test keeps them
-    equal), validated together by it before anything runs; ``methods`` and ``init_placement`` left
-    empty (the form's plain inputs: :data:`tasks.choices.Unset`) are the config's ``None``.
+    equal), validated together by it before anything runs, unless they are a config handed over
+    already built (:meth:`tasks.config.ExperimentConfig.flow_parameters`: the CLI's, the sweep's),
+    which is taken as it is; ``methods`` and ``init_placement`` left empty (the form's plain inputs:
+    :data:`tasks.choices.Unset`) are the config's ``None``.
 
     Args:
         source: the graph: a benchmark (kind benchmark: model, size: small for a demo in seconds, paper for
@@ -110,40 +112,32 @@ def placement_experiment(
     Raises:
         pydantic.ValidationError: settings that do not fit together (:class:`tasks.config.ExperimentConfig`).
     """
-    config = ExperimentConfig(source=source, cluster=cluster, env=env, methods=unset(methods), budget=budget, seed=seed,
-                              init_placement=unset(init_placement), train_steps=train_steps, grouping=grouping,
-                              learners=learners, ray=ray, real=real, tracking=tracking)
+    config = ExperimentConfig.from_flow(source=source, cluster=cluster, env=env, methods=unset(methods), budget=budget,
+                                        seed=seed, init_placement=unset(init_placement), train_steps=train_steps,
+                                        grouping=grouping, learners=learners, ray=ray, real=real, tracking=tracking)
     return run_experiment(config)
 
 
 def run_experiment(config: ExperimentConfig) -> dict:
-    """The body of :func:`placement_experiment` on a validated config (inside its flow run)."""
+    """The body of :func:`placement_experiment` on a validated config (inside its flow run): the
+    config goes down whole (its cluster spec read once: :meth:`tasks.config.ExperimentConfig.spec`)."""
     c, track = config, config.tracking
-    methods, learner_options = c.resolved_methods, c.learner_options
-    out, flow_run_id = Path(track.out_dir), _flow_run_id()
-    uri = track.tracking_uri or default_tracking_uri(out)
+    methods, flow_run_id = c.resolved_methods, _flow_run_id()
+    uri = track.tracking_uri or default_tracking_uri(Path(track.out_dir))
     stamp = time.strftime("%Y%m%d-%H%M%S")  # the run folder's name: when the run started
-    # real execution: an op placed where it has no kernel is an error unless soft placement is asked for
-    env_options = c.real.env_options() if c.env == "real" else {}
-    settings = {"source": c.source.model_dump(), "cluster": c.cluster, "methods": methods, "budget": c.budget,
-                "seed": c.seed, "env": c.env, "grouper": c.grouping.grouper, "num_groups": c.grouping.num_groups,
-                "learner_options": learner_options, **({"int_bounds": c.real.int_bounds} if c.real.int_bounds else {})}
-    recorder = ExperimentRecorder(uri, artifact_root(out), start_params(methods, c.budget, c.seed, c.env, learner_options),
-                                  methods, track.spool, track.parent_run_id, flow_run_id, settings, track.resume,
-                                  started=stamp)
+    recorder = open_recorder(c, uri, flow_run_id, stamp)
     # preprocess
     with stage("preprocess") as st:
         prepared = stages.preprocess(c.source, c.grouping.grouper, c.grouping.num_groups, track.graph_cache, c.seed,
-                                    c.real.int_bounds)
-        spec = stages.load_cluster_spec(c.cluster)
+                                     c.real.int_bounds)
+        spec = c.spec()
         st["result"] = f"{prepared.name}: {prepared.graph.num_ops} ops, {prepared.grouping.num_groups} groups; {spec.name}"
-    size = prepared.size  # "user" for a user's graph
     if c.env == "real" and prepared.int_bound_problem():
         raise ValueError(prepared.int_bound_problem())
     if prepared.cost_warning():  # a user's graph whose costs miss something: said once, counted in MLflow
         say(prepared.cost_warning())
-    tag_flow_run(f"model:{prepared.name}", f"size:{size}", f"cluster:{spec.name}", f"env:{c.env}")  # filters in the UI
-    recorder.log_params(graph_params(prepared, size, spec, c.grouping.num_groups, c.source))
+    tag_flow_run(f"model:{prepared.name}", f"size:{prepared.size}", f"cluster:{spec.name}", f"env:{c.env}")  # UI filters
+    recorder.log_params(graph_params(prepared, c))
     if recorder.stale_ended:
         say(f"ended KILLED {len(recorder.stale_ended)} MLflow run(s) of these settings left RUNNING by a killed run")
     # baselines, then the learners' searches (in-process or on Ray)
@@ -153,8 +147,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     def on_update(method: str, budget: int):  # MLflow metrics, progress lines and the Prefect progress artifact
         return chain(recorder.callback(method, budget, get_run_logger()), search_progress_artifact(method, budget))
 
-    searches = learner_searches(methods, prepared, size, spec, c.env, out, c.budget, c.seed, learner_options,
-                                track.resume, env_options, on_update, c.ray, baselines=dict(placements))
+    searches = learner_searches(c, prepared, spec, on_update, baselines=dict(placements))
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for (a reference method)
     with stage("lower bound" + "".join(f" and {m}" for m in methods if m in BASELINES and BASELINES[m].reference)):
@@ -162,7 +155,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     placements.update(refs.pop("placements"))
     # evaluation: every placement in one kind of environment
     with stage(f"evaluation ({c.env})") as st:
-        results, summary = evaluate(quote(prepared), spec, c.env, quote(placements), env_options,
+        results, summary = evaluate(quote(prepared), spec, c.env, quote(placements), c.env_options,
                                     quote(searches.groupings))
         st["result"] = "; ".join(f"{m} {'OOM' if r['oom'] else format(r['step_time_s'], '.5g') + ' s'}"
                                  for m, r in results.items())
@@ -171,6 +164,6 @@ def run_experiment(config: ExperimentConfig) -> dict:
         training = train_best(prepared, spec, c.env, summary, placements, searches.groupings, c.train_steps, c.seed)
     # record: the run folder first (results.json, table.md, placements.json, plots/), then MLflow, then Prefect
     with stage("record"):
-        record, result = experiment_outcome(prepared, size, spec, c.env, methods, c.budget, c.seed, learner_options,
-                                            searches, results, summary, refs, training, uri, flow_run_id, c.source)
-        return save_and_record(out, stamp, record, result, prepared, spec, uri, recorder, track.spool)
+        record, result = experiment_outcome(c, prepared, spec, searches, results, summary, refs, training, uri,
+                                            flow_run_id)
+        return save_and_record(c, stamp, record, result, prepared, spec, uri, recorder)

@@ -63,7 +63,7 @@ def placement_sweep(
                         **base.model_dump(), "source": BenchmarkSource(model=model, size=size),
                         "cluster": cluster, "seed": seed,
                         "tracking": base.tracking.model_copy(update={"parent_run_id": sweep_id})})
-                    r = placement_experiment(**dict(config))
+                    r = placement_experiment(**config.flow_parameters())  # taken back whole, not validated again
                 except Exception as exc:  # one bad combination must not stop the nightly sweep
                     rows.append({"model": model, "cluster": cluster, "seed": seed, "error": f"{type(exc).__name__}: {exc}"})
                     continue

@@ -213,14 +213,6 @@ class ExperimentConfig(_FormModel):
     real: RealOptions = Field(default_factory=RealOptions, description="real execution (env real)")
     tracking: TrackingOptions = Field(default_factory=TrackingOptions, description="where results go")
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster_loads(cls, value: str) -> str:
-        from cluster.spec import load_cluster
-
-        load_cluster(value)  # ValueError: unknown preset, missing or invalid file (names the field inside)
-        return value
-
     @field_validator("methods")
     @classmethod
     def _methods_not_empty(cls, value: list[str] | None) -> list[str] | None:
@@ -233,7 +225,11 @@ class ExperimentConfig(_FormModel):
         from baselines import BASELINES
         from placer import policy_device_problem
 
-        spec, user = self.spec(), is_user_graph(self.source)
+        try:  # the cluster's preset or YAML file, read here once for the whole command (spec())
+            spec = self.spec()
+        except ValueError as exc:  # unknown preset, missing or invalid file (names the field inside)
+            raise ValueError(f"cluster: {exc}") from None
+        user = is_user_graph(self.source)
         if not user:
             from compgraph.models import BENCHMARKS
 
@@ -296,6 +292,66 @@ class ExperimentConfig(_FormModel):
             self._spec = (self.cluster, load_cluster(self.cluster))
         return self._spec[1]
 
+    def mlflow_params(self) -> dict:
+        """The config flattened for MLflow, in one call: the parameters known before any work
+        (``methods`` resolved, ``budget``, ``k``: rl's K, 2017 Eq. 3, from ``learners`` or the paper
+        default, ``seed``, ``env``, ``cluster``: the spec's name, ``learner_options``: compact JSON with
+        sorted keys so that runs of equal settings carry equal strings, ``source``: its JSON, so that
+        ``placement export`` can prepare the same graph again). The prepared graph's parameters (model,
+        size, ops, groups, grouper) are :func:`tasks.experiment.graph_params`'."""
+        import json
+
+        options = self.learner_options
+        k = options.get("rl", {}).get("k", CONFIGS["rl"].model_fields["k"].default)
+        return {"methods": ",".join(self.resolved_methods), "budget": self.budget, "k": k, "seed": self.seed,
+                "env": self.env,
+                "cluster": self.spec().name,
+                "learner_options": json.dumps(options, sort_keys=True, separators=(",", ":"), default=str),
+                "source": self.source.model_dump_json()}
+
+    def run_settings(self) -> dict:
+        """Every setting that names the run (graph source, cluster, env, methods, budget, seed,
+        grouping, learner options, a user graph's integer bounds): runs of equal settings share their
+        hash (:class:`tracking.live.ExperimentRecorder`'s ``settings``)."""
+        return {"source": self.source.model_dump(), "cluster": self.cluster, "methods": self.resolved_methods,
+                "budget": self.budget, "seed": self.seed, "env": self.env, "grouper": self.grouping.grouper,
+                "num_groups": self.grouping.num_groups, "learner_options": self.learner_options,
+                **({"int_bounds": self.real.int_bounds} if self.real.int_bounds else {})}
+
+    @property
+    def env_options(self) -> dict:
+        """The options of :func:`cluster.factory.make_environment` (:meth:`RealOptions.env_options`
+        with ``env: real``; none in the other environments)."""
+        return self.real.env_options() if self.env == "real" else {}
+
+    def flow_parameters(self) -> dict:
+        """This config as the ``placement-experiment`` flow's parameters (its top-level fields), handed
+        over: the flow takes this very config back (:meth:`from_flow`) instead of validating its
+        fields again (which reads the cluster's file and a warm start's placement file once more)."""
+        _HANDED[self._handover_key(dict(self))] = self
+        while len(_HANDED) > 8:  # a sweep hands one per run: keep the last few
+            _HANDED.pop(next(iter(_HANDED)))
+        return dict(self)
+
+    @classmethod
+    def from_flow(cls, **fields) -> "ExperimentConfig":
+        """The config of the flow's parameters: the config handed over with these very values
+        (:meth:`flow_parameters`, e.g. by the CLI or the sweep, already validated), else one built
+        and validated from them (a run from the Prefect UI or a deployment).
+
+        Raises:
+            pydantic.ValidationError: settings that do not fit together (built here only).
+        """
+        handed = _HANDED.get(cls._handover_key(fields))
+        return handed if handed is not None else cls(**fields)
+
+    @classmethod
+    def _handover_key(cls, fields: dict) -> str:
+        try:
+            return cls.model_construct(**fields).model_dump_json(warnings=False)
+        except Exception:  # parameters of other shapes (dicts from a form): never handed over
+            return ""
+
     @property
     def resolved_methods(self) -> list[str]:
         """``methods``, or the default ones: every baseline that applies to this graph and cluster
@@ -336,6 +392,11 @@ class ExperimentConfig(_FormModel):
     def user_graph(self) -> bool:
         """True for a user's graph (any source but a benchmark)."""
         return is_user_graph(self.source)
+
+
+_HANDED: dict[str, ExperimentConfig] = {}
+"""Configs handed to the flow in this process (:meth:`ExperimentConfig.flow_parameters`), by their
+JSON: the flow takes them back without validating them again."""
 
 
 def init_placement_error(exc: Exception, path: str) -> str:

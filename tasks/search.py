@@ -26,7 +26,7 @@ from placer.learner import LearnerConfig
 from placer.distributed import RaySettings, ray_controllers
 from placer.search import SearchResult, run_name, run_search
 from placer.warm import fits_units, is_warm, warm_label
-from tasks.config import RayOptions
+from tasks.config import ExperimentConfig, RayOptions
 from tracking.progress import say
 
 
@@ -389,26 +389,20 @@ class LearnerSearches:
     labels: dict = field(default_factory=dict)
 
 
-def learner_setting(method: str, name: str, learner_options: dict[str, dict] | None = None):
-    """The value of ``method``'s config field ``name``: ``learner_options[method][name]`` if given,
-    else the paper default (:data:`placer.LEARNERS`); e.g. rl's K for the experiment's ``k`` parameter."""
-    options = (learner_options or {}).get(method, {})
-    return options[name] if name in options else LEARNERS[method].Config.model_fields[name].default
-
-
-def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spec: ClusterSpec, env_kind: str,
-                     out: Path, budget: int, seed: int, learner_options: dict[str, dict] | None = None, resume: bool = False,
-                     env_options: dict | None = None, progress=None, ray: RayOptions | None = None,
+def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: ClusterSpec, progress=None,
                      baselines: dict | None = None) -> LearnerSearches:
-    """Every learner of ``methods`` (those in :data:`placer.LEARNERS`, in order) searches ``budget``
-    placements with the one search task (:func:`learner_search`): in-process (task run
+    """Every learner of the config's methods (those in :data:`placer.LEARNERS`, in order) searches
+    the config's ``budget`` placements with the one search task (:func:`learner_search`): in-process (task run
     ``search-<method>``) or on Ray (``search-<method>-ray``, see :class:`tasks.config.RayOptions`), with its
-    placement log and checkpoint under ``out`` named by the run's settings (:func:`run_paths`; ``-ray<N>`` in
-    the log's name on Ray), resumed from them with ``resume``.
+    placement log and checkpoint under ``tracking.out_dir`` named by the run's settings (:func:`run_paths`;
+    ``-ray<N>`` in the log's name on Ray), resumed from them with ``tracking.resume``.
 
     Args:
-        size: the experiment's size parameter (names the logs; a user's graph keeps the one asked for).
-        learner_options: per learner, config fields overriding the paper defaults (:func:`learner_config`).
+        config: the experiment (:class:`tasks.config.ExperimentConfig`): its methods, budget, seed,
+            env (and ``env_options``), each learner's options overriding the paper defaults
+            (``learner_options``: :func:`learner_config`), ``ray`` and ``tracking``.
+        prepared: the graph (its ``size`` names the logs: ``user`` for a user's graph).
+        spec: the cluster (:meth:`tasks.config.ExperimentConfig.spec`).
         progress: ``progress(method, budget) -> on_update`` callback factory (e.g.
             :meth:`tracking.live.ExperimentRecorder.callback`), or ``None``.
         baselines: method -> placement of the baselines the experiment ran: a warm-started
@@ -421,7 +415,10 @@ def learner_searches(methods: list[str], prepared: PreparedGraph, size: str, spe
         ValueError: an option a learner's config refuses (:func:`learner_config`); a warm start
             that cannot be resolved (:func:`warm_start_config`).
     """
-    ray = ray or RayOptions()
+    methods, budget, seed, env_kind, env_options = (config.resolved_methods, config.budget, config.seed, config.env,
+                                                     config.env_options)
+    learner_options, ray, resume = config.learner_options, config.ray, config.tracking.resume
+    out, size = Path(config.tracking.out_dir), prepared.size
     dist = {"workers": ray.workers or None, "gpus_per_worker": ray.gpus_per_worker, "policy_device": ray.policy_device,
             "async_updates": ray.async_updates}
     found_all = LearnerSearches()

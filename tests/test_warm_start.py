@@ -259,7 +259,10 @@ def _searches(monkeypatch, methods, baselines, prepared, spec, tmp_path, budget)
         return search(*args, **kwargs)
 
     monkeypatch.setattr(ts, "learner_search", plain)
-    return ts.learner_searches(methods, prepared, "small", spec, "sim", tmp_path, budget, 0, baselines=baselines)
+    from tasks.config import ExperimentConfig
+
+    config = ExperimentConfig(methods=methods, budget=budget, tracking={"out_dir": str(tmp_path)})
+    return ts.learner_searches(config, prepared, spec, baselines=baselines)
 
 
 def test_the_experiment_starts_warm_learners_from_its_best_baseline(monkeypatch, rnnlm_small, k80x2, tmp_path):
