@@ -166,12 +166,9 @@ def experiment(
     config = build_config(settings, EXPERIMENT_FLAGS)
     chosen = config.resolved_methods
     if resume and not config.user_graph:  # the logs are named by the settings; the learner's own settings must match too
-        from pathlib import Path
+        from tasks.search import log_names, resume_problem
 
-        from tasks.search import resume_problem
-
-        problem = resume_problem(Path(out_dir), model, size, config.spec().name, grouper or "2017",
-                                 chosen, seed, budget, config.learner_options)
+        problem = resume_problem(config, log_names(config))
         if problem:
             _fail(problem)
     from cli.distributed import check_policy_device, probe_ray_address
@@ -181,17 +178,14 @@ def experiment(
             _fail(problem)
     preflight(out_dir, tracking_uri, spool, _fail)  # writable out-dir, MLflow answering: before any work
     # Validate the graph before the flow starts (a user's file error is one line, exit 2).
-    names = (model, size, config.spec().name, grouper or "2017")  # the placement logs' names (tasks.search.run_paths)
+    from tasks.search import busy_problem, log_names
+
+    prepared = None
     if config.user_graph:
         prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
                                   config.real.int_bounds, env, torch, torch_optimizer, keep=True)  # the flow takes it
-        names = (prepared.name, prepared.size, config.spec().name, prepared.grouping.grouper)
-    from pathlib import Path
-
-    from tasks.search import busy_problem
-
     try:  # the same settings running now hold their placement logs: refused here, before Prefect and MLflow
-        problem = busy_problem(Path(out_dir), *names, chosen, seed, budget, config.learner_options, config.ray)
+        problem = busy_problem(config, log_names(config, prepared))
     except ValueError as exc:  # a log path leading out of --out-dir (compgraph.paths.UnsafePath)
         problem = str(exc)
     if problem:

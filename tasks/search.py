@@ -193,10 +193,21 @@ def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, meth
     return log, ckpt
 
 
-def resume_problem(out: Path, model: str, size: str, cluster: str, grouper: str, methods: list[str], seed: int,
-                   budget: int, learner_options: dict | None) -> str | None:
-    """Before a ``--resume`` starts: the first learner whose placement log exists but was written with
-    other learner settings, as one line naming the setting (:func:`placer.search.settings_difference`);
+def log_names(config: ExperimentConfig, prepared: PreparedGraph | None = None) -> tuple[str, str, str, str]:
+    """``(model, size, cluster, grouper)`` that name the run's placement logs (:func:`run_paths`):
+    the prepared graph's, else (a benchmark, before it is prepared) the config's model and size, its
+    cluster's name and its grouper (default ``2017``)."""
+    if prepared is not None:
+        return prepared.name, prepared.size, config.spec().name, prepared.grouping.grouper
+    src = config.source
+    if config.user_graph:
+        raise ValueError("a user's graph is named by its prepared graph: give prepared")
+    return src.model, src.size, config.spec().name, config.grouping.grouper or "2017"  # type: ignore[union-attr]
+
+
+def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> str | None:
+    """Before a ``--resume`` starts: the first learner of ``config``'s methods whose placement log
+    (named by ``names``: :func:`log_names`) exists but was written with other learner settings, as one line naming the setting (:func:`placer.search.settings_difference`);
     ``None`` if every existing log matches (a learner with no log starts afresh).
 
     Raises:
@@ -207,10 +218,11 @@ def resume_problem(out: Path, model: str, size: str, cluster: str, grouper: str,
     from placer import LEARNER_NAMES
     from placer.search import settings_difference
 
-    for method in methods:
+    out, seed, budget, learner_options = Path(config.tracking.out_dir), config.seed, config.budget, config.learner_options
+    for method in config.resolved_methods:
         if method not in LEARNER_NAMES:
             continue
-        log, _ = run_paths(Path(out), model, size, cluster, grouper, method, seed, budget)
+        log, _ = run_paths(out, *names, method, seed, budget)
         if not log.is_file() or log.stat().st_size == 0:
             continue
         with log.open() as fh:
@@ -226,20 +238,19 @@ def resume_problem(out: Path, model: str, size: str, cluster: str, grouper: str,
     return None
 
 
-def busy_problem(out: Path, model: str, size: str, cluster: str, grouper: str, methods: list[str], seed: int,
-                 budget: int, learner_options: dict | None, ray: RayOptions | None = None) -> str | None:
+def busy_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> str | None:
     """Before a run starts (the CLI, before Prefect): the first learner whose placement log another run
     holds now (the same settings, at once), as :class:`placer.search.PlacementLogBusy`'s line; ``None``
-    if none is held. Each log is named as :func:`learner_searches` names it (``-ray<N>`` on Ray)."""
+    if none is held. ``names``: the logs' names (:func:`log_names`). Each log is named as :func:`learner_searches` names it (``-ray<N>`` on Ray)."""
     from placer import LEARNER_NAMES
     from placer.search import placement_log_busy
 
-    ray = ray or RayOptions()
-    for method in methods:
+    ray, out = config.ray, Path(config.tracking.out_dir)
+    for method in config.resolved_methods:
         if method not in LEARNER_NAMES:
             continue
-        config = learner_config(method, budget, seed, (learner_options or {}).get(method))
-        log, _ = run_paths(Path(out), model, size, cluster, grouper, method, seed, config.budget)
+        learner = learner_config(method, config.budget, config.seed, config.learner_options.get(method))
+        log, _ = run_paths(out, *names, method, config.seed, learner.budget)
         if ray.distributes(method):
             log = log.with_name(log.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
         problem = placement_log_busy(log)
