@@ -13,37 +13,37 @@ the CPU (the paper: "if an operation lacks GPU implementation, it will be placed
   contiguous parts that have roughly the same number of layers").
 * ``scotch``: Scotch static mapping of the cost-weighted *op graph* onto the target
   architecture of all devices, annotated with their compute capacities (peak FLOP/s)
-  and the links' communication costs (:mod:`baselines.scotch_mapping`). 2017 Sec. 4.2 gives
+  and the links' communication costs ([`baselines.scotch_mapping`][baselines.scotch_mapping]). 2017 Sec. 4.2 gives
   Scotch "the computational costs of each operation ... the amount of data along each edge":
   the op graph, with each TensorFlow colocation unit (a variable with its reads and updates,
-  :func:`compgraph.grouping.colocation_units`) contracted to one vertex so that it stays
-  whole. Returns an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``).
+  [`compgraph.grouping.colocation_units`][compgraph.grouping.colocation_units]) contracted to one vertex so that it stays
+  whole. Returns an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] (``[num_ops]``).
 * ``mincut``: the same without the CPU (2017 Sec. 4.2: "MinCut ... the same as Scotch but
   only considers GPUs").
 * ``metis``: METIS k-way partition of the cost-weighted op graph (colocation units contracted)
   into one part per GPU (Post, Gao et al. 2018, Table 1: "partitions the network ... according
   to a cost model of operations"), target part weights proportional to the GPUs' peak
-  FLOP/s (``tpwgts``); an :class:`cluster.op_placement.OpPlacement`.
+  FLOP/s (``tpwgts``); an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement].
 * ``scotch_group``, ``mincut_group``, ``metis_group``: the same three on the co-location
   *group* graph (``[num_groups]``): one vertex per group of the 2017 co-location heuristics.
   Far fewer cut edges than the op-level mappings; not run by default (ask with ``--methods``).
 * ``m_topo``, ``m_etf``, ``m_sct``: Baechi's memory-constrained list schedulers (Jeon et al.,
-  SoCC 2020; :mod:`baselines.baechi`). They place the op graph, not the groups, and return
-  an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``), which
-  :func:`cluster.evaluation.evaluate_placements` measures as well.
-* ``optimum``: the best placement found by :mod:`baselines.optimum` (exact enumeration of
+  SoCC 2020; [`baselines.baechi`][baselines.baechi]). They place the op graph, not the groups, and return
+  an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] (``[num_ops]``), which
+  [`cluster.evaluation.evaluate_placements`][cluster.evaluation.evaluate_placements] measures as well.
+* ``optimum``: the best placement found by [`baselines.optimum`][baselines.optimum] (exact enumeration of
   the group placements when there are at most 3^10 of them, else a node-limited MILP);
   not run by default in the experiment (it can take a minute); a *reference* point beside
   the lower bound, not a baseline the learners are compared against.
 
-Each method is one :class:`Baseline` in :data:`BASELINES`: its placer and what it needs (a
+Each method is one [`Baseline`][baselines.Baseline] in [`BASELINES`][baselines.BASELINES]: its placer and what it needs (a
 GPU, a CPU, a benchmark's layer rules), what it places (``level``), whether it runs by
-default. The CLI's checks, :func:`applicable_baselines` and the experiment read them there.
+default. The CLI's checks, [`applicable_baselines`][baselines.applicable_baselines] and the experiment read them there.
 
 A vertex's weight (a colocation unit's, or a group's) is its estimated compute time on the
-fastest target device (:func:`cluster.cost_model.op_time_matrix`, microseconds); an edge's
+fastest target device ([`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix], microseconds); an edge's
 weight is the bytes crossing it (KiB, at least 1); a link's cost is its time to move 1 MiB
-(:meth:`cluster.spec.ClusterSpec.link`: with the Send/Recv overhead and host staging).
+([`cluster.spec.ClusterSpec.link`][cluster.spec.ClusterSpec.link]: with the Send/Recv overhead and host staging).
 A unit or group that holds an op with no GPU kernel goes to the CPU after the mapping, whole.
 """
 
@@ -111,14 +111,14 @@ class BaselineContext:
 
     @property
     def op_times(self) -> np.ndarray:
-        """Seconds of each op on each device (:func:`cluster.cost_model.op_time_matrix`), ``[num_ops, num_devices]``."""
+        """Seconds of each op on each device ([`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix]), ``[num_ops, num_devices]``."""
         if self._op_times is None:
             self._op_times = op_time_matrix(self.graph, self.spec)
         return self._op_times
 
     def partition_graph(self, level: str) -> PartitionGraph:
         """The op graph with its colocation units contracted (``level="op"``), or the group graph
-        (``"group"``), as :class:`PartitionGraph` (computed once per context)."""
+        (``"group"``), as [`PartitionGraph`][baselines.PartitionGraph] (computed once per context)."""
         if level not in self._partition:
             if level == "op":
                 units = unit_graph(self.graph)
@@ -140,7 +140,7 @@ class BaselineContext:
     def from_vertices(self, part: PartitionGraph, vertex_devices: np.ndarray) -> np.ndarray | OpPlacement:
         """A placement of ``part``'s vertices (``[num_vertices]`` device indices) with the no-GPU-kernel
         rule applied per vertex (whole: a colocation unit or group is never split), as the baseline's
-        result: an :class:`OpPlacement` at level ``op``, ``[num_groups]`` at level ``group``."""
+        result: an [`OpPlacement`][cluster.op_placement.OpPlacement] at level ``op``, ``[num_groups]`` at level ``group``."""
         placed = cpu_fallback(vertex_devices, part.gpu_ok, self.spec, require_cpu=True)
         if part.level == "group":
             return placed
@@ -164,7 +164,7 @@ class BaselineContext:
         return self.spec.gpu_indices
 
     def cpu_fallback(self, placement: np.ndarray) -> np.ndarray:
-        """Move groups with an op that has no GPU kernel to the CPU (:func:`cluster.kernels.cpu_fallback`)."""
+        """Move groups with an op that has no GPU kernel to the CPU ([`cluster.kernels.cpu_fallback`][cluster.kernels.cpu_fallback])."""
         return cpu_fallback(placement, self.group_gpu_ok, self.spec, require_cpu=True)
 
     def op_placement(self, ops: np.ndarray) -> OpPlacement:
@@ -244,12 +244,12 @@ def mincut(ctx: BaselineContext) -> OpPlacement:
 
 
 def scotch_group(ctx: BaselineContext) -> np.ndarray:
-    """:func:`scotch` on the co-location group graph (``[num_groups]``)."""
+    """[`scotch`][baselines.scotch] on the co-location group graph (``[num_groups]``)."""
     return cast(np.ndarray, _scotch(ctx, list(range(len(ctx.spec.devices))), "group"))
 
 
 def mincut_group(ctx: BaselineContext) -> np.ndarray:
-    """:func:`mincut` on the co-location group graph (``[num_groups]``)."""
+    """[`mincut`][baselines.mincut] on the co-location group graph (``[num_groups]``)."""
     return cast(np.ndarray, _scotch(ctx, ctx.gpus(), "group"))
 
 
@@ -308,7 +308,7 @@ def metis(ctx: BaselineContext) -> OpPlacement:
 
 
 def metis_group(ctx: BaselineContext) -> np.ndarray:
-    """:func:`metis` on the co-location group graph (``[num_groups]``)."""
+    """[`metis`][baselines.metis] on the co-location group graph (``[num_groups]``)."""
     return cast(np.ndarray, _metis(ctx, "group"))
 
 
@@ -319,7 +319,7 @@ def _baechi(name: str) -> BaselineFn:
         return ctx.op_placement(getattr(baechi, name)(ctx.graph, ctx.spec))
 
     run.__name__ = name
-    run.__doc__ = f"Baechi's {name} on the op graph (:func:`baselines.baechi.{name}`), as an OpPlacement ``[num_ops]``."
+    run.__doc__ = f"Baechi's {name} on the op graph (`baselines.baechi.{name}`), as an OpPlacement ``[num_ops]``."
     return run
 
 
@@ -329,7 +329,7 @@ m_sct = _baechi("m_sct")
 
 
 def optimum(ctx: BaselineContext) -> np.ndarray | None:
-    """The best group placement :func:`baselines.optimum.optimum` finds (exact or time-limited);
+    """The best group placement [`baselines.optimum.optimum`][baselines.optimum.optimum] finds (exact or time-limited);
     its bound and whether it is proven go to ``ctx.info["optimum"]``."""
     from baselines.optimum import optimum as solve
 
@@ -345,7 +345,7 @@ class Baseline:
     Attributes:
         name: the method name (``--methods``, MLflow's ``method`` tag).
         place: ``place(ctx) -> [num_groups] int64`` device indices, or an
-            :class:`cluster.op_placement.OpPlacement` ``[num_ops]`` for ``level == "op"``.
+            [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] ``[num_ops]`` for ``level == "op"``.
         level: ``"op"`` (places the op graph) or ``"group"`` (the prepared co-location groups);
             recorded in MLflow as the param ``level``.
         needs_gpu: the cluster must have a GPU; ``needs_cpu``: a CPU.
@@ -353,7 +353,7 @@ class Baseline:
         default: run when ``--methods`` is not given.
         variant_of: the op-level method this is the group-level variant of (``scotch_group``:
             ``scotch``), run in its place where only group placements are measured.
-        reference: a reference point computed with the lower bound (:func:`baselines.report.reference_points`),
+        reference: a reference point computed with the lower bound ([`baselines.report.reference_points`][baselines.report.reference_points]),
             not a baseline the learners are compared against (``optimum``).
     """
 
@@ -368,7 +368,7 @@ class Baseline:
     reference: bool = False
 
     def __call__(self, ctx: BaselineContext) -> np.ndarray | OpPlacement | None:
-        """The placement (:attr:`place`)."""
+        """The placement ([`place`][baselines.Baseline.place])."""
         return self.place(ctx)
 
     def problem(self, spec: ClusterSpec, user_graph: bool) -> str | None:
@@ -399,31 +399,31 @@ BASELINES: dict[str, Baseline] = {b.name: b for b in (
     # the optimum may take a minute; the group-level partitioners are variants of the papers' op-level ones
     Baseline("optimum", optimum, default=False, reference=True),
 )}
-"""Method name -> :class:`Baseline`, in the order tables list them."""
+"""Method name -> [`Baseline`][baselines.Baseline], in the order tables list them."""
 
 OP_LEVEL_BASELINES = tuple(n for n, b in BASELINES.items() if b.level == "op")
-"""Baselines that place the op graph (return a :class:`cluster.op_placement.OpPlacement`)."""
+"""Baselines that place the op graph (return a [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement])."""
 
 
 def baseline_level(name: str) -> str:
-    """``"op"`` or ``"group"``: what baseline ``name`` places (:attr:`Baseline.level`)."""
+    """``"op"`` or ``"group"``: what baseline ``name`` places ([`Baseline.level`][baselines.Baseline.level])."""
     return BASELINES[name].level
 
 
 def place_baselines(methods, prepared, spec: ClusterSpec) -> dict:
-    """Each baseline of ``methods`` (names of :data:`BASELINES`) on a prepared graph
-    (:class:`compgraph.prepare.PreparedGraph`: its graph, groups, benchmark and config) under ``spec``:
-    name -> ``[num_groups]`` device indices (an :class:`cluster.op_placement.OpPlacement` for
+    """Each baseline of ``methods`` (names of [`BASELINES`][baselines.BASELINES]) on a prepared graph
+    ([`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph]: its graph, groups, benchmark and config) under ``spec``:
+    name -> ``[num_groups]`` device indices (an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] for
     ``level == "op"``). Raises KeyError for an unknown name."""
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
     return {m: BASELINES[m](ctx) for m in methods}
 
 
 def applicable_baselines(spec: ClusterSpec, user_graph: bool, optimum: bool = True, group_level: bool = False) -> list[str]:
-    """Names of the :data:`BASELINES` that apply to a graph on ``spec``, in their order: those whose
-    :meth:`Baseline.problem` is ``None`` (a CPU, a GPU, a benchmark's layer rules); ``optimum=False``
+    """Names of the [`BASELINES`][baselines.BASELINES] that apply to a graph on ``spec``, in their order: those whose
+    [`Baseline.problem`][baselines.Baseline.problem] is ``None`` (a CPU, a GPU, a benchmark's layer rules); ``optimum=False``
     leaves out the reference points (the optimum: up to a minute). The group-level variants of the
-    partitioners (:attr:`Baseline.variant_of`) are left out, unless ``group_level``: then the
+    partitioners ([`Baseline.variant_of`][baselines.Baseline.variant_of]) are left out, unless ``group_level``: then the
     op-level placers (``level == "op"``) are left out and the group-level variants take their place
     (e.g. for an environment that measures group placements only)."""
     out = []

@@ -7,13 +7,13 @@ memory), and its reference implementation github.com/beomyeol/baechi (``placer/m
 follows; deviations are listed per function.
 
 All three place the **op graph** (not the 2017 groups), one TensorFlow colocation unit
-(:func:`compgraph.grouping.colocation_units`) at a time: the first op of a unit to be placed
+([`compgraph.grouping.colocation_units`][compgraph.grouping.colocation_units]) at a time: the first op of a unit to be placed
 takes its whole unit with it (Baechi's ``TopoWithColocation`` / ``ETF._run_schedule_step``
 "place all ops in the same group"). They return ``[num_ops]`` device indices.
 
 Devices: like Baechi's experiments, the GPUs (every device when the cluster has none); a
 unit holding an op with no GPU kernel goes to the first CPU. Costs are this project's: op
-``o`` takes ``t(o, d)`` (:func:`cluster.cost_model.op_time_matrix`), a tensor of ``b``
+``o`` takes ``t(o, d)`` ([`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix]), a tensor of ``b``
 bytes takes ``latency + b / bandwidth`` on the link ``(a, c)`` (a control edge is a 4-byte
 tensor, as Baechi's ``placer_lib.PlacementGraphGenerator._add_edges``), a tensor is sent once
 per destination device, and devices of one ``compute_pool`` share one executor. The schedule
@@ -22,9 +22,9 @@ the placers build models the links as Baechi does (``placer/device.py``,
 sends and its receives share, a transfer holds the sender's channel from when it starts and
 the receiver's from ``max(send start, receiver's channel free)``, each for the transfer's
 time (``channels="device"``, the default). ``channels="pair"`` is this project's option (not
-Baechi's): each ordered device pair is one FIFO channel, as :mod:`cluster.simulator` runs it.
+Baechi's): each ordered device pair is one FIFO channel, as [`cluster.simulator`][cluster.simulator] runs it.
 Ties between ops that may start at the same time go to the op first in Baechi's
-``topo_order`` (:func:`baechi_topo_order`).
+``topo_order`` ([`baechi_topo_order`][baselines.baechi.baechi_topo_order]).
 
 Memory (Baechi Sec. 4, ``ETFDevice``): a unit may go to a device only if the device's
 used memory plus the unit's resident bytes (``param_bytes``) plus its largest op output
@@ -54,7 +54,7 @@ def baechi_topo_order(graph: OpGraph) -> np.ndarray:
     inputs in op order, each op's consumers visited in op order (the order in which
     ``placer_lib`` adds the edges of a TensorFlow graph). Baechi breaks every tie of its
     schedulers with it (``TimestampOpTuple``); the lexicographic order of
-    :attr:`compgraph.ir.OpGraph.topological_order` is another order, and the schedules differ
+    [`compgraph.ir.OpGraph.topological_order`][compgraph.ir.OpGraph.topological_order] is another order, and the schedules differ
     from the first tie on.
 
     Returns:
@@ -187,7 +187,7 @@ class _ListScheduler:
     SIAM J. Comput. 1989): repeatedly start the (ready op, device) pair that can start earliest.
 
     Implementation: per device, heaps of the ready ops by data-ready time (see
-    :meth:`proposal`); each step takes the device whose next op starts first (ties: the op
+    `proposal`); each step takes the device whose next op starts first (ties: the op
     first in Baechi's ``topo_order``), with lazy re-evaluation (Baechi's ``ETF`` recomputes
     every ready op's start on every event instead; the choices are the same up to
     channel-contention estimates). ``channels``: ``"device"`` (Baechi's links, module
@@ -376,7 +376,7 @@ class _ListScheduler:
         room, data-ready time grown by channel contention).
 
         m-SCT (Baechi's ``SCTDevice``): a device whose last op's favorite child waits for it
-        (:meth:`favorite_waiting`) runs the most urgent ready op (:meth:`most_urgent`) once
+        (`favorite_waiting`) runs the most urgent ready op (`most_urgent`) once
         that op cannot start later anywhere, if that comes no later than the favorite child's
         start, else the favorite child; it runs nothing else meanwhile."""
         p = self.p
@@ -503,7 +503,7 @@ def _memory_checked(p: _Problem, favorite: np.ndarray | None, rounds: int = 6, c
 def m_etf(graph: OpGraph, spec: ClusterSpec, op_times: np.ndarray | None = None, channels: str = "device") -> np.ndarray:
     """m-ETF (Baechi Sec. 3.2, ``placer/m_etf.py`` with colocation and memory): earliest task
     first list scheduling in which a unit may only go to a device with room for it (checked
-    against the simulator, :func:`_memory_checked`). ``channels``: the link model of the
+    against the simulator, `_memory_checked`). ``channels``: the link model of the
     schedule (module docstring; ``"device"`` is Baechi's).
 
     Returns:
@@ -545,7 +545,7 @@ def favorite_children(p: _Problem, threshold: float = SCT_THRESHOLD) -> np.ndarr
     Variables, in Baechi's order: ``x_e`` per edge (0: the child is its parent's favorite, no
     communication), start times ``s_i``, makespan ``w``. Minimise ``w`` subject to, in
     Baechi's row order, ``0 <= x_e <= 1``, ``s_i >= 0``, ``s_i + p_i + c_e x_e <= s_j`` per
-    edge ``e = (i, j)`` (:func:`_lp_edges`), ``sum_j x_ij >= outdeg(i) - 1`` (at most one
+    edge ``e = (i, j)`` (`_lp_edges`), ``sum_j x_ij >= outdeg(i) - 1`` (at most one
     favorite child), ``sum_i x_ij >= indeg(j) - 1`` (at most one favorite parent),
     ``s_i + p_i <= w``; ``p_i`` the op's time on its fastest allowed device. Rounding as
     Baechi's ``refine_favorite_child_edges``: ``x_e`` is a favorite edge when
@@ -617,9 +617,9 @@ def favorite_children(p: _Problem, threshold: float = SCT_THRESHOLD) -> np.ndarr
 def m_sct(graph: OpGraph, spec: ClusterSpec, op_times: np.ndarray | None = None, threshold: float = SCT_THRESHOLD,
           channels: str = "device") -> np.ndarray:
     """m-SCT (Baechi Sec. 3.3, ``placer/m_sct.py``): m-ETF in which a device whose last op's
-    favorite child (:func:`favorite_children`) is ready and starts earliest there waits for
+    favorite child ([`favorite_children`][baselines.baechi.favorite_children]) is ready and starts earliest there waits for
     that child, running meanwhile only an urgent op (one that can start no later on any
-    device, Baechi's ``urgent_ts``; :meth:`_ListScheduler.proposal`).
+    device, Baechi's ``urgent_ts``; `_ListScheduler.proposal`).
 
     Returns:
         int64 ``[num_ops]`` device indices.

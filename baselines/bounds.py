@@ -1,6 +1,6 @@
 """A lower bound on the simulated step time of every placement of a graph on a cluster.
 
-The simulator (:mod:`cluster.simulator`) runs each op ``o`` on its *effective* device
+The simulator ([`cluster.simulator`][cluster.simulator]) runs each op ``o`` on its *effective* device
 ``d`` (an op with no GPU kernel placed on a GPU runs on the first CPU) for ``t(o, d)``
 seconds; a compute pool (a device alone, or the devices naming one ``compute_pool``) runs
 one op at a time; an op starts no earlier than all its inputs are on its device (a local
@@ -33,7 +33,7 @@ an OOM placement has none):
   for the whole step, so a placement that fits satisfies these constraints; when memory
   forces work off the fastest devices the LP's ``C`` rises.
 
-:func:`lower_bound` returns all of them; ``value_s`` (the bound reported as
+[`lower_bound`][baselines.bounds.lower_bound] returns all of them; ``value_s`` (the bound reported as
 ``lower_bound_s``) is the largest, valid for placements that fit in memory;
 ``any_placement_s`` omits (d) and is valid for every placement, OOM or not.
 """
@@ -188,7 +188,7 @@ def lower_bound(graph: OpGraph, spec: ClusterSpec, op_times: np.ndarray | None =
         thresholds: number of thresholds ``tau`` tried by the head/tail bound (c); 0 skips it.
         memory: compute the memory-constrained LP (d).
     Returns:
-        a :class:`LowerBound` (seconds).
+        a [`LowerBound`][baselines.bounds.LowerBound] (seconds).
     """
     start = time.perf_counter()
     times = op_time_matrix(graph, spec) if op_times is None else np.asarray(op_times, dtype=np.float64)

@@ -2,8 +2,8 @@
 
 What is optimised: the **group placements** of the given grouping (``[num_groups]`` device
 indices, every group on any device; the search space of the group learners), measured
-by the fast simulator (:class:`cluster.fast_simulator.FastSimulator`, the semantics of
-:mod:`cluster.simulator`), among placements that fit in memory. Op-level placers (Baechi)
+by the fast simulator ([`cluster.fast_simulator.FastSimulator`][cluster.fast_simulator.FastSimulator], the semantics of
+[`cluster.simulator`][cluster.simulator]), among placements that fit in memory. Op-level placers (Baechi)
 search a larger space and may beat it.
 
 * **Enumeration** (``num_devices ** num_groups <= max_enumerate``, default 3^10): every
@@ -35,7 +35,7 @@ search a larger space and may beat it.
   to other devices while the simulated time improves, then the next start, within
   ``polish_evaluations`` simulated placements in all; the reported placement is the fastest
   seen, **as simulated**. ``bound_s`` is the larger of the MILP's dual bound and
-  :func:`baselines.bounds.lower_bound`; ``proven`` is True when the simulated time of the
+  [`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]; ``proven`` is True when the simulated time of the
   reported placement is within ``1e-9`` (relative) of ``bound_s``.
 
 **Deterministic.** The work is limited by counts, not by the clock: HiGHS' branch-and-bound
@@ -43,21 +43,21 @@ stops after ``node_limit`` nodes (HiGHS solves a MILP deterministically on one t
 the polish after ``polish_evaluations`` simulated placements. So the same inputs give the same
 placement, step time and bound on a quiet and on a loaded machine; only the seconds differ.
 
-**The default work limit** (:func:`default_polish_evaluations`, :data:`MAX_MILP_OPS`): the
-MILP is built only for graphs of at most :data:`MAX_MILP_OPS` ops, and the polish simulates at
+**The default work limit** ([`default_polish_evaluations`][baselines.optimum.default_polish_evaluations], [`MAX_MILP_OPS`][baselines.optimum.MAX_MILP_OPS]): the
+MILP is built only for graphs of at most [`MAX_MILP_OPS`][baselines.optimum.MAX_MILP_OPS] ops, and the polish simulates at
 most ``min(20,000, 400 million // num_ops)`` placements (a fixed number of simulated op
 executions, the fast simulator's cost, which grows with the ops of one placement). Measured on
 the paper graphs, 2-core machine: the MILP's root node alone takes 17 s on rnnlm paper (7,632
 ops, 253 groups, ``k80x4``), its heuristics another 75 s, and 50 nodes did not end within 25
-minutes (issue 36), while its dual bound stayed at :func:`baselines.bounds.lower_bound`'s
+minutes (issue 36), while its dual bound stayed at [`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]'s
 (0.38301 s). Above the MILP limit the candidates are polished and the bound is
-:func:`baselines.bounds.lower_bound`'s. With these limits the optimum took 3-36 s on each of the
+[`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]'s. With these limits the optimum took 3-36 s on each of the
 nine paper graphs on ``k80x2`` and ``k80x4`` (2-core machine, load 2-3.5; rnnlm paper 10 and 15 s,
 nmt 22 and 25 s, gnmt 32 and 36 s). ``time_limit_s`` is an optional wall-clock cap for
 those who prefer a deadline to a reproducible value: when it cuts the work short the result
 says so (``deterministic=False``).
 
-**The gap** (:attr:`OptimumResult.gap`): ``step_time_s / bound_s - 1``, how far the placement
+**The gap** ([`OptimumResult.gap`][baselines.optimum.OptimumResult.gap]): ``step_time_s / bound_s - 1``, how far the placement
 found may be from the best one (0 when proven). On the paper graphs it is 0.54 to 1.75, 3.6 on
 bert_base ``k80x2`` and 0.07 on resnet50_torch (the bound ignores most transfers), so read
 ``step_time_s`` there as the best placement known, not as the optimum.
@@ -88,7 +88,7 @@ MAX_MILP_OPS = 2_000
 """Ops above which the MILP is not built by default (candidates and polish only). 8,000 until
 issue 36. Measured at 50 nodes on this 2-core machine (loaded, load average 3-6): rnnlm small
 (1,616 ops) 34-46 CPU-s, its bound 2.5% (``k80x2``) and 23% (``k80x4``) higher than
-:func:`baselines.bounds.lower_bound`'s; resnet50_torch paper (944 ops) 6-9 s, +0.2%; nmt small
+[`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]'s; resnet50_torch paper (944 ops) 6-9 s, +0.2%; nmt small
 (2,810 ops) 143 CPU-s, +7%; inception_v3 paper (5,527 ops) 22 and 76 s, +0%; rnnlm paper (7,632
 ops) 9 minutes on ``k80x2`` (+9%), more than 25 on ``k80x4``. HiGHS' time is not a function of the
 size (the LSTMs' cross-group edges make them hard), and scipy's interface bounds its nodes, not its
@@ -151,7 +151,7 @@ def enumerate_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_
     """Exact optimum by simulating all ``num_devices ** num_groups`` group placements.
 
     Ties go to the placement that comes first in mixed-radix order (group 0 the most
-    significant digit). Raises ValueError above :data:`MAX_ENUMERATE` placements.
+    significant digit). Raises ValueError above [`MAX_ENUMERATE`][baselines.optimum.MAX_ENUMERATE] placements.
     """
     start = time.perf_counter()
     G, D = grouping.num_groups, len(spec.devices)
@@ -207,14 +207,14 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
             ``None`` (default): none, the result depends on the inputs only.
         node_limit: HiGHS' branch-and-bound nodes at most.
         polish_evaluations: simulated placements the polish may try at most; ``None`` (default):
-            :func:`default_polish_evaluations` of the graph's ops.
+            [`default_polish_evaluations`][baselines.optimum.default_polish_evaluations] of the graph's ops.
         max_milp_ops: graphs with more ops skip the MILP (method ``"polish"``).
         on_progress: called with ``{"phase": "milp" | "polish", "evaluated", "budget",
             "best_step_time_s", "bound_s"}`` (placements the polish simulated, its limit, seconds;
             the ``"milp"`` point also has ``"ops"`` and ``"node_limit"``) before the MILP and after
             each batch of the polish (at most 512 placements).
         candidates: group placements (``[num_groups]``) to compare the MILP's incumbent with.
-        lower_bound_s: a bound already computed (:func:`baselines.bounds.lower_bound`), else computed.
+        lower_bound_s: a bound already computed ([`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]), else computed.
         disjunctive: add the pairwise no-overlap constraints per compute pool (default: for
             graphs of at most 60 ops; ``O(num_ops^2)`` binaries).
     """
@@ -377,7 +377,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
 
 
 def _bound(graph: OpGraph, spec: ClusterSpec, op_times, dual: float | None, lower_bound_s: float | None) -> float | None:
-    """The larger of the MILP's dual bound and :func:`baselines.bounds.lower_bound` (seconds)."""
+    """The larger of the MILP's dual bound and [`baselines.bounds.lower_bound`][baselines.bounds.lower_bound] (seconds)."""
     if lower_bound_s is None:
         from baselines.bounds import lower_bound
 
@@ -387,7 +387,7 @@ def _bound(graph: OpGraph, spec: ClusterSpec, op_times, dual: float | None, lowe
 
 def _pair_moves(p: np.ndarray, D: int, gi: np.ndarray, gj: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Rows ``lo:hi`` of the two-group moves of ``p`` (the pairs ``gi < gj`` of ``np.triu_indices``,
-    each with every ``D x D`` pair of devices, in :func:`_neighbours`' order), made only when asked:
+    each with every ``D x D`` pair of devices, in `_neighbours`' order), made only when asked:
     all of them would take ``G^2 D^2 / 2`` rows (1.6 GB on rnnlm paper, 253 groups, ``k80x4``)."""
     r = np.arange(lo, hi)
     k = r // (D * D)
@@ -415,7 +415,7 @@ def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, poo
       placement descends once more with the two-group moves after the one-group ones (resnet101
       paper ``k80x4``: 4.1997 s to 4.1426 s; bert_base paper ``k80x4``: 4.3653 s to 4.3612 s).
 
-    ``on_progress`` (see :func:`milp_optimum`) at the start and after each batch.
+    ``on_progress`` (see [`milp_optimum`][baselines.optimum.milp_optimum]) at the start and after each batch.
 
     Returns:
         ``(placement [G] or None, step time s or None, placements simulated, cut by the deadline,
@@ -490,7 +490,7 @@ def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, poo
 
 def _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, budget, deadline, start,
                  max_milp_ops, work: dict, on_progress=None) -> OptimumResult:
-    """A graph too big for the MILP: the candidates polished, the bound from :func:`baselines.bounds.lower_bound`."""
+    """A graph too big for the MILP: the candidates polished, the bound from [`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]."""
     bound = _bound(graph, spec, op_times, None, lower_bound_s)
     best_p, best_t, evaluated, cut, spent = _polish(graph, grouping, spec, op_times, list(candidates or []), budget,
                                                     deadline, on_progress, bound)
@@ -505,8 +505,8 @@ def optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.
             max_enumerate: int = MAX_ENUMERATE, lower_bound_s: float | None = None,
             node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
             max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None) -> OptimumResult:
-    """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else :func:`milp_optimum`
-    (``node_limit``, ``max_milp_ops``, ``polish_evaluations`` -- ``None``: :func:`default_polish_evaluations`
+    """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else [`milp_optimum`][baselines.optimum.milp_optimum]
+    (``node_limit``, ``max_milp_ops``, ``polish_evaluations`` -- ``None``: [`default_polish_evaluations`][baselines.optimum.default_polish_evaluations]
     --, ``on_progress`` and the optional wall-clock cap ``time_limit_s``)."""
     if len(spec.devices) ** grouping.num_groups <= min(max_enumerate, MAX_ENUMERATE):
         return enumerate_optimum(graph, grouping, spec, op_times)

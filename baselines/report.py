@@ -2,7 +2,7 @@
 
 Used by the experiment flow (``lower_bound_s``, ``optimum_s``, ``optimum_proven`` and the
 per-method ``x_lower_bound`` / ``x_optimum`` columns) and by ``placement baselines``
-(:func:`run_baselines`: every baseline with its step time, OOM, devices used and seconds).
+([`run_baselines`][baselines.report.run_baselines]: every baseline with its step time, OOM, devices used and seconds).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
                      node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
                      max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None,
                      stage: Callable[[str], contextlib.AbstractContextManager[dict]] | None = None) -> dict:
-    """The lower bound (:func:`baselines.bounds.lower_bound`) and, if asked, the optimum
-    (:func:`baselines.optimum.optimum`, given the group placements among ``placements`` as
+    """The lower bound ([`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]) and, if asked, the optimum
+    ([`baselines.optimum.optimum`][baselines.optimum.optimum], given the group placements among ``placements`` as
     MILP candidates; its work limits ``node_limit``, ``max_milp_ops`` and ``polish_evaluations``,
-    ``None``: :func:`baselines.optimum.default_polish_evaluations`; ``on_progress`` its progress).
+    ``None``: [`baselines.optimum.default_polish_evaluations`][baselines.optimum.default_polish_evaluations]; ``on_progress`` its progress).
     ``stage``: a context manager per step (``"lower bound"``, ``"optimum"``), as
-    :func:`tracking.progress.stage`; it may set ``["result"]``.
+    [`tracking.progress.stage`][tracking.progress.stage]; it may set ``["result"]``.
 
     Returns:
         ``{"lower_bound_s", "lower_bound": {...components}, "optimum_s", "optimum_proven",
@@ -50,7 +50,7 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
         "optimum_deterministic", "optimum_work", "reference_environment"}`` (seconds; the optimum
         keys are ``None`` when not computed; ``optimum_gap`` is ``optimum_s / optimum_bound_s - 1``,
         a fraction, 0 when proven; ``optimum_work`` the work limits and what was spent,
-        :attr:`baselines.optimum.OptimumResult.work`; ``optimum_placement`` is ``[num_groups]`` device
+        [`baselines.optimum.OptimumResult.work`][baselines.optimum.OptimumResult.work]; ``optimum_placement`` is ``[num_groups]`` device
         indices or ``None``; ``reference_environment`` is ``"sim"``: both come from the simulator's
         cost model, so a ratio to them means something only for step times measured in the simulator).
     """
@@ -94,18 +94,18 @@ def optimum_summary(step_time_s: float | None, bound_s: float | None, gap: float
 
 @contextlib.contextmanager
 def _quiet_stage(name: str) -> Iterator[dict]:
-    """A stage that says nothing (the default of :func:`run_baselines` and :func:`reference_points`)."""
+    """A stage that says nothing (the default of [`run_baselines`][baselines.report.run_baselines] and [`reference_points`][baselines.report.reference_points])."""
     yield {"result": ""}
 
 
 def reference_placements(refs: dict) -> dict:
-    """The placements of the reference methods :func:`reference_points` computed (method -> ``[num_groups]``
+    """The placements of the reference methods [`reference_points`][baselines.report.reference_points] computed (method -> ``[num_groups]``
     device indices, or ``None`` when none fits): ``{"optimum": ...}`` when it was asked for, else empty."""
     return {} if refs.get("optimum_method") is None else {"optimum": refs.get("optimum_placement")}
 
 
 def wants_optimum(methods) -> bool:
-    """True if ``methods`` ask for the optimum (the one reference method, :attr:`baselines.Baseline.reference`)."""
+    """True if ``methods`` ask for the optimum (the one reference method, [`baselines.Baseline.reference`][baselines.Baseline.reference])."""
     return any(m in BASELINES and BASELINES[m].reference for m in methods)
 
 
@@ -121,7 +121,7 @@ def add_ratio_columns(results: dict[str, dict], refs: dict, env_kind: str = REFE
 
     The columns are filled only when the step times were measured in the environment the
     references were computed in (``refs["reference_environment"]``, the simulator); under any
-    other ``env_kind`` they are ``None`` (:func:`reference_note` says why).
+    other ``env_kind`` they are ``None`` ([`reference_note`][baselines.report.reference_note] says why).
 
     Returns:
         flat ``{"<method>.x_lower_bound": float, "<method>.x_optimum": float}`` for MLflow
@@ -147,23 +147,23 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
     """Run baselines, measure them in one environment and add the reference points.
 
     Args:
-        prepared: a :class:`compgraph.prepare.PreparedGraph`.
+        prepared: a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph].
         spec: the cluster.
-        methods: baseline names (default: :func:`applicable_baselines`); ``optimum`` is
+        methods: baseline names (default: [`applicable_baselines`][baselines.applicable_baselines]); ``optimum`` is
             computed last, with the others' group placements as MILP candidates.
         time_limit_s: an optional wall-clock cap on the optimum (seconds; ``None``: none, deterministic).
         node_limit, polish_evaluations, max_milp_ops: the optimum's work limits
-            (:func:`baselines.optimum.milp_optimum`; ``polish_evaluations=None``: by the graph's size).
-        env_kind, env_options: the measurement environment (:func:`cluster.factory.make_environment`).
+            ([`baselines.optimum.milp_optimum`][baselines.optimum.milp_optimum]; ``polish_evaluations=None``: by the graph's size).
+        env_kind, env_options: the measurement environment ([`cluster.factory.make_environment`][cluster.factory.make_environment]).
         stage: a context manager per stage (``"baselines"``, ``"lower bound"``, ``"optimum"``,
-            ``"evaluation (sim)"``), as :func:`tracking.progress.stage`; default: silent.
-        say: one progress line (each baseline as it ends), as :func:`tracking.progress.say`.
-        on_progress: the optimum's progress (:func:`baselines.optimum.milp_optimum`).
+            ``"evaluation (sim)"``), as [`tracking.progress.stage`][tracking.progress.stage]; default: silent.
+        say: one progress line (each baseline as it ends), as [`tracking.progress.say`][tracking.progress.say].
+        on_progress: the optimum's progress ([`baselines.optimum.milp_optimum`][baselines.optimum.milp_optimum]).
     Returns:
         ``{"methods": {m: {"step_time_s", "oom", "devices_used", "seconds", "placement",
         "x_lower_bound", "x_optimum"}}, "lower_bound_s", "lower_bound", "optimum_s",
         "optimum_proven", "optimum_bound_s", "optimum_gap", "optimum_method", "optimum_work",
-        "best_baseline"}`` (seconds; the rest of :func:`reference_points`).
+        "best_baseline"}`` (seconds; the rest of [`reference_points`][baselines.report.reference_points]).
     Raises:
         ValueError: an unknown method (lists the valid ones).
     """

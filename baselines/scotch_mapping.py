@@ -91,12 +91,12 @@ vertices of weight 42949672 in a chain on devices of weights ``[1, 3]`` are
 all put on device 0 (and 1000 vertices of weight 10**7 likewise), while totals
 up to 2**31 map 25%/75% as expected.  Edge weights up to 10**15, link costs up
 to 10**12 and device weights up to 10**12 showed no such problem.
-:func:`scotch_static_map` therefore rejects inputs whose vertex weights sum
+[`scotch_static_map`][baselines.scotch_mapping.scotch_static_map] therefore rejects inputs whose vertex weights sum
 above ``2**31 - 1`` with a ValueError (unless D == 1, where Scotch is not
 called); callers with e.g. FLOP counts must
 rescale them first.
 
-Public API: :func:`scotch_static_map`.
+Public API: [`scotch_static_map`][baselines.scotch_mapping.scotch_static_map].
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ bound, x optimum) and, with ``--json PATH``, writes the same ``methods`` shape a
 optimum_bound_s - 1``, a fraction) and ``optimum_work`` (the optimum's work limits and what it
 spent). No Prefect flow, no MLflow run: a quick look.
 
-Progress goes to standard error as the experiment's stage lines (:mod:`tracking.progress`,
+Progress goes to standard error as the experiment's stage lines ([`tracking.progress`][tracking.progress],
 ``[   0.4 s] baselines ...``): what runs, then each stage (preprocess, baselines -- a line as each
 one is placed --, lower bound, optimum -- a line every 10% of its polish or 15 s --, evaluation).
-The optimum's default work limit (:mod:`baselines.optimum`) is a count, so its result is the same on
+The optimum's default work limit ([`baselines.optimum`][baselines.optimum]) is a count, so its result is the same on
 any machine load. On the nine paper graphs on ``k80x2`` and ``k80x4`` the whole command took 7-49 s
 on a 2-core machine (load 2-3.5; rnnlm paper 16 and 24 s), gnmt 88 and 102 s, resnet200 on ``k80x4``
 181 s (162 s of them m_sct's), with the first stage line within 1 s.
@@ -120,8 +120,8 @@ def baselines_command(
 
 
 def say(text: str) -> None:
-    """One stage line on standard error (:func:`tracking.progress.print_line`, when the command asked for
-    them: :data:`tracking.progress.STAGE_LINES_ENV`). Not :func:`tracking.progress.say`: there is no
+    """One stage line on standard error ([`tracking.progress.print_line`][tracking.progress.print_line], when the command asked for
+    them: [`tracking.progress.STAGE_LINES_ENV`][tracking.progress.STAGE_LINES_ENV]). Not [`tracking.progress.say`][tracking.progress.say]: there is no
     Prefect run here, and its look-up of one imports Prefect (5 s on a loaded 2-core machine)."""
     from tracking.progress import STAGE_LINES_ENV, print_line
 
@@ -130,7 +130,7 @@ def say(text: str) -> None:
 
 
 def stage(name: str):
-    """:func:`tracking.progress.stage` with this command's :func:`say` (no Prefect run look-up)."""
+    """[`tracking.progress.stage`][tracking.progress.stage] with this command's [`say`][cli.baselines.say] (no Prefect run look-up)."""
     from tracking.progress import stage as progress_stage
 
     return progress_stage(name, say=say)
@@ -141,12 +141,12 @@ def _graph_line(prepared, spec) -> str:
 
 
 class OptimumProgress:
-    """The optimum's ``on_progress`` (:func:`baselines.optimum.milp_optimum`) as progress lines:
+    """The optimum's ``on_progress`` ([`baselines.optimum.milp_optimum`][baselines.optimum.milp_optimum]) as progress lines:
     one when the MILP starts, then one for the polish every 10% of its budget or ``every_s`` seconds
     (placements simulated of the limit, the best step time so far and its gap to the proven bound).
 
     Args:
-        say: prints one line (:func:`tracking.progress.say`).
+        say: prints one line ([`tracking.progress.say`][tracking.progress.say]).
         every_s: at most this many seconds between polish lines.
     """
 
@@ -174,7 +174,7 @@ class OptimumProgress:
 
 
 def print_baselines_table(result: dict, to_stderr: bool = False) -> None:
-    """The rich table of :func:`baselines.report.run_baselines`' result."""
+    """The rich table of [`baselines.report.run_baselines`][baselines.report.run_baselines]' result."""
     from rich.console import Console
     from rich.table import Table
 

@@ -1,6 +1,6 @@
 """What every ``placement`` command shares: the typer app (one-line usage errors), the process
 environment and the helpers for bad input (one line, exit 2), JSON output and graph preparation.
-:mod:`cli.main` and the command modules (:mod:`cli.measure`, :mod:`cli.compare`...) import from here,
+[`cli.main`][cli.main] and the command modules ([`cli.measure`][cli.measure], [`cli.compare`][cli.compare]...) import from here,
 so no command module imports another."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def plain_help(text: str | None) -> str | None:
 
 
 def plain_command_help(command) -> None:
-    """Make a click command's help, short help and options' help plain text (:func:`plain_help`)."""
+    """Make a click command's help, short help and options' help plain text ([`plain_help`][cli.common.plain_help])."""
     for obj in (command, *getattr(command, "params", ())):
         for attr in ("help", "short_help"):
             if isinstance(getattr(obj, attr, None), str):
@@ -58,7 +58,7 @@ def plain_command_help(command) -> None:
 
 
 def _plain_help_group(base: type) -> type:
-    """``base`` (a typer group class) whose commands' help texts are plain (:func:`plain_command_help`):
+    """``base`` (a typer group class) whose commands' help texts are plain ([`plain_command_help`][cli.common.plain_command_help]):
     the docstrings keep their cross-references for the docs site, ``--help`` shows none of their markup."""
 
     class PlainHelpGroup(base):  # type: ignore[misc,valid-type]
@@ -99,7 +99,7 @@ def check_json_path(path: str | None) -> str | None:
 
 def out_dir_or_home(value: str | None) -> str:
     """Typer callback of every ``--out-dir``: the folder given, else the user-level home
-    (:func:`tracking.placement_home`: ``$PLACEMENT_HOME`` or the platform's user data folder),
+    ([`tracking.placement_home`][tracking.placement_home]: ``$PLACEMENT_HOME`` or the platform's user data folder),
     so that runs from any folder share one MLflow store."""
     from tracking import placement_home
 
@@ -125,13 +125,13 @@ def _check_model(model: str, size: str) -> None:
 
 SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras", "signature": "--signature",
                 "torch": "--torch"}
-"""The graph-source options of :func:`compgraph.frontends.graph_source` -> their flags."""
+"""The graph-source options of [`compgraph.frontends.graph_source`][compgraph.frontends.graph_source] -> their flags."""
 
 
 def cli_graph_source(model: str | None, size: str, graph_def: str | None, keras: str | None,
                      saved_model: str | None, signature: str | None, torch: str | None = None,
                      torch_optimizer: str = "adam"):
-    """:func:`compgraph.frontends.graph_source` of the graph flags; a bad combination is one line
+    """[`compgraph.frontends.graph_source`][compgraph.frontends.graph_source] of the graph flags; a bad combination is one line
     in flags (``give one of --graph-def, --saved-model and --keras, not several``), exit 2."""
     import re
 
@@ -165,7 +165,7 @@ def _prepare_graph(
     input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
     ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph).
     ``keep``: the check before a flow; the flow's own preparation with the same settings takes this
-    graph instead of importing it again (:func:`compgraph.frontends.prepare_source`)."""
+    graph instead of importing it again ([`compgraph.frontends.prepare_source`][compgraph.frontends.prepare_source])."""
     from compgraph.frontends import is_user_graph, prepare_source
 
     source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
@@ -189,7 +189,7 @@ def _prepare_graph(
 
 def _set_max_graph_mb(value: int | None) -> int | None:
     """``--max-graph-mb`` callback: checked (>= 1) and set for this process as
-    :data:`compgraph.user_graph.MAX_GRAPH_ENV` (bytes), so the flow's own load sees it too."""
+    [`compgraph.user_graph.MAX_GRAPH_ENV`][compgraph.user_graph.MAX_GRAPH_ENV] (bytes), so the flow's own load sees it too."""
     if value is None:
         return value
     if value < 1:
@@ -290,8 +290,8 @@ def config_error(exc, flags: dict[str, str]) -> str:
 
 
 def build_config(settings: dict, flags: dict[str, str]):
-    """:class:`tasks.config.ExperimentConfig` of ``settings`` (nested dicts, the config's shape); an
-    invalid one is one line naming the flag (:func:`config_error`), exit 2."""
+    """[`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig] of ``settings`` (nested dicts, the config's shape); an
+    invalid one is one line naming the flag ([`config_error`][cli.common.config_error]), exit 2."""
     from pydantic import ValidationError
 
     from tasks.config import ExperimentConfig
@@ -305,7 +305,7 @@ def build_config(settings: dict, flags: dict[str, str]):
 def _choose_methods(methods: str | None, valid: list[str], default: list[str], spec, user_graph: bool) -> list[str]:
     """The methods of ``--methods`` (comma-separated; ``None``: ``default``), checked: each in
     ``valid``, not empty, and each baseline able to place this graph on ``spec``
-    (:meth:`baselines.Baseline.problem`: a GPU, a CPU, a benchmark's layer rules). A bad one is
+    ([`baselines.Baseline.problem`][baselines.Baseline.problem]: a GPU, a CPU, a benchmark's layer rules). A bad one is
     one line, exit 2."""
     from baselines import BASELINES
 

@@ -1,4 +1,4 @@
-"""``placement detect``: the cluster spec of this machine, as YAML (:mod:`cluster.detect`)."""
+"""``placement detect``: the cluster spec of this machine, as YAML ([`cluster.detect`][cluster.detect])."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Checks of ``placement experiment``'s distributed search against the world (CUDA here, a Ray
 address answering), one line each, for exit code 2; the settings themselves are checked by
-:class:`tasks.config.RayOptions`."""
+[`tasks.config.RayOptions`][tasks.config.RayOptions]."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ def check_policy_device(policy_device: str, ray_address: str | None) -> str | No
     """``--policy-device cuda`` on a local Ray needs CUDA here (``torch.cuda.is_available()``); on
     a Ray cluster (``ray_address``) the controllers' nodes decide, and Ray reports a missing GPU
     itself. (Whether the learners can run there is the config's check:
-    :class:`tasks.config.ExperimentConfig`.)"""
+    [`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig].)"""
     if policy_device == "cpu" or ray_address is not None:
         return None
     import torch

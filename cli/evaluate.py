@@ -1,5 +1,5 @@
 """``placement evaluate``: the step time of one given placement (an op -> device JSON file, or every
-op on one device), measured in the simulator, for real or in grappler (:mod:`tracking.evaluate`)."""
+op on one device), measured in the simulator, for real or in grappler ([`tracking.evaluate`][tracking.evaluate])."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from cli.options import CacheDir, Cluster, Env, GraphDef, IntBound, Json, Keras,
 
 REAL_FLAGS = {"repeats": "--repeats", "warmup": "--warmup", "seed": "--seed", "threads": "--threads",
               "time_limit_s": "--time-limit", "soft_placement": "--soft-placement"}
-"""The :class:`cluster.environment.EnvOptions` field each ``--env real`` flag sets."""
+"""The [`cluster.environment.EnvOptions`][cluster.environment.EnvOptions] field each ``--env real`` flag sets."""
 
 TF_ONLY = ("soft_placement",)
-"""Real options only TensorFlow's real environment reads (:class:`cluster.real.RealEnvironment`)."""
+"""Real options only TensorFlow's real environment reads ([`cluster.real.RealEnvironment`][cluster.real.RealEnvironment])."""
 
 TORCH_ONLY = ("threads", "time_limit_s")
 """Real options only a PyTorch step's real environment reads (TensorFlow's would ignore them)."""
 
 
 def is_torch_step(prepared) -> bool:
-    """True for a prepared PyTorch step (:func:`cluster.torch_real.is_torch_step`; without that module, a
+    """True for a prepared PyTorch step ([`cluster.torch_real.is_torch_step`][cluster.torch_real.is_torch_step]; without that module, a
     graph with no TensorFlow GraphDef)."""
     try:
         from cluster.torch_real import is_torch_step as torch_step
@@ -31,11 +31,11 @@ def is_torch_step(prepared) -> bool:
 
 
 def real_options(given: dict, torch_step: bool) -> dict:
-    """The :class:`cluster.environment.EnvOptions` dict of the ``--env real`` flags the user gave
+    """The [`cluster.environment.EnvOptions`][cluster.environment.EnvOptions] dict of the ``--env real`` flags the user gave
     (``given``: field -> value, ``None`` when not given): only those. For a TensorFlow graph, whose real
     environment runs ``steps`` steps and drops the first ``warmup``, ``repeats`` (timed steps) becomes
     ``steps`` = warm-up + repeats, with the warm-up made explicit (given, else
-    :class:`cluster.real.RealEnvironment`'s default).
+    [`cluster.real.RealEnvironment`][cluster.real.RealEnvironment]'s default).
 
     Raises:
         ValueError: a flag the graph's real environment would ignore (names the flag).

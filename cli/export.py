@@ -1,6 +1,6 @@
 """``placement export``: one method's placement of a finished run, per op, as JSON, a TensorFlow GraphDef
 or a placed ``torch.fx`` step. A run is a record, not a program: nothing it names is imported; ``tf`` and
-``torch`` take the graph's source from this command line (:mod:`tracking.export`)."""
+``torch`` take the graph's source from this command line ([`tracking.export`][tracking.export])."""
 
 from __future__ import annotations
 

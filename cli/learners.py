@@ -15,7 +15,7 @@ from cli.options import Cluster, Grouper, Json, LearnerOption, OutDir, Resume, S
 def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -> dict[str, dict]:
     """``METHOD.FIELD=VALUE`` strings -> ``{method: {field: value}}`` (VALUE parsed as JSON, else
     kept as a string); a malformed item -> ``fail(one line)``. The values are checked by whoever
-    takes them (:class:`tasks.config.ExperimentConfig`, :func:`parse_learner_options`)."""
+    takes them ([`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig], [`parse_learner_options`][cli.learners.parse_learner_options])."""
     out: dict[str, dict] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
@@ -32,7 +32,7 @@ def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -
 
 def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
                           fail: Callable[[str], None]) -> dict[str, dict]:
-    """:func:`learner_option_items`, each validated by the learner's config (a learner not among
+    """[`learner_option_items`][cli.learners.learner_option_items], each validated by the learner's config (a learner not among
     ``methods``, an unknown field or a bad value -> ``fail(one line)``); for the commands without an
     experiment config (``compare-learners``, the benchmarks)."""
     from placer import LEARNER_NAMES as LEARNERS  # names only: torch loads if an option is given

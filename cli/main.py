@@ -1,8 +1,8 @@
 """The ``placement`` command line (typer).
 
 Commands: ``experiment`` (the main job: the ``placement-experiment`` Prefect flow),
-``graph-stats``, ``models``, ``clusters``, (:mod:`cli.measure`) ``calibrate``,
-``fidelity``, ``train``, and (:mod:`cli.compare`) ``compare``, ``log-run``; shared helpers in :mod:`cli.common`. A bad argument prints one line naming the value
+``graph-stats``, ``models``, ``clusters``, ([`cli.measure`][cli.measure]) ``calibrate``,
+``fidelity``, ``train``, and ([`cli.compare`][cli.compare]) ``compare``, ``log-run``; shared helpers in [`cli.common`][cli.common]. A bad argument prints one line naming the value
 and the valid ones, and exits with code 2. ``--json PATH`` takes ``-`` for standard output.
 """
 
@@ -87,9 +87,9 @@ EXPERIMENT_FLAGS = {
     "--out-dir": "tracking.out_dir", "--tracking-uri": "tracking.tracking_uri", "--cache-dir": "tracking.cache_dir",
     "--spool": "tracking.spool", "--resume": "tracking.resume",
 }
-"""``placement experiment``'s flags -> the :class:`tasks.config.ExperimentConfig` field each sets
-(:func:`tasks.config.experiment_fields`' paths; ``learners.*``: any learner's field,
-``METHOD.FIELD=VALUE``). ``tests/test_config.py`` checks that they and :data:`NOT_EXPERIMENT_FLAGS`
+"""``placement experiment``'s flags -> the [`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig] field each sets
+([`tasks.config.experiment_fields`][tasks.config.experiment_fields]' paths; ``learners.*``: any learner's field,
+``METHOD.FIELD=VALUE``). ``tests/test_config.py`` checks that they and [`NOT_EXPERIMENT_FLAGS`][cli.main.NOT_EXPERIMENT_FLAGS]
 cover the config, and that the flow's form and the sweep are built from it too."""
 
 NOT_EXPERIMENT_FLAGS = {
@@ -142,7 +142,7 @@ def experiment(
 ) -> None:
     """Run the placement-experiment flow: baselines and learners' searches, measured and logged to MLflow.
 
-    The flags build one :class:`tasks.config.ExperimentConfig` (:data:`EXPERIMENT_FLAGS`), which
+    The flags build one [`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig] ([`EXPERIMENT_FLAGS`][cli.main.EXPERIMENT_FLAGS]), which
     checks them all; its first error is one line naming the flag and the value (exit 2)."""
     from cli.common import cli_graph_source
     from cli.learners import learner_option_items

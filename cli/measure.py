@@ -1,6 +1,6 @@
 """The measurement commands of ``placement``: ``calibrate``, ``fidelity``, ``train``.
 
-Each runs a Prefect flow of :mod:`flows.measure`; ``fidelity`` and ``train`` log one MLflow
+Each runs a Prefect flow of [`flows.measure`][flows.measure]; ``fidelity`` and ``train`` log one MLflow
 run (experiments ``placement-fidelity`` and ``placement-training``). Bad values print one
 line naming the value and the valid ones and exit with code 2, as the other commands do.
 ``--json PATH`` takes ``-`` for standard output (the human-readable lines then go to stderr).
@@ -73,7 +73,7 @@ def _check_tensorflow_benchmark(model: str, command: str) -> None:
 
 def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None, holdout: str | None,
                     json_path: str | None) -> None:
-    """``calibrate --torch``: fit ``cluster``'s cost-model terms to PyTorch profiles (:mod:`cluster.torch_calibrate`)
+    """``calibrate --torch``: fit ``cluster``'s cost-model terms to PyTorch profiles ([`cluster.torch_calibrate`][cluster.torch_calibrate])
     and write the fitted preset YAML with its provenance."""
     if not from_profile:
         _fail("--torch: give --from-profile DIR (a folder of PyTorch profiles in the shared format: steps.json, "

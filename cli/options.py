@@ -52,7 +52,7 @@ Resume = Annotated[bool, typer.Option("--resume", help="continue an interrupted 
                                                        "logs and checkpoints (nothing measured twice)")]
 # where results go
 HOME_HELP = f"default: {placement_home()}, i.e. $PLACEMENT_HOME, else the user data folder"
-"""The default of every ``--out-dir`` in words (:func:`cli.common.out_dir_or_home`)."""
+"""The default of every ``--out-dir`` in words ([`cli.common.out_dir_or_home`][cli.common.out_dir_or_home])."""
 OutDir = Annotated[str, typer.Option(callback=out_dir_or_home,
                                      help="folder of the run folders, the MLflow store (without --tracking-uri), the graph "
                                           f"cache and the placement logs ({HOME_HELP})")]

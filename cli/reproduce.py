@@ -1,4 +1,4 @@
-"""``placement reproduce``: a paper's table, row by row, beside the paper (:mod:`flows.reproduce`).
+"""``placement reproduce``: a paper's table, row by row, beside the paper ([`flows.reproduce`][flows.reproduce]).
 
 Prints per row (model x GPUs) each method's step time under the shipped presets beside the
 paper's, the ratio, the held-out prediction (presets fitted without that model), the row's

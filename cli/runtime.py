@@ -5,12 +5,12 @@ first flow call. On a busy machine that failed in three ways (measured on a 2-co
 under load: the default run and 6 harness tests died with "Timed out while attempting to
 connect to ephemeral Prefect API server"): its 20 s start-up limit ran out; two runs sharing one
 ``PREFECT_HOME`` raced in the database migration (``duplicate column name``); and a run
-stopped by SIGTERM or SIGKILL left its server running. :func:`prefect_api` replaces it with
+stopped by SIGTERM or SIGKILL left its server running. [`prefect_api`][cli.runtime.prefect_api] replaces it with
 the same server (Prefect's own ``prefect.server.api.server:create_app`` under uvicorn, bound to
 127.0.0.1, on the SQLite database in ``PREFECT_HOME``, so the flow history is kept) but
 
 * waits for ``/api/health`` up to ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``
-  (default here :data:`STARTUP_TIMEOUT_S`, not Prefect's 20 s);
+  (default here [`STARTUP_TIMEOUT_S`][cli.runtime.STARTUP_TIMEOUT_S], not Prefect's 20 s);
 * holds an exclusive lock on ``$PREFECT_HOME/placement-server.lock`` from start until the
   server answers, so only one process migrates the database at a time;
 * stops the server when the command ends: normally, on an exception, on SIGINT and on
@@ -20,7 +20,7 @@ the same server (Prefect's own ``prefect.server.api.server:create_app`` under uv
 With ``PREFECT_API_URL`` set (in the environment or the Prefect profile: a persistent
 ``prefect server start``, Prefect Cloud, or ``prefect_test_harness``) that server is used instead; it is checked first and, if it does not answer, the command fails
 with one line (exit 2) before any work. Without it, the server ``placement server start`` keeps
-running (:mod:`tracking.server`, recorded under ``PLACEMENT_HOME``) is used when it answers; the
+running ([`tracking.server`][tracking.server], recorded under ``PLACEMENT_HOME``) is used when it answers; the
 temporary server is the default when none does.
 """
 
@@ -156,7 +156,7 @@ def _raise_system_exit(signum, frame):  # SIGTERM -> SystemExit, so finally-bloc
 def check_prefect_api(check_timeout_s: float = 5.0) -> str | None:
     """The Prefect API URL this process is given (``PREFECT_API_URL``, the profile or a test
     harness), checked to answer within ``check_timeout_s`` seconds; else that of the server
-    ``placement server start`` recorded, if it answers (:func:`tracking.server.running_api_url`);
+    ``placement server start`` recorded, if it answers ([`tracking.server.running_api_url`][tracking.server.running_api_url]);
     ``None`` when there is neither (a temporary server will be started).
 
     Raises:
@@ -228,7 +228,7 @@ def prefect_api(check_timeout_s: float = 5.0) -> Iterator[str]:
 
 
 def run_flow(flow_fn, fail, **kwargs):
-    """``flow_fn(**kwargs)`` under :func:`prefect_api`; a Prefect API that cannot be reached or
+    """``flow_fn(**kwargs)`` under [`prefect_api`][cli.runtime.prefect_api]; a Prefect API that cannot be reached or
     started is reported through ``fail(message)`` (the CLI's one line, exit 2)."""
     try:
         with prefect_api():
@@ -239,11 +239,11 @@ def run_flow(flow_fn, fail, **kwargs):
 
 OUT_DIR_ENTRIES = ("runs", "placement-logs", "checkpoints", "graph-cache", "cost-tables", "plots")
 """What a run writes under ``--out-dir`` (besides the default MLflow store, ``mlflow.db`` and
-``mlartifacts``): each must resolve inside it (:func:`out_dir_problem`)."""
+``mlartifacts``): each must resolve inside it ([`out_dir_problem`][cli.runtime.out_dir_problem])."""
 
 
 def out_dir_problem(out_dir: str, default_store: bool) -> str | None:
-    """The first of :data:`OUT_DIR_ENTRIES` (and, with ``default_store``, ``mlflow.db`` and
+    """The first of [`OUT_DIR_ENTRIES`][cli.runtime.OUT_DIR_ENTRIES] (and, with ``default_store``, ``mlflow.db`` and
     ``mlartifacts``) under ``out_dir`` that resolves outside it (a symlink leading out), as one line;
     ``None`` if none does. A run would be refused there only once it writes, after all its work."""
     from compgraph.paths import UnsafePath, inside
@@ -262,9 +262,9 @@ def out_dir_problem(out_dir: str, default_store: bool) -> str | None:
 
 def preflight(out_dir: str, tracking_uri: str | None, spool: bool, fail) -> None:
     """Before any work: ``out_dir`` writable, the folders a run writes there inside it
-    (:func:`out_dir_problem`: no symlink leading out), (unless ``spool``) the MLflow store usable (a
+    ([`out_dir_problem`][cli.runtime.out_dir_problem]: no symlink leading out), (unless ``spool``) the MLflow store usable (a
     tracking server must answer ``/health`` within 5 s), and a given Prefect API answering
-    (:func:`check_prefect_api`). Failures go to ``fail(message)``."""
+    ([`check_prefect_api`][cli.runtime.check_prefect_api]). Failures go to ``fail(message)``."""
     from tracking import default_tracking_uri
     from tracking.live import TrackingUnavailable, check_tracking, check_writable
 

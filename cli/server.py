@@ -1,6 +1,6 @@
 """``placement server start|stop|status``: one Prefect server kept running for a sweep or a UI
 session, so that a command does not spend 20-30 s starting a temporary one
-(:mod:`tracking.server`)."""
+([`tracking.server`][tracking.server])."""
 
 from __future__ import annotations
 

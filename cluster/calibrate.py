@@ -1,6 +1,6 @@
 """Calibration: per-op execution times measured from TensorFlow traces, for the simulator.
 
-:func:`calibrate` runs the training step under placements that put every op on each
+[`calibrate`][cluster.calibrate.calibrate] runs the training step under placements that put every op on each
 device kind of the cluster (by default: everything on the first device of each kind;
 groups holding an op with no kernel for that kind go to the first CPU), traces each step
 with ``RunOptions(trace_level=FULL_TRACE)`` and reads
@@ -15,13 +15,13 @@ By default the calibration session runs ops one at a time (``inter_op_parallelis
 = 1``), so each op's time is not inflated by ops running beside it on the same cores, as
 the simulator's devices run one op at a time.
 
-:func:`calibrate_link` optionally fits a transfer cost ``latency_s + bytes / bandwidth``
+[`calibrate_link`][cluster.calibrate.calibrate_link] optionally fits a transfer cost ``latency_s + bytes / bandwidth``
 between two devices from a micro-benchmark (see its docstring).
 
-The result is a :class:`CostTable`, saved and loaded as JSON; :meth:`CostTable.op_times`
+The result is a [`CostTable`][cluster.calibrate.CostTable], saved and loaded as JSON; [`CostTable.op_times`][cluster.calibrate.CostTable.op_times]
 gives the ``[num_ops, num_devices]`` seconds matrix for ``Simulator(op_times=...)``; ops
 the trace did not show (fed placeholders, pruned or folded nodes) keep their roofline
-time (:func:`cluster.cost_model.op_time_matrix`).
+time ([`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix]).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class CostTable(BaseModel):
         op_seconds: op name -> device kind (``cpu``/``gpu``) -> median seconds per execution.
         devices: device kind -> TensorFlow device it was measured on (e.g. ``/device:CPU:1``).
         steps: traced steps per placement (the first dropped).
-        link: optional fitted transfer cost (:func:`calibrate_link`).
+        link: optional fitted transfer cost ([`calibrate_link`][cluster.calibrate.calibrate_link]).
         notes: free text (how it was measured).
     """
 
@@ -75,7 +75,7 @@ class CostTable(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> "CostTable":
-        """Read a table written by :meth:`save`.
+        """Read a table written by [`save`][cluster.calibrate.CostTable.save].
 
         Raises:
             ValueError: the file is missing, not JSON, or not a cost table (names the file and field).
@@ -96,7 +96,7 @@ class CostTable(BaseModel):
         """Seconds of each op on each device, float64 ``[num_ops, num_devices]``.
 
         Measured seconds for ops and device kinds in the table; the roofline time
-        (:func:`cluster.cost_model.op_time_matrix`) elsewhere.
+        ([`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix]) elsewhere.
         """
         times = op_time_matrix(graph, spec)
         kinds = [d.kind for d in spec.devices]
@@ -116,7 +116,7 @@ class CostTable(BaseModel):
         return sum(op.name in self.op_seconds for op in graph.ops) / graph.num_ops
 
     def apply_link(self, spec: ClusterSpec) -> ClusterSpec:
-        """A copy of ``spec`` whose links all cost the fitted :attr:`link` (``spec`` itself if none)."""
+        """A copy of ``spec`` whose links all cost the fitted [`link`][cluster.calibrate.CostTable.link] (``spec`` itself if none)."""
         if self.link is None:
             return spec
         data = spec.model_dump()
@@ -180,19 +180,19 @@ def calibrate(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray] | N
     """Measure every op's time on each device kind from traced TensorFlow steps.
 
     Args:
-        prepared: a :class:`compgraph.prepare.PreparedGraph` (with ``graph_def`` and ``fetches``).
+        prepared: a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph] (with ``graph_def`` and ``fetches``).
         spec: the cluster; its device kinds are the table's columns.
         placements: group placements ``[num_groups]`` to trace (name -> placement); default
-            :func:`kind_placements`. An op's time is recorded for the kind of the device it ran on;
+            [`kind_placements`][cluster.calibrate.kind_placements]. An op's time is recorded for the kind of the device it ran on;
             an op seen on one kind in several placements keeps the median over all its samples.
         steps: traced steps per placement; the first is dropped (needs ``steps >= 2``).
         seed: seed of the synthetic inputs.
         sequential: run ops one at a time (``inter_op_parallelism_threads=1``).
-        devices: TensorFlow device per spec device (default :func:`cluster.real.tf_devices`).
-        fit_link: also fit one transfer cost between devices 0 and 1 (:func:`calibrate_link`)
-            and store it as :attr:`CostTable.link` (used for every link by :meth:`CostTable.apply_link`).
+        devices: TensorFlow device per spec device (default [`cluster.real.tf_devices`][cluster.real.tf_devices]).
+        fit_link: also fit one transfer cost between devices 0 and 1 ([`calibrate_link`][cluster.calibrate.calibrate_link])
+            and store it as [`CostTable.link`][cluster.calibrate.CostTable.link] (used for every link by [`CostTable.apply_link`][cluster.calibrate.CostTable.apply_link]).
     Returns:
-        The :class:`CostTable`.
+        The [`CostTable`][cluster.calibrate.CostTable].
     Raises:
         ValueError: ``steps < 2`` or a placement of the wrong length;
         cluster.real.PlacementError: a placement TensorFlow cannot run.

@@ -1,7 +1,7 @@
 """The contracted engine's graph: co-located ops merged into an acyclic graph of clusters (an approximation).
 
-:class:`cluster.simulated.SimulatedEnvironment` with ``engine="contracted"`` runs
-:class:`cluster.fast_simulator.FastSimulator` on it; :func:`contract_groups`' docstring says what differs
+[`cluster.simulated.SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment] with ``engine="contracted"`` runs
+[`cluster.fast_simulator.FastSimulator`][cluster.fast_simulator.FastSimulator] on it; [`contract_groups`][cluster.contracted.contract_groups]' docstring says what differs
 from the op-level simulation, and ``benchmarks/simulator.py`` measures by how much.
 """
 
@@ -16,7 +16,7 @@ from compgraph.ir import Edge, Grouping, Op, OpGraph
 
 @dataclass
 class ContractedGraph:
-    """The group graph of :func:`contract_groups`.
+    """The group graph of [`contract_groups`][cluster.contracted.contract_groups].
 
     Attributes:
         graph: one op per cluster (``[num_clusters]`` ops), edges between clusters.
@@ -63,7 +63,7 @@ def contract_groups(graph: OpGraph, grouping: Grouping, op_times: np.ndarray) ->
         grouping: its groups.
         op_times: ``[num_ops, num_devices]`` seconds.
     Returns:
-        the :class:`ContractedGraph`.
+        the [`ContractedGraph`][cluster.contracted.ContractedGraph].
     Raises:
         ValueError: ``op_times`` or ``grouping.op_group`` of the wrong shape.
     """

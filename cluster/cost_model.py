@@ -1,7 +1,7 @@
 """Per-op and per-transfer times "as TensorFlow executed them".
 
 **Ops.** For op ``o`` (``f = flops(o)``, ``m = bytes_accessed(o)``, from
-:mod:`compgraph.costs`) on device ``d``::
+[`compgraph.costs`][compgraph.costs]) on device ``d``::
 
     compute(o, d) = f / (peak_flops(d) * software_flops_fraction(d) * eff(o, d))
     memory(o, d)  = m / (memory_bandwidth(d) * memory_efficiency(o, d))
@@ -22,7 +22,7 @@ achieved compute efficiency depends on the op's type and size::
 
     memory_efficiency(o, d) = dense_memory_efficiency(d) or conv_memory_efficiency(d) for a dense
                               op or a convolution where the device gives one (a CPU's oneDNN
-                              layout reorders, :class:`cluster.spec.Device`), else memory_efficiency(d)
+                              layout reorders, [`cluster.spec.Device`][cluster.spec.Device]), else memory_efficiency(d)
 
 This is the structure of TensorFlow's own analytical cost model, grappler's
 ``OpLevelCostEstimator`` (``tensorflow/core/grappler/costs/op_level_cost_estimator.cc``):
@@ -31,14 +31,14 @@ GB/s), summed by default (``compute_memory_overlap_ = false``), with per-op-type
 counts; grappler rates a CPU at ``num_cores * frequency`` (one FLOP per core-cycle, 32x
 below a Haswell's AVX2-FMA peak) and a GPU at its peak. Here the achieved fractions of
 peak are parameters of the cluster spec (fitted to measured step times,
-:mod:`cluster.reproduce`), with a size term for dense ops (small matrix products and
+[`cluster.reproduce`][cluster.reproduce]), with a size term for dense ops (small matrix products and
 convolutions do not fill a GPU; a saturating curve, half efficiency at
 ``half_efficiency_flops``) and a per-op executor overhead per device kind (kernel launch
 and TensorFlow's executor dispatch, which dominate small ops). With every efficiency 1,
 ``half_efficiency_flops`` 0 and ``compute_memory_overlap`` true (the defaults) this is the
 plain roofline (Williams et al., "Roofline", CACM 2009) plus overhead.
 
-**Host dispatch.** A device with ``dispatch_s > 0`` (:class:`cluster.spec.Device`; PyTorch eager's
+**Host dispatch.** A device with ``dispatch_s > 0`` ([`cluster.spec.Device`][cluster.spec.Device]; PyTorch eager's
 per-op host dispatch and kernel launch) gives every op that does work (``f > 0`` or ``m > 0``)
 ``max(t(o, d), dispatch_s(d))``: the host issues the next op while the device runs this one, so a
 step of small ops is bounded below by its dispatches (launch-bound), one of large ops by its
@@ -46,10 +46,10 @@ kernels. Per op, this is an upper bound of a host queue running ahead of the dev
 default ``dispatch_s = 0`` it changes nothing.
 
 **Transfers.** A transfer of ``b`` bytes over an effective link takes
-``latency_s + b / bandwidth`` seconds (:func:`transfer_time`); :func:`effective_link`
+``latency_s + b / bandwidth`` seconds ([`transfer_time`][cluster.cost_model.transfer_time]); [`effective_link`][cluster.spec.effective_link]
 folds TensorFlow's Send/Recv overhead, the achieved link bandwidth and, for GPUs without
 peer access, staging through host memory into the link's figures
-(:class:`cluster.spec.TransferSpec`). :meth:`cluster.spec.ClusterSpec.link` returns it, so
+([`cluster.spec.TransferSpec`][cluster.spec.TransferSpec]). [`cluster.spec.ClusterSpec.link`][cluster.spec.ClusterSpec.link] returns it, so
 both simulators use it unchanged.
 """
 
@@ -61,7 +61,7 @@ from cluster.spec import ClusterSpec, effective_link  # noqa: F401 (effective_li
 from compgraph.ir import OpGraph
 
 #: Op types whose compute term uses ``dense_efficiency``: TensorFlow's and, for a PyTorch step
-#: (:mod:`compgraph.torch_step`), ATen's matrix products and attention kernels.
+#: ([`compgraph.torch_step`][compgraph.torch_step]), ATen's matrix products and attention kernels.
 DENSE_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "SparseMatMul",
                          "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm",
                          "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
@@ -72,7 +72,7 @@ CONV_PREFIXES = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "aten.convolution"
 
 
 def op_class(op_type: str) -> int:
-    """0 for a dense matrix product (:data:`DENSE_TYPES`), 1 for a convolution, 2 for any other op."""
+    """0 for a dense matrix product ([`DENSE_TYPES`][cluster.cost_model.DENSE_TYPES]), 1 for a convolution, 2 for any other op."""
     if op_type in DENSE_TYPES:
         return 0
     if op_type.startswith(CONV_PREFIXES):
@@ -88,18 +88,18 @@ def op_features(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return flops, nbytes, cls
 
 
-#: Op precisions told apart by the matrix units' peaks (:func:`op_precisions`); anything else is FP32.
+#: Op precisions told apart by the matrix units' peaks ([`op_precisions`][cluster.cost_model.op_precisions]); anything else is FP32.
 PRECISIONS = ("float32", "bfloat16", "float16")
 
 
 def op_precisions(graph: OpGraph) -> np.ndarray:
-    """``[num_ops]`` int: each op's index in :data:`PRECISIONS` (0, FP32, for any other dtype)."""
+    """``[num_ops]`` int: each op's index in [`PRECISIONS`][cluster.cost_model.PRECISIONS] (0, FP32, for any other dtype)."""
     index = {p: i for i, p in enumerate(PRECISIONS)}
     return np.array([index.get(op.dtype, 0) for op in graph.ops], dtype=np.int64)
 
 
 def dense_peaks(dev) -> np.ndarray:
-    """``[3 op classes, 3 precisions]`` peak FLOP/s of ``dev`` (a :class:`cluster.spec.Device`): the
+    """``[3 op classes, 3 precisions]`` peak FLOP/s of ``dev`` (a [`cluster.spec.Device`][cluster.spec.Device]): the
     matrix units' ``tensor_peak_flops`` for dense ops and convolutions where the device has them
     (FP32 as TF32 where ``tf32_matmul``/``tf32_conv``), else ``peak_flops``."""
     t = dev.tensor_peak_flops
@@ -115,8 +115,8 @@ def dense_peaks(dev) -> np.ndarray:
 
 def op_times_from_features(flops: np.ndarray, nbytes: np.ndarray, cls: np.ndarray, spec: ClusterSpec,
                            precision: np.ndarray | None = None) -> np.ndarray:
-    """:func:`op_time_matrix` from precomputed :func:`op_features` (for fits that vary the spec);
-    ``precision``: :func:`op_precisions` (``None``: every op FP32)."""
+    """[`op_time_matrix`][cluster.cost_model.op_time_matrix] from precomputed [`op_features`][cluster.cost_model.op_features] (for fits that vary the spec);
+    ``precision``: [`op_precisions`][cluster.cost_model.op_precisions] (``None``: every op FP32)."""
     n, d = len(flops), len(spec.devices)
     prec = np.zeros(n, dtype=np.int64) if precision is None else precision
     out = np.empty((n, d), dtype=np.float64)

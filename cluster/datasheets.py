@@ -1,4 +1,4 @@
-"""The datasheet figures ``placement detect`` reads a machine against (:mod:`cluster.detect`): the GPUs
+"""The datasheet figures ``placement detect`` reads a machine against ([`cluster.detect`][cluster.detect]): the GPUs
 it knows by torch's device name, NVLink per link, PCIe by generation. Every figure names its datasheet.
 """
 
@@ -63,9 +63,9 @@ NEW_CHIPS: dict[str, ServerChip] = {
          "1,513 TFLOPS*, * with sparsity; 80 GB, 2 TB/s; PCIe Gen5 128 GB/s)",),
         {"tf32": 378e12, "bfloat16": 756.5e12, "float16": 756.5e12}),
 }
-"""GPUs that :mod:`cluster.servers` and :mod:`cluster.machines` do not have, with their datasheets."""
+"""GPUs that [`cluster.servers`][cluster.servers] and [`cluster.machines`][cluster.machines] do not have, with their datasheets."""
 H200 = SERVER_CHIPS["h200-sxm-141gb"]
-"""The H200 SXM's datasheet figures: :mod:`cluster.servers`' (one copy)."""
+"""The H200 SXM's datasheet figures: [`cluster.servers`][cluster.servers]' (one copy)."""
 
 
 NVLINK1 = 20e9
@@ -113,11 +113,11 @@ e.g. ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``, ``Tesla V100-SXM2-16G
 none (an H100 NVL, a MIG slice, a consumer card) is unknown. A100 and H100 PCIe boards take NVLink
 bridges, hence their per-link figure (used only where ``nvidia-smi topo -m`` lists NVLinks)."""
 KNOWN_GPUS = "K80, P100 PCIe/SXM2, V100 PCIe/SXM2, V100S, A100 40/80GB SXM/PCIe, H100 SXM/PCIe, H200 SXM"
-"""The families of :data:`GPU_DATASHEETS`, as error messages name them."""
+"""The families of [`GPU_DATASHEETS`][cluster.datasheets.GPU_DATASHEETS], as error messages name them."""
 
 
 def match_gpu(name: str) -> str | None:
-    """The :data:`GPU_DATASHEETS` key of torch's device name ``name``, or ``None`` (unknown)."""
+    """The [`GPU_DATASHEETS`][cluster.datasheets.GPU_DATASHEETS] key of torch's device name ``name``, or ``None`` (unknown)."""
     norm = " ".join(re.sub(r"[-_]", " ", name.upper()).split())
     for key, sheet in GPU_DATASHEETS.items():
         if re.fullmatch(sheet.pattern, norm):
@@ -133,7 +133,7 @@ PCIE_ENCODING = {1: 8 / 10, 2: 8 / 10, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130,
 
 def pcie_bandwidth(gen: int, width: int) -> float:
     """Bandwidth per direction of a PCIe link (bytes/s): ``GT/s x lanes x encoding / 8`` (PCI-SIG), e.g.
-    3.0 x16 15.75 GB/s, 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s (:data:`cluster.servers.PCIE5_X16`)."""
+    3.0 x16 15.75 GB/s, 4.0 x16 31.5 GB/s, 5.0 x16 63 GB/s ([`cluster.servers.PCIE5_X16`][cluster.servers.PCIE5_X16])."""
     return PCIE_GT_S[gen] * width * PCIE_ENCODING[gen] / 8
 
 
@@ -149,7 +149,7 @@ CPU_MEMORY_BANDWIDTH: list[tuple[str, float, str]] = [
     (r"E5-2699 v4", _per_socket(CHIPS["gcp-broadwell-8"], 1), CHIPS["gcp-broadwell-8"].sources[2]),
 ]
 """(regex on the CPU model name, peak memory bandwidth per socket in bytes/s, source): the CPUs whose
-datasheets :mod:`cluster.servers` and :mod:`cluster.machines` cite, with their figures."""
+datasheets [`cluster.servers`][cluster.servers] and [`cluster.machines`][cluster.machines] cite, with their figures."""
 
 
 FP32_LANES_PER_SM: dict[tuple[int, int | None], int] = {(3, None): 192, (5, None): 128, (6, 0): 64, (6, None): 128, (7, None): 64, (8, 0): 64,

@@ -5,30 +5,30 @@ cannot, from a datasheet table or an assumption, each figure saying which.
 ``physical id``/``core id`` pairs: SMT threads share their core's FMA units), the ISA flags and the clock
 are read from ``/proc/cpuinfo`` (with ``lscpu`` and ``/sys/devices/system/cpu/cpu0/cpufreq/base_frequency``
 where it lacks them); the peak FP32 throughput is ``cores x clock x FLOP/cycle``, the FLOP per cycle
-following from the widest FMA ISA (:func:`flops_per_cycle`: AVX-512 with two FMA units 64, AVX2 + FMA 32,
+following from the widest FMA ISA ([`flops_per_cycle`][cluster.detect.flops_per_cycle]: AVX-512 with two FMA units 64, AVX2 + FMA 32,
 AVX 16, SSE 8; how many FMA units a core has is not in the flags, so it is an assumption, named). The
-memory bandwidth is a datasheet figure for the CPUs the presets cite (:data:`CPU_MEMORY_BANDWIDTH`), else
-an assumption per core (:data:`ASSUMED_BANDWIDTH_PER_CORE`), flagged; the memory is ``/proc/meminfo``'s
+memory bandwidth is a datasheet figure for the CPUs the presets cite ([`CPU_MEMORY_BANDWIDTH`][cluster.datasheets.CPU_MEMORY_BANDWIDTH]), else
+an assumption per core ([`ASSUMED_BANDWIDTH_PER_CORE`][cluster.detect.ASSUMED_BANDWIDTH_PER_CORE]), flagged; the memory is ``/proc/meminfo``'s
 ``MemTotal``.
 
 **GPUs** (``/gpu:K``, torch's device order). ``torch.cuda.get_device_properties(K)`` gives the name and the
-memory; the peaks and the memory bandwidth come from the datasheet table :data:`GPU_DATASHEETS` (the
-figures of :mod:`cluster.servers` and :mod:`cluster.machines` where they have the chip, the others here
-with their sources). A chip not in the table is refused (:class:`DetectError`) unless ``allow_unknown``,
+memory; the peaks and the memory bandwidth come from the datasheet table [`GPU_DATASHEETS`][cluster.datasheets.GPU_DATASHEETS] (the
+figures of [`cluster.servers`][cluster.servers] and [`cluster.machines`][cluster.machines] where they have the chip, the others here
+with their sources). A chip not in the table is refused ([`DetectError`][cluster.machine_readers.DetectError]) unless ``allow_unknown``,
 which writes estimates from the device properties, each flagged as such in the YAML.
 
 **Links.** CPU-GPU: the PCIe generation and width of the GPU's PCI function
 (``/sys/bus/pci/devices/<bus id>/max_link_speed`` and ``max_link_width``, capped by its upstream port's:
 a GPU lowers ``current_link_speed`` when idle, so the current figures are only reported), else the
-datasheet's; per direction ``GT/s x lanes x encoding / 8`` (:func:`pcie_bandwidth`). GPU-GPU: the NVLinks
+datasheet's; per direction ``GT/s x lanes x encoding / 8`` ([`pcie_bandwidth`][cluster.datasheets.pcie_bandwidth]). GPU-GPU: the NVLinks
 ``nvidia-smi topo -m`` lists (links x the chip's per-link bandwidth), else peer-to-peer over PCIe (the
 slower of the two GPUs' PCIe links), flagged.
 
 **Terms that are not detectable** (efficiencies, per-op and per-transfer overheads) are carried as
-:func:`cluster.servers.build_server_spec` carries them (:func:`carried_terms`): the GPU's from the servers'
-reference preset (:data:`cluster.servers.REFERENCE_PRESET`, :data:`cluster.servers.GPU_CARRIED`), the CPU's
-from the shipped ``k80x2`` (:data:`cluster.servers.CHIP_TERMS`), and PyTorch's software terms
-(:data:`cluster.servers.PYTORCH_TERMS`); the YAML says so.
+[`cluster.servers.build_server_spec`][cluster.servers.build_server_spec] carries them ([`carried_terms`][cluster.detect.carried_terms]): the GPU's from the servers'
+reference preset ([`cluster.servers.REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET], [`cluster.servers.GPU_CARRIED`][cluster.servers.GPU_CARRIED]), the CPU's
+from the shipped ``k80x2`` ([`cluster.servers.CHIP_TERMS`][cluster.servers.CHIP_TERMS]), and PyTorch's software terms
+([`cluster.servers.PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]); the YAML says so.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ from cluster.servers import (CHIP_TERMS, GPU_CARRIED, PYTORCH_TERMS, REFERENCE_P
 from cluster.spec import ClusterSpec
 
 LINK_LATENCY_S = 2e-6
-"""Latency of every link (seconds): an estimate, as :func:`cluster.servers.build_server_spec` takes it."""
+"""Latency of every link (seconds): an estimate, as [`cluster.servers.build_server_spec`][cluster.servers.build_server_spec] takes it."""
 ASSUMED_BANDWIDTH_PER_CORE = 10e9
-"""Memory bandwidth assumed per physical core of a CPU not in :data:`CPU_MEMORY_BANDWIDTH` (bytes/s): the
+"""Memory bandwidth assumed per physical core of a CPU not in [`CPU_MEMORY_BANDWIDTH`][cluster.datasheets.CPU_MEMORY_BANDWIDTH] (bytes/s): the
 ``cpu4`` preset's guess of what a 2-vCPU slice of a DDR5 server sustains (~20 GB/s), capped per socket by
-:data:`ASSUMED_SOCKET_BANDWIDTH_CAP`."""
+[`ASSUMED_SOCKET_BANDWIDTH_CAP`][cluster.detect.ASSUMED_SOCKET_BANDWIDTH_CAP]."""
 ASSUMED_SOCKET_BANDWIDTH_CAP = SERVER_CHIPS["xeon-8480cx2"].memory_bandwidth / 2
 """At most 8 channels of DDR5-4800 per socket, 307.2 GB/s (bytes/s; Intel ARK, Xeon Platinum 8480+)."""
 ASSUMED_CLOCK_HZ = 2.0e9
@@ -159,8 +159,8 @@ def detect_cpu(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str | Non
     Units: clock in Hz, bandwidth in bytes/s, memory in bytes. Sources: the clock is the model name's
     ``@ x.xxGHz`` (the nominal base clock), else the cpufreq base frequency, else ``lscpu``'s ``CPU max
     MHz`` (the highest boost clock: optimistic), else cpuinfo's ``cpu MHz`` (the clock when read; a VM's
-    nominal clock); FLOP/cycle from :func:`flops_per_cycle`; bandwidth from :data:`CPU_MEMORY_BANDWIDTH`
-    else :data:`ASSUMED_BANDWIDTH_PER_CORE` per core.
+    nominal clock); FLOP/cycle from [`flops_per_cycle`][cluster.detect.flops_per_cycle]; bandwidth from [`CPU_MEMORY_BANDWIDTH`][cluster.datasheets.CPU_MEMORY_BANDWIDTH]
+    else [`ASSUMED_BANDWIDTH_PER_CORE`][cluster.detect.ASSUMED_BANDWIDTH_PER_CORE] per core.
 
     Raises:
         DetectError: an unreadable cpuinfo or meminfo, or (without ``allow_unknown``) no clock or no known ISA.
@@ -262,7 +262,7 @@ class DetectedGpu:
 
     Attributes:
         index: torch's device index (``/gpu:<index>``); name: torch's device name.
-        key: its :data:`GPU_DATASHEETS` key, ``None`` when unknown (then every figure is an estimate).
+        key: its [`GPU_DATASHEETS`][cluster.datasheets.GPU_DATASHEETS] key, ``None`` when unknown (then every figure is an estimate).
         model: the model written into the spec.
         peak_flops: FP32 peak (FLOP/s); tensor_peak_flops: dense tensor-core peaks (FLOP/s) and their source.
         memory_bandwidth (bytes/s), memory_bytes (bytes): with their sources.
@@ -297,10 +297,10 @@ def detect_gpu(index: int, props: Any, sys_root: str | Path = "/sys", allow_unkn
     ``multi_processor_count``, ``major``/``minor``, ``clock_rate`` and ``memory_clock_rate`` in kHz,
     ``memory_bus_width`` in bits).
 
-    Sources: the peaks (FLOP/s) and the memory bandwidth (bytes/s) of :data:`GPU_DATASHEETS`; the memory
-    (bytes) is ``total_memory`` (what the framework sees); the PCIe link from sysfs (:func:`read_pcie_link`),
+    Sources: the peaks (FLOP/s) and the memory bandwidth (bytes/s) of [`GPU_DATASHEETS`][cluster.datasheets.GPU_DATASHEETS]; the memory
+    (bytes) is ``total_memory`` (what the framework sees); the PCIe link from sysfs ([`read_pcie_link`][cluster.machine_readers.read_pcie_link]),
     else the datasheet's generation x16. With ``allow_unknown`` a chip not in the table gets estimates
-    (FP32: SMs x :data:`FP32_LANES_PER_SM` x 2 x clock; bandwidth: memory clock x 2 x bus width / 8), each
+    (FP32: SMs x [`FP32_LANES_PER_SM`][cluster.datasheets.FP32_LANES_PER_SM] x 2 x clock; bandwidth: memory clock x 2 x bus width / 8), each
     flagged ``estimated`` or ``assumed``.
 
     Raises:
@@ -372,13 +372,13 @@ def _estimate_unknown(index: int, name: str, props: Any, memory: Figure | None, 
 
 @dataclass(frozen=True)
 class Detected:
-    """What :func:`detect_machine` found.
+    """What [`detect_machine`][cluster.detect.detect_machine] found.
 
     Attributes:
         host: the host name; cpu: the CPU; gpus: the GPUs in torch's order.
         gpu_note: why there are no GPUs, or where they were read.
         gpu_pairs: bandwidth per direction (bytes/s) of each GPU pair ``(i, j)``, ``i < j``, with its source.
-        peer_access: GPUs copy to each other directly, and why (:class:`cluster.spec.TransferSpec`).
+        peer_access: GPUs copy to each other directly, and why ([`cluster.spec.TransferSpec`][cluster.spec.TransferSpec]).
     """
 
     host: str
@@ -412,16 +412,16 @@ def detect_machine(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str |
                    gpu_properties: Sequence[Any] | None = None, peer_access: Callable[[int, int], bool] | None = None,
                    nvidia_topo: tuple[str, str] | None = None, allow_unknown: bool = False,
                    host: str | None = None) -> Detected:
-    """Detect this machine: :func:`detect_cpu`, then (``use_gpu``) every GPU torch sees (or
+    """Detect this machine: [`detect_cpu`][cluster.detect.detect_cpu], then (``use_gpu``) every GPU torch sees (or
     ``gpu_properties``: objects like ``torch.cuda.get_device_properties``'s, for tests) with
-    :func:`detect_gpu`, and the links between GPUs (``nvidia_topo``: the texts of :func:`run_nvidia_topo`,
+    [`detect_gpu`][cluster.detect.detect_gpu], and the links between GPUs (``nvidia_topo``: the texts of [`run_nvidia_topo`][cluster.machine_readers.run_nvidia_topo],
     run here when ``None`` and there are two GPUs or more; ``peer_access(i, j)``: torch's
     ``can_device_access_peer``). With the default ``/proc/cpuinfo`` and no ``lscpu_text``, ``lscpu`` runs
     too; with another cpuinfo file (another machine's), neither ``lscpu`` nor cpufreq is consulted.
-    Units as :class:`DetectedCpu` and :class:`DetectedGpu`.
+    Units as [`DetectedCpu`][cluster.detect.DetectedCpu] and [`DetectedGpu`][cluster.detect.DetectedGpu].
 
     Raises:
-        DetectError: what :func:`detect_cpu` and :func:`detect_gpu` raise.
+        DetectError: what [`detect_cpu`][cluster.detect.detect_cpu] and [`detect_gpu`][cluster.detect.detect_gpu] raise.
     """
     if lscpu_text is None and str(cpuinfo_path) == "/proc/cpuinfo":
         lscpu_text = run_lscpu()
@@ -460,12 +460,12 @@ def detect_machine(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str |
 
 @dataclass(frozen=True)
 class Carried:
-    """The terms a detected spec cannot detect, carried as :func:`cluster.servers.build_server_spec` carries them.
+    """The terms a detected spec cannot detect, carried as [`cluster.servers.build_server_spec`][cluster.servers.build_server_spec] carries them.
 
     Attributes:
-        gpu: the GPU terms of :data:`cluster.servers.GPU_CARRIED` (fractions of peak, FLOP, seconds) and
-            gpu_from: the preset they come from (the servers' reference, :data:`cluster.servers.REFERENCE_PRESET`).
-        cpu: the CPU terms of :data:`cluster.servers.CHIP_TERMS` and cpu_from: their preset (``k80x2``).
+        gpu: the GPU terms of [`cluster.servers.GPU_CARRIED`][cluster.servers.GPU_CARRIED] (fractions of peak, FLOP, seconds) and
+            gpu_from: the preset they come from (the servers' reference, [`cluster.servers.REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET]).
+        cpu: the CPU terms of [`cluster.servers.CHIP_TERMS`][cluster.servers.CHIP_TERMS] and cpu_from: their preset (``k80x2``).
         compute_memory_overlap: the CPU reference's (as ``build_server_spec``).
         note: why a fallback was taken, else empty.
     """
@@ -479,10 +479,10 @@ class Carried:
 
 
 def carried_terms() -> Carried:
-    """The GPU terms of the servers' reference preset (:func:`cluster.servers.load_reference`) and the CPU
-    terms of their CPU reference (:func:`cluster.servers.load_cpu_reference`). Where the reference preset is
-    not written yet (:mod:`cluster.torch_calibrate` writes it), the GPU terms come from the CPU reference's
-    GPU, and :attr:`Carried.note` says so."""
+    """The GPU terms of the servers' reference preset ([`cluster.servers.load_reference`][cluster.servers.load_reference]) and the CPU
+    terms of their CPU reference ([`cluster.servers.load_cpu_reference`][cluster.servers.load_cpu_reference]). Where the reference preset is
+    not written yet ([`cluster.torch_calibrate`][cluster.torch_calibrate] writes it), the GPU terms come from the CPU reference's
+    GPU, and [`Carried.note`][cluster.detect.Carried.note] says so."""
     cpu_ref = load_cpu_reference()
     note = ""
     try:
@@ -499,10 +499,10 @@ def carried_terms() -> Carried:
 
 
 def detected_spec(det: Detected, name: str | None = None, carried: Carried | None = None) -> ClusterSpec:
-    """The :class:`cluster.spec.ClusterSpec` of ``det``: ``/cpu:0`` and ``/gpu:K`` with the detected figures
-    (FLOP/s, bytes/s, bytes), the terms :func:`carried_terms` carries and PyTorch's software terms
-    (:data:`cluster.servers.PYTORCH_TERMS`). Links: the CPU-GPU PCIe links (the slowest as ``default_link``,
-    the others listed) and the GPU pairs (listed where they differ from it); latency :data:`LINK_LATENCY_S`."""
+    """The [`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec] of ``det``: ``/cpu:0`` and ``/gpu:K`` with the detected figures
+    (FLOP/s, bytes/s, bytes), the terms [`carried_terms`][cluster.detect.carried_terms] carries and PyTorch's software terms
+    ([`cluster.servers.PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]). Links: the CPU-GPU PCIe links (the slowest as ``default_link``,
+    the others listed) and the GPU pairs (listed where they differ from it); latency [`LINK_LATENCY_S`][cluster.detect.LINK_LATENCY_S]."""
     carried = carried or carried_terms()
     terms = {k: v for k, (v, _) in PYTORCH_TERMS.items()}
     cpu = det.cpu
@@ -555,9 +555,9 @@ def _gb(x: float) -> str:
 
 
 def detected_yaml(det: Detected, name: str | None = None) -> str:
-    """The YAML text of :func:`detected_spec`, every figure with its provenance in a comment (``read``,
+    """The YAML text of [`detected_spec`][cluster.detect.detected_spec], every figure with its provenance in a comment (``read``,
     ``datasheet``, ``assumed``, ``estimated``, ``carried from``), loadable by
-    :meth:`cluster.spec.ClusterSpec.from_yaml`."""
+    [`cluster.spec.ClusterSpec.from_yaml`][cluster.spec.ClusterSpec.from_yaml]."""
     import yaml
 
     carried = carried_terms()

@@ -1,9 +1,9 @@
 """Step time of a placement executed eagerly, in program order, as PyTorch runs a placed step.
 
-A placed PyTorch step (:func:`compgraph.torch_step.placed_module`, run by
-:class:`cluster.torch_real.TorchRealEnvironment`) is not a dataflow graph handed to an executor that
-runs ready ops on every device at once, as TensorFlow's is (:mod:`cluster.simulator`): one host thread
-walks the ops in program order (the captured step's node order, :attr:`compgraph.ir.OpGraph.ops`) and
+A placed PyTorch step ([`compgraph.torch_step.placed_module`][compgraph.torch_step.placed_module], run by
+[`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]) is not a dataflow graph handed to an executor that
+runs ready ops on every device at once, as TensorFlow's is ([`cluster.simulator`][cluster.simulator]): one host thread
+walks the ops in program order (the captured step's node order, [`compgraph.ir.OpGraph.ops`][compgraph.ir.OpGraph.ops]) and
 each op does what PyTorch's CUDA semantics say ("CUDA semantics: asynchronous execution", PyTorch
 documentation):
 
@@ -11,14 +11,14 @@ documentation):
 * an op on a GPU is launched: the host spends ``dispatch_s`` of that device (the eager dispatcher and
   the kernel launch; 0 for an op that does no work), and the kernel runs on the device's one stream
   after every kernel launched before it and not before its launch: ``start = max(stream, launch)``,
-  ``stream = start + t(o, gpu)`` (``t`` is :func:`cluster.cost_model.op_time_matrix`'s, which
+  ``stream = start + t(o, gpu)`` (``t`` is [`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix]'s, which
   already takes ``max(kernel, dispatch_s)``, so a step on one GPU takes exactly what the dataflow
   simulator says);
 * a copy between devices (``aten._to_copy``, inserted before an op's first read of a tensor that lives
   elsewhere, once per tensor and destination) with pageable host memory is synchronous: it waits for
   the GPU stream(s) it involves to drain (the tensor's producer and everything launched before it),
   then holds the host and those streams for ``latency_s + bytes / bandwidth`` of the link
-  (:meth:`cluster.spec.ClusterSpec.link`); a copy between two logical CPUs is a host memcpy; a copy
+  ([`cluster.spec.ClusterSpec.link`][cluster.spec.ClusterSpec.link]); a copy between two logical CPUs is a host memcpy; a copy
   between two GPUs is ordered after both streams' earlier work and holds both streams, not the host
   (a device-to-device copy is asynchronous to the host).
 
@@ -28,7 +28,7 @@ two lent GPUs' CPU+GPU placements (``benchmarks/gpu_truth.py --judge``, 2026-11-
 fitted on, against 0.314 and 0.410 with the dataflow model; 0.298 and 0.471 on the H100 (held out),
 against 0.403 and 0.580.
 
-Not modelled: peak memory (:class:`cluster.simulated.SimulatedEnvironment` keeps the dataflow
+Not modelled: peak memory ([`cluster.simulated.SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment] keeps the dataflow
 simulator's, which frees a tensor after its last reader as the eager step does, but orders ops by
 readiness), CUDA streams other than the default one, pinned-memory copies (asynchronous to the host).
 """
@@ -106,7 +106,7 @@ class EagerExecution:
     Args:
         graph: the step, ops in program order (a captured PyTorch step's are).
         spec: the cluster.
-        op_times: ``[num_ops, num_devices]`` seconds replacing :func:`cluster.cost_model.op_time_matrix`.
+        op_times: ``[num_ops, num_devices]`` seconds replacing [`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix].
 
     Raises:
         ValueError: ``op_times`` of the wrong shape.

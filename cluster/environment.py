@@ -1,17 +1,17 @@
-"""The measurement interface every baseline and search uses (the factory that builds one: :mod:`cluster.factory`).
+"""The measurement interface every baseline and search uses (the factory that builds one: [`cluster.factory`][cluster.factory]).
 
-An :class:`Environment` measures group placements of one grouped graph on one cluster. Three
-kinds implement it, each in its own module, and :func:`cluster.factory.make_environment` is the only place
+An [`Environment`][cluster.environment.Environment] measures group placements of one grouped graph on one cluster. Three
+kinds implement it, each in its own module, and [`cluster.factory.make_environment`][cluster.factory.make_environment] is the only place
 that builds one by name:
 
-* ``sim``: the event-driven simulator (:class:`cluster.simulated.SimulatedEnvironment`);
-* ``real``: the training step run in TensorFlow (:class:`cluster.real.RealEnvironment`), or a
-  PyTorch step run placed on this machine's devices (:class:`cluster.torch_real.TorchRealEnvironment`);
+* ``sim``: the event-driven simulator ([`cluster.simulated.SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment]);
+* ``real``: the training step run in TensorFlow ([`cluster.real.RealEnvironment`][cluster.real.RealEnvironment]), or a
+  PyTorch step run placed on this machine's devices ([`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]);
 * ``grappler``: TensorFlow's own analytical cost model, grappler's ``VirtualCluster``
-  (:class:`cluster.grappler.GrapplerEnvironment`).
+  ([`cluster.grappler.GrapplerEnvironment`][cluster.grappler.GrapplerEnvironment]).
 
 This module imports none of them at import time (the factory imports lazily), so the
-implementations may import :class:`Measurement` from here.
+implementations may import [`Measurement`][cluster.environment.Measurement] from here.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Measurement:
     Attributes:
         step_time_s: seconds per training step, ``None`` if the placement ran out of memory.
         oom: True if a device ran out of memory.
-        compute_s, transfer_s, peak_memory_bytes: per device (see :class:`cluster.simulator.SimResult`).
+        compute_s, transfer_s, peak_memory_bytes: per device (see [`cluster.simulator.SimResult`][cluster.simulator.SimResult]).
         simulated_step_time_s: the step time even when OOM (simulator only), for diagnosis.
     """
 
@@ -50,7 +50,7 @@ class Environment(Protocol):
     """Measures placements of one grouped graph on one cluster.
 
     Attributes:
-        kind: ``sim``, ``real`` or ``grappler`` (:data:`ENVIRONMENTS`).
+        kind: ``sim``, ``real`` or ``grappler`` ([`ENVIRONMENTS`][cluster.environment.ENVIRONMENTS]).
         spec, graph, grouping: the cluster, the op graph and its groups (placements are per group).
     """
 
@@ -77,7 +77,7 @@ class Environment(Protocol):
         ...
 
 
-ENVIRONMENTS = ("sim", "real", "grappler")  #: the kinds :func:`cluster.factory.make_environment` builds
+ENVIRONMENTS = ("sim", "real", "grappler")  #: the kinds [`cluster.factory.make_environment`][cluster.factory.make_environment] builds
 
 
 def measure_rows(env, group_placements: np.ndarray) -> list:
@@ -94,27 +94,27 @@ def measure_rows(env, group_placements: np.ndarray) -> list:
 
 
 class EnvOptions(BaseModel):
-    """Options of :func:`cluster.factory.make_environment`; each kind reads the ones that concern it and ignores the rest.
+    """Options of [`cluster.factory.make_environment`][cluster.factory.make_environment]; each kind reads the ones that concern it and ignores the rest.
 
     Attributes:
-        engine: ``sim``: ``fast`` | ``reference`` | ``contracted`` (:data:`cluster.simulated.ENGINES`).
+        engine: ``sim``: ``fast`` | ``reference`` | ``contracted`` ([`cluster.simulated.ENGINES`][cluster.simulated.ENGINES]).
         execution: ``sim``: ``auto`` (default: ``eager`` for a PyTorch step, which runs in program order
-            on one host thread, :mod:`cluster.eager`; ``dataflow`` for a TensorFlow graph), ``dataflow`` or
-            ``eager`` (:data:`cluster.simulated.EXECUTIONS`).
+            on one host thread, [`cluster.eager`][cluster.eager]; ``dataflow`` for a TensorFlow graph), ``dataflow`` or
+            ``eager`` ([`cluster.simulated.EXECUTIONS`][cluster.simulated.EXECUTIONS]).
         op_times: ``sim``: ``[num_ops, num_devices]`` seconds replacing the roofline cost model.
-        cost_table: ``sim``: a :class:`cluster.calibrate.CostTable`; its op times (unless
+        cost_table: ``sim``: a [`cluster.calibrate.CostTable`][cluster.calibrate.CostTable]; its op times (unless
             ``op_times`` is given) and its fitted link replace the roofline's.
         soft_placement: ``real``: move groups with no kernel on their device to the first CPU
             instead of raising (``sim`` and ``grappler`` always do).
         steps, warmup: ``real``: steps run per measurement and how many are dropped (2017 Sec. 3.4: 10, 1).
-            A PyTorch step (:class:`cluster.torch_real.TorchRealEnvironment`) times ``repeats`` steps
+            A PyTorch step ([`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]) times ``repeats`` steps
             after ``warmup`` (``None``: its defaults, 5 after 1) and reads no ``steps``.
         repeats: ``real``, a PyTorch step: timed steps per measurement (the median is the step time).
         threads: ``real``, a PyTorch step: ``torch.set_num_threads`` while measuring (``None``: as is).
         time_limit_s: ``real``, a PyTorch step: seconds a step may take before the placement fails.
         seed: ``real``: seed of the synthetic inputs (and a PyTorch step's weights).
-        int_bounds, devices: ``real``: see :class:`cluster.real.RealEnvironment` (``int_bounds``
-            over the prepared graph's own, :attr:`compgraph.prepare.PreparedGraph.int_bounds`);
+        int_bounds, devices: ``real``: see [`cluster.real.RealEnvironment`][cluster.real.RealEnvironment] (``int_bounds``
+            over the prepared graph's own, [`compgraph.prepare.PreparedGraph.int_bounds`][compgraph.prepare.PreparedGraph.int_bounds]);
             for a PyTorch step ``devices`` are torch devices (``cpu``, ``cpu:1``, ``cuda:0``).
     """
 

@@ -23,7 +23,7 @@ def evaluate_placements(
     Args:
         env: the environment (the same for every method).
         placements: method name -> ``[num_groups]`` device indices, or an
-            :class:`cluster.op_placement.OpPlacement` (``[num_ops]``, keyed by op name in
+            [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] (``[num_ops]``, keyed by op name in
             ``placement``), or ``None`` (no placement).
         envs: method -> the environment to measure that method's placement in instead: one of
             the same kind, graph and cluster over the grouping its placement is over (a
@@ -64,7 +64,7 @@ def summarize(results: dict[str, dict], learners: list[str] | tuple[str, ...] = 
     """The best baseline, each learner's speedups over it and over ``expert`` (2017 Table 2's last column).
 
     Args:
-        results: method -> row of :func:`evaluate_placements`.
+        results: method -> row of [`evaluate_placements`][cluster.evaluation.evaluate_placements].
         learners: the methods whose placement was searched for (the rest are baselines).
         references: reference points, neither baselines nor learners (the optimum).
 

@@ -1,6 +1,6 @@
-"""The one way to build an :class:`cluster.environment.Environment`: :func:`make_environment` picks the
+"""The one way to build an [`cluster.environment.Environment`][cluster.environment.Environment]: [`make_environment`][cluster.factory.make_environment] picks the
 simulator, real execution (TensorFlow or PyTorch) or grappler for a prepared graph. It lives apart from
-the interface it returns (:mod:`cluster.environment`), which the implementations import, so no import
+the interface it returns ([`cluster.environment`][cluster.environment]), which the implementations import, so no import
 runs in a circle.
 """
 
@@ -16,15 +16,15 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
     """The environment of ``kind`` for a prepared graph on ``spec``: the one way to build one.
 
     Args:
-        kind: ``sim``, ``real`` or ``grappler`` (:data:`ENVIRONMENTS`).
-        prepared: a :class:`compgraph.prepare.PreparedGraph` (``.graph``, ``.grouping``,
+        kind: ``sim``, ``real`` or ``grappler`` ([`ENVIRONMENTS`][cluster.environment.ENVIRONMENTS]).
+        prepared: a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph] (``.graph``, ``.grouping``,
             ``.graph_def`` and ``.fetches``; ``real`` and ``grappler`` need the GraphDef).
         spec: the cluster.
-        options: an :class:`EnvOptions` or a dict of its fields.
+        options: an [`EnvOptions`][cluster.environment.EnvOptions] or a dict of its fields.
         grouping: the groups placements are made of, instead of ``prepared.grouping`` (e.g.
-            :func:`compgraph.grouping.colocation_grouping` for learners that group ops themselves).
+            [`compgraph.grouping.colocation_grouping`][compgraph.grouping.colocation_grouping] for learners that group ops themselves).
     Returns:
-        An :class:`Environment`.
+        An [`Environment`][cluster.environment.Environment].
     Raises:
         ValueError: unknown ``kind`` (lists the valid ones); an unknown option or a bad value
             (names it); ``real`` or ``grappler`` without a GraphDef; a bad engine or op_times shape.

@@ -1,6 +1,6 @@
 """A compiled simulator with the reference's semantics and results, for many placements.
 
-:class:`FastSimulator` simulates exactly what :class:`cluster.simulator.Simulator` does
+[`FastSimulator`][cluster.fast_simulator.FastSimulator] simulates exactly what [`cluster.simulator.Simulator`][cluster.simulator.Simulator] does
 (the rules are in that module's docstring): the same event order, the same
 floating-point operations in the same order, so step times, per-device compute and
 transfer seconds, peak memory bytes, OOM flags and critical paths are identical (``==``).
@@ -17,7 +17,7 @@ bytes, link bandwidths and latencies); the event loop is compiled with numba
 * a transfer per ``(producer, output, destination device)``, created when the producer
   finishes, with its consumers in a linked list in the reference's order.
 
-:meth:`FastSimulator.run_arrays` (op placements) and :meth:`FastSimulator.run_group_arrays`
+[`FastSimulator.run_arrays`][cluster.fast_simulator.FastSimulator.run_arrays] (op placements) and [`FastSimulator.run_group_arrays`][cluster.fast_simulator.FastSimulator.run_group_arrays]
 (group placements, expanded inside the compiled loop: an exact simulation of the op graph)
 evaluate ``K`` placements in one compiled call of the kernel: int32 indices, work arrays
 allocated once per call and reused by the ``K`` placements, soft placement applied in the loop,
@@ -25,11 +25,11 @@ data-only predecessor lists, the in-flight events packed in three small arrays, 
 op finishes only its own pool offered a new op (every idle pool has an empty queue after each
 event, and the event readied ops on that pool alone, so the reference's loop over pools starts
 no other). Cost per placement about ``O(ops + edges)``, no Python work per op.
-:meth:`FastSimulator.run` (one placement, with its critical path) runs the same kernel with its
-critical-path bookkeeping switched on: one source (:func:`_simulate`), whose bookkeeping numba
+[`FastSimulator.run`][cluster.fast_simulator.FastSimulator.run] (one placement, with its critical path) runs the same kernel with its
+critical-path bookkeeping switched on: one source (`_simulate`), whose bookkeeping numba
 compiles away when it is off.
 
-:func:`cluster.contracted.contract_groups` builds the *group graph* (a documented approximation for
+[`cluster.contracted.contract_groups`][cluster.contracted.contract_groups] builds the *group graph* (a documented approximation for
 speed, not the op-level semantics): see its docstring.
 """
 
@@ -49,7 +49,7 @@ from compgraph.ir import OpGraph
 
 def link_matrices(spec: ClusterSpec) -> tuple[np.ndarray, np.ndarray]:
     """``(bandwidth [D, D] bytes/s, latency [D, D] s)`` of every ordered device pair's effective link
-    (:meth:`cluster.spec.ClusterSpec.link`); the diagonal is 1 and 0 (no transfer)."""
+    ([`cluster.spec.ClusterSpec.link`][cluster.spec.ClusterSpec.link]); the diagonal is 1 and 0 (no transfer)."""
     d = len(spec.devices)
     bw, lat = np.ones((d, d), np.float64), np.zeros((d, d), np.float64)
     for a in range(d):
@@ -70,10 +70,10 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
     placement); ``pool[d]`` device d's compute pool, which indexes the ready queues, busy flags
     and op event slots. int32 indices.
 
-    ``trace``: ``None``, or the critical-path bookkeeping of :func:`_trace_arrays` (one
+    ``trace``: ``None``, or the critical-path bookkeeping of `_trace_arrays` (one
     placement). Every use of it sits under ``if trace is not None``, which numba prunes at
     compile time when it is ``None``: the batch path (no critical path) and the traced path
-    (:meth:`FastSimulator.run`) are two compilations of this one source. Items of a path: op
+    ([`FastSimulator.run`][cluster.fast_simulator.FastSimulator.run]) are two compilations of this one source. Items of a path: op
     i -> i, transfer t -> n + t."""
     K = gplaces.shape[0]
     n = op_unit.shape[0]
@@ -421,7 +421,7 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
 
 
 def _trace_arrays(n: int, num_edges: int, num_devices: int) -> tuple:
-    """The critical-path bookkeeping :func:`_simulate` fills for one placement: ``(o_start,
+    """The critical-path bookkeeping `_simulate` fills for one placement: ``(o_start,
     o_end, o_pred, ready_time, ready_by, last_dev, x_start, x_end, x_pred, x_queued, last_link,
     x_src, x_out, x_ddev, path, path_len)``: per op its start and end (seconds) and the item that
     made it wait last; per transfer the same and its producer, output and destination device;
@@ -473,7 +473,7 @@ def _trace_path(trace, last_item, n, nx, x_src, x_out, x_ddev, stalled):
 
 @dataclass
 class BatchResult:
-    """Results of ``K`` placements as arrays (:meth:`FastSimulator.run_arrays`).
+    """Results of ``K`` placements as arrays ([`FastSimulator.run_arrays`][cluster.fast_simulator.FastSimulator.run_arrays]).
 
     Attributes:
         step_time_s: ``[K]`` float64 seconds.
@@ -492,7 +492,7 @@ class BatchResult:
 
 
 class FastSimulator:
-    """Same interface and results as :class:`cluster.simulator.Simulator`, compiled.
+    """Same interface and results as [`cluster.simulator.Simulator`][cluster.simulator.Simulator], compiled.
 
     Args:
         graph: the op graph.
@@ -563,7 +563,7 @@ class FastSimulator:
         return self.times
 
     def effective_placement(self, op_placement: np.ndarray) -> np.ndarray:
-        """Soft placement (see :meth:`cluster.simulator.Simulator.effective_placement`).
+        """Soft placement (see [`cluster.simulator.Simulator.effective_placement`][cluster.simulator.Simulator.effective_placement]).
 
         Args:
             op_placement: ``[num_ops]`` or ``[K, num_ops]`` device indices.
@@ -579,7 +579,7 @@ class FastSimulator:
 
     def _fast(self, unit_places: np.ndarray, op_unit: np.ndarray, trace: tuple | None = None) -> BatchResult:
         """The kernel: op ``i`` of placement ``k`` on ``unit_places[k, op_unit[i]]`` (checked);
-        ``trace`` (:func:`_trace_arrays`, one placement): also its critical path."""
+        ``trace`` (`_trace_arrays`, one placement): also its critical path."""
         K = unit_places.shape[0]
         D = len(self.spec.devices)
         step = np.empty(K, np.float64)
@@ -646,7 +646,7 @@ class FastSimulator:
         return self._fast(p, og.astype(np.int32))
 
     def run_batch(self, op_placements: np.ndarray, critical_path: bool = False) -> list[SimResult]:
-        """Simulate ``K`` placements (``[K, num_ops]`` device indices) -> ``K`` :class:`SimResult`.
+        """Simulate ``K`` placements (``[K, num_ops]`` device indices) -> ``K`` [`SimResult`][cluster.simulator.SimResult].
 
         ``critical_path=True`` also returns each placement's critical path (slower: one
         compiled call per placement and Python objects per step).

@@ -1,11 +1,11 @@
 """Fidelity of the simulator: simulated against reference step times on the same placements.
 
-For each placement, :func:`fidelity` gets the simulated step time with the roofline cost
-model, with a calibrated :class:`cluster.calibrate.CostTable` if one is given (per-op
+For each placement, [`fidelity`][cluster.fidelity.fidelity] gets the simulated step time with the roofline cost
+model, with a calibrated [`cluster.calibrate.CostTable`][cluster.calibrate.CostTable] if one is given (per-op
 measured times and, if fitted, its link cost), and the reference step time: the real one
-(``against="real"``, :class:`cluster.real.RealEnvironment`, ``steps`` steps, the first
+(``against="real"``, [`cluster.real.RealEnvironment`][cluster.real.RealEnvironment], ``steps`` steps, the first
 dropped) or TensorFlow's own cost model (``against="grappler"``,
-:class:`cluster.grappler.GrapplerEnvironment`). The row fields ``real_*`` hold the
+[`cluster.grappler.GrapplerEnvironment`][cluster.grappler.GrapplerEnvironment]). The row fields ``real_*`` hold the
 reference's values whichever it is. It reports the
 rank agreement (Kendall's tau, ``scipy.stats.kendalltau``, tau-b) and the mean absolute
 percentage error ``mean(|sim - real| / real)`` as a fraction. Only placements whose real
@@ -24,7 +24,7 @@ import numpy as np
 from cluster.factory import make_environment
 from cluster.spec import ClusterSpec
 
-AGAINST = ("real", "grappler")  #: the reference environments :func:`fidelity` compares against
+AGAINST = ("real", "grappler")  #: the reference environments [`fidelity`][cluster.fidelity.fidelity] compares against
 
 
 def random_placements(num_groups: int, num_devices: int, n: int, seed: int = 0, devices: list[int] | None = None,
@@ -66,10 +66,10 @@ def fidelity(prepared, spec: ClusterSpec, placements: dict[str, np.ndarray], cos
     """Simulated vs reference (real or grappler) step times of ``placements`` on ``spec``.
 
     Args:
-        prepared: a :class:`compgraph.prepare.PreparedGraph` (with ``graph_def``).
-        spec: the cluster (real runs use :func:`cluster.real.tf_devices`).
+        prepared: a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph] (with ``graph_def``).
+        spec: the cluster (real runs use [`cluster.real.tf_devices`][cluster.real.tf_devices]).
         placements: name -> group placement ``[num_groups]``.
-        cost_table: optional :class:`cluster.calibrate.CostTable` for the calibrated simulation.
+        cost_table: optional [`cluster.calibrate.CostTable`][cluster.calibrate.CostTable] for the calibrated simulation.
         steps, warmup: real steps per placement and how many are dropped (2017 Sec. 3.4: 10, 1).
         seed: seed of the synthetic inputs.
         soft_placement: real runs move groups with no kernel on their device to the CPU, as

@@ -1,11 +1,11 @@
 """The fit of the presets' free parameters to measured step times, inside physical bounds.
 
-**Parameters** (:data:`FIT_PARAMS`). Properties of the hardware and of the TensorFlow of the
+**Parameters** ([`FIT_PARAMS`][cluster.fitting.FIT_PARAMS]). Properties of the hardware and of the TensorFlow of the
 time, shared by every model and every preset of a table, never one per model or per cell:
 per device kind (CPU, GPU) the achieved fractions of the datasheet peaks and the executor's
-per-op overhead (:mod:`cluster.cost_model`), and the Send/Recv overhead and achieved link
-bandwidth of :class:`cluster.spec.TransferSpec`. Each has a documented range with its source
-(:class:`FitParam`), at least as tight as:
+per-op overhead ([`cluster.cost_model`][cluster.cost_model]), and the Send/Recv overhead and achieved link
+bandwidth of [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec]. Each has a documented range with its source
+([`FitParam`][cluster.fitting.FitParam]), at least as tight as:
 
 * Send/Recv overhead per transfer: 5 µs to 1 ms;
 * achieved host<->GPU bandwidth: at least 3 GB/s per PCIe 3.0 x16 hop (of 15.75 GB/s);
@@ -13,11 +13,11 @@ bandwidth of :class:`cluster.spec.TransferSpec`. Each has a documented range wit
 * memory efficiency: at least 0.30 of the datasheet bandwidth;
 * per-op overhead: 1 µs to 100 µs.
 
-**Software terms** (:data:`SOFTWARE_TERMS`) are not fitted: named properties of the software
+**Software terms** ([`SOFTWARE_TERMS`][cluster.fitting.SOFTWARE_TERMS]) are not fitted: named properties of the software
 of the time with a source each (e.g. the SIMD width the TensorFlow wheel was built for), set
-per table in the preset (:class:`cluster.spec.Device`'s ``software_flops_fraction``).
+per table in the preset ([`cluster.spec.Device`][cluster.spec.Device]'s ``software_flops_fraction``).
 
-**The fit** (:func:`fit`): bounded least squares (``scipy.optimize.least_squares``, trust-region
+**The fit** ([`fit`][cluster.fitting.fit]): bounded least squares (``scipy.optimize.least_squares``, trust-region
 reflective, with ``bounds``) in log-parameter space on ``log(ours / paper)`` over the numeric
 cells of the rows fitted on, plus an optional weak prior ``prior_weight * log(p / ref)`` per
 parameter towards its reference (the middle of its physical range, or a cited figure) so that
@@ -25,10 +25,10 @@ parameters the cells cannot tell apart stay near it (``prior_weight=0`` turns it
 baselines' placements depend on the parameters (Scotch and MinCut read the cost model), so a fit
 round holds them fixed (the loss is then smooth); they are recomputed with the round's result
 and the fit repeated (``rounds``). The result says which parameters sit on a bound
-(:func:`on_bound`).
+([`on_bound`][cluster.fitting.on_bound]).
 
 **Memory.** ``allocator_overhead`` only decides OOM, so it is set after the time fit from the
-fitted rows (:func:`fit_allocator_overhead`).
+fitted rows ([`fit_allocator_overhead`][cluster.fitting.fit_allocator_overhead]).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class FitParam:
     """One free parameter: where it lives in the spec, its physical range and its source.
 
     Attributes:
-        kind: ``cpu``/``gpu`` (a :class:`cluster.spec.Device` field on every device of that
-            kind) or ``transfer`` (a :class:`cluster.spec.TransferSpec` field).
+        kind: ``cpu``/``gpu`` (a [`cluster.spec.Device`][cluster.spec.Device] field on every device of that
+            kind) or ``transfer`` (a [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec] field).
         name: the field.
         lo, hi: the physical range (the field's unit: a fraction, seconds or FLOP).
         ref: the value the optional prior pulls towards.
@@ -236,15 +236,15 @@ def fit(predict: Predict, cells: list[Cell], params: tuple[FitParam, ...] = FIT_
     """Fit ``params`` to the numeric ``cells`` inside their bounds (module docstring).
 
     Args:
-        predict: the model's prediction of every cell under some values (:data:`Predict`).
+        predict: the model's prediction of every cell under some values ([`Predict`][cluster.fitting.Predict]).
         cells: ``(row key, method, paper seconds or None)``; OOM cells only set the allocator overhead.
-        start: the first values (default: :func:`start_values`), clipped into the bounds.
+        start: the first values (default: [`start_values`][cluster.fitting.start_values]), clipped into the bounds.
         rounds: placement recomputations; max_nfev: evaluations per round.
         prior_weight: weight of the pull towards each parameter's reference (0: none).
         fixed: values of other parameters held fixed (passed to ``predict`` beside ``params``).
     Returns:
-        ``{"values", "allocator_overhead" (:func:`fit_allocator_overhead`), "rms_log_ratio",
-        "nfev", "rounds", "on_bound" (:func:`on_bound`), "prior_weight"}``.
+        ``{"values", "allocator_overhead" ([`fit_allocator_overhead`][cluster.fitting.fit_allocator_overhead]), "rms_log_ratio",
+        "nfev", "rounds", "on_bound" ([`on_bound`][cluster.fitting.on_bound]), "prior_weight"}``.
     """
     from scipy.optimize import least_squares
 

@@ -1,6 +1,6 @@
 """TensorFlow's own cost model as an environment: grappler's ``VirtualCluster``.
 
-:class:`GrapplerEnvironment` measures a placement by handing the placed ``GraphDef`` (each
+[`GrapplerEnvironment`][cluster.grappler.GrapplerEnvironment] measures a placement by handing the placed ``GraphDef`` (each
 node's ``device`` set from the op placement) to grappler's virtual cluster
 (``tensorflow.python.grappler.cluster.Cluster`` built from ``DeviceProperties``), whose
 ``MeasureCosts`` runs the ``AnalyticalCostEstimator``: the ``VirtualScheduler`` walks the
@@ -75,14 +75,14 @@ def device_properties(spec: ClusterSpec) -> list:
 
 
 class GrapplerEnvironment:
-    """Grappler's ``VirtualCluster`` behind the :class:`cluster.environment.Environment` interface.
+    """Grappler's ``VirtualCluster`` behind the [`cluster.environment.Environment`][cluster.environment.Environment] interface.
 
     Args:
         graph, grouping, spec: the op graph, its groups (placements are per group) and the cluster.
         graph_def: the TensorFlow ``GraphDef`` ``graph`` was imported from (with ``_output_shapes``).
         fetches: op names one training step runs (grappler prunes the graph to what they need).
 
-    Ops with no GPU kernel placed on a GPU move to the first CPU (:mod:`cluster.kernels`, per op,
+    Ops with no GPU kernel placed on a GPU move to the first CPU ([`cluster.kernels`][cluster.kernels], per op,
     as the simulator does); GraphDef nodes outside ``graph`` go to the first device. Grappler
     reports no out-of-memory, so ``oom`` is always False.
 
@@ -165,7 +165,7 @@ class GrapplerEnvironment:
                            transfer_s=[0.0] * len(self.names), simulated_step_time_s=t)
 
     def measure_batch(self, group_placements: np.ndarray) -> list[Measurement]:
-        """:meth:`measure` each row of ``group_placements`` (``[K, num_groups]``).
+        """[`measure`][cluster.grappler.GrapplerEnvironment.measure] each row of ``group_placements`` (``[K, num_groups]``).
 
         Raises:
             ValueError: not a 2-D array of ``num_groups`` columns, or a device index out of range.

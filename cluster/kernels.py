@@ -3,7 +3,7 @@
 2017 Sec. 4.2: "if an operation lacks GPU implementation, it will be placed on CPU". TensorFlow's
 soft placement does the same at run time. Every place that needs the rule calls this module:
 the baselines (per group), the calibration placements (per group), the simulators (per op;
-the compiled batch kernel of :mod:`cluster.fast_simulator` calls :func:`fallback_device`), the
+the compiled batch kernel of [`cluster.fast_simulator`][cluster.fast_simulator] calls [`fallback_device`][cluster.kernels.fallback_device]), the
 real environment (per group, with TensorFlow's own kernel registry deciding what is missing).
 """
 
@@ -55,13 +55,13 @@ def cpu_fallback(placement: np.ndarray, gpu_ok: np.ndarray, spec: ClusterSpec, r
 
     Args:
         placement: ``[num_units]`` (or ``[K, num_units]``) device indices into ``spec.devices``.
-        gpu_ok: ``[num_units]`` bool, the unit may run on a GPU (:func:`op_gpu_ok` per op,
-            :func:`group_gpu_ok` per group).
+        gpu_ok: ``[num_units]`` bool, the unit may run on a GPU ([`op_gpu_ok`][cluster.kernels.op_gpu_ok] per op,
+            [`group_gpu_ok`][cluster.kernels.group_gpu_ok] per group).
         spec: the cluster.
         require_cpu: raise if a unit must move and ``spec`` has no CPU (otherwise it stays).
     Returns:
         A new int64 array of the same shape: units on a GPU with ``gpu_ok`` False moved to the first CPU;
-        the same values as :func:`fallback_device` applied to each unit.
+        the same values as [`fallback_device`][cluster.kernels.fallback_device] applied to each unit.
     Raises:
         ValueError: ``placement`` and ``gpu_ok`` differ in shape; ``require_cpu`` and no CPU.
     """

@@ -1,4 +1,4 @@
-"""Reading what a machine says about itself, for ``placement detect`` (:mod:`cluster.detect`):
+"""Reading what a machine says about itself, for ``placement detect`` ([`cluster.detect`][cluster.detect]):
 ``/proc/cpuinfo``, ``lscpu``, ``/proc/meminfo``, a GPU's PCIe link in sysfs, ``nvidia-smi topo -m``.
 Each reader returns ``None`` (or an empty result) where the machine does not tell, never a guess.
 """
@@ -117,7 +117,7 @@ class PcieLink:
 
     @property
     def bandwidth(self) -> float:
-        """Bytes/s per direction (:func:`pcie_bandwidth`)."""
+        """Bytes/s per direction ([`pcie_bandwidth`][cluster.datasheets.pcie_bandwidth])."""
         return pcie_bandwidth(self.gen, self.width)
 
 
@@ -183,7 +183,7 @@ def parse_nvidia_topo(topo_text: str, index_text: str) -> dict[tuple[str, str], 
 
 
 def run_nvidia_topo() -> tuple[str, str] | None:
-    """``nvidia-smi topo -m`` and the index-to-bus-id query (:func:`parse_nvidia_topo`), or ``None`` where
+    """``nvidia-smi topo -m`` and the index-to-bus-id query ([`parse_nvidia_topo`][cluster.machine_readers.parse_nvidia_topo]), or ``None`` where
     ``nvidia-smi`` is missing or fails (it is optional)."""
     if not shutil.which("nvidia-smi"):
         return None

@@ -1,5 +1,5 @@
 """The papers' machines: datasheet figures of each chip with their sources, and the presets built
-from them with the fitted parameters (:mod:`cluster.fitting`).
+from them with the fitted parameters ([`cluster.fitting`][cluster.fitting]).
 
 Three machines, one preset each per GPU count:
 
@@ -13,7 +13,7 @@ Three machines, one preset each per GPU count:
 One chip has one set of chip parameters in every preset that uses it: the fitted efficiencies
 and overheads are per device *kind* (CPU, GPU) and shared by every machine; the K80 of 2017 and
 the K80 of Post are the same GK210. Only the named software terms
-(:data:`cluster.fitting.SOFTWARE_TERMS`) differ per table. ``p100x4`` takes the P100's datasheet
+([`cluster.fitting.SOFTWARE_TERMS`][cluster.fitting.SOFTWARE_TERMS]) differ per table. ``p100x4`` takes the P100's datasheet
 and the chip-independent terms of the K80 fit; it is compared with EAGLE's Table IV, never
 fitted on it.
 """
@@ -98,11 +98,11 @@ class Machine:
 
     Attributes:
         name: the preset name (``--cluster``).
-        table: the table whose software terms it takes (:data:`cluster.tables.TABLES`).
-        cpu, gpu: keys of :data:`CHIPS`.
+        table: the table whose software terms it takes ([`cluster.tables.TABLES`][cluster.tables.TABLES]).
+        cpu, gpu: keys of [`CHIPS`][cluster.machines.CHIPS].
         gpus: number of GPUs.
         ram_bytes: host memory the paper gives (bytes).
-        gpu_peer_access: GPUs copy to each other directly (see :class:`cluster.spec.TransferSpec`).
+        gpu_peer_access: GPUs copy to each other directly (see [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec]).
         peer_access_source: why.
         description, sources: the paper's words and where they are.
     """
@@ -146,13 +146,13 @@ MACHINES: dict[str, Machine] = {
 
 
 def software_terms(table: str) -> dict[str, float]:
-    """The named software terms of ``table``'s TensorFlow (:data:`cluster.fitting.SOFTWARE_TERMS`)."""
+    """The named software terms of ``table``'s TensorFlow ([`cluster.fitting.SOFTWARE_TERMS`][cluster.fitting.SOFTWARE_TERMS])."""
     return {k: v[table][0] for k, v in SOFTWARE_TERMS.items()}
 
 
 def build_spec(machine: Machine, values: dict[str, float], allocator_overhead: float, fit_record: dict | None = None) -> ClusterSpec:
-    """The :class:`cluster.spec.ClusterSpec` of ``machine`` with the fitted ``values`` (keys of
-    :data:`cluster.fitting.FIT_PARAMS`), the GPUs' ``allocator_overhead`` and the table's software terms."""
+    """The [`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec] of ``machine`` with the fitted ``values`` (keys of
+    [`cluster.fitting.FIT_PARAMS`][cluster.fitting.FIT_PARAMS]), the GPUs' ``allocator_overhead`` and the table's software terms."""
     soft = software_terms(machine.table)
     cpu, gpu = CHIPS[machine.cpu], CHIPS[machine.gpu]
     values = rounded(values)
@@ -184,7 +184,7 @@ def _fmt(v: float) -> str:
 
 def preset_yaml(machine: Machine, values: dict[str, float], allocator_overhead: dict, fit_record: dict) -> str:
     """The YAML text of ``machine``'s preset: every figure with its source, every fitted parameter
-    with its bound (the spec itself is :func:`build_spec`'s)."""
+    with its bound (the spec itself is [`build_spec`][cluster.machines.build_spec]'s)."""
     import yaml
 
     spec = build_spec(machine, values, allocator_overhead["value"], fit_record)

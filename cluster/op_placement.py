@@ -2,9 +2,9 @@
 
 Convention: a placement is either a group placement, an int array ``[num_groups]`` of
 device indices into ``spec.devices`` (what the baselines of 2017 Sec. 4.2 and the group
-learners produce), or an :class:`OpPlacement` wrapping an int array ``[num_ops]`` (what
+learners produce), or an [`OpPlacement`][cluster.op_placement.OpPlacement] wrapping an int array ``[num_ops]`` (what
 op-level placers produce, e.g. Baechi's m-TOPO / m-ETF / m-SCT, which place the op graph
-and generally split the groups of ``prepared.grouping``). :func:`measure_placement`
+and generally split the groups of ``prepared.grouping``). [`measure_placement`][cluster.op_placement.measure_placement]
 measures either in an environment built for the group placements.
 """
 
@@ -40,20 +40,20 @@ class OpPlacement:
 
 
 def is_op_placement(placement) -> TypeGuard[OpPlacement]:
-    """True for an :class:`OpPlacement` (a per-op placement), False for a group placement array."""
+    """True for an [`OpPlacement`][cluster.op_placement.OpPlacement] (a per-op placement), False for a group placement array."""
     return isinstance(placement, OpPlacement)
 
 
 def measure_placement(env, placement):
-    """Measure a group placement (``[num_groups]``) or an :class:`OpPlacement` in ``env``.
+    """Measure a group placement (``[num_groups]``) or an [`OpPlacement`][cluster.op_placement.OpPlacement] in ``env``.
 
     An op placement that keeps every group on one device is measured as that group
     placement (any environment); otherwise the environment must simulate the op graph:
     an environment with a ``measure_ops(op_placement)`` method
-    (:meth:`cluster.simulated.SimulatedEnvironment.measure_ops`).
+    ([`cluster.simulated.SimulatedEnvironment.measure_ops`][cluster.simulated.SimulatedEnvironment.measure_ops]).
 
     Returns:
-        a :class:`cluster.environment.Measurement`.
+        a [`cluster.environment.Measurement`][cluster.environment.Measurement].
     Raises:
         ValueError: an op placement that splits groups in an environment that cannot
             measure per-op placements (real execution; the simulator's contracted engine); wrong length.

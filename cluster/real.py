@@ -3,12 +3,12 @@
 The measurement protocol is the papers': run ``steps`` training steps and drop the first
 ``warmup`` (Mirhoseini et al. 2017, Sec. 3.4: "we run each placement for 10 steps and
 discard the first"; EAGLE drops 5 of 15), and report the mean of the others as the step
-time, with their spread (:class:`RealMeasurement`).
+time, with their spread ([`RealMeasurement`][cluster.real.RealMeasurement]).
 
-How a placement runs (:class:`PlacedSession`):
+How a placement runs ([`PlacedSession`][cluster.real.PlacedSession]):
 
 * The benchmark's ``GraphDef`` is copied and every node of the op graph gets the
-  TensorFlow device of its placed spec device (:func:`tf_devices`); nodes outside the op
+  TensorFlow device of its placed spec device ([`tf_devices`][cluster.real.tf_devices]); nodes outside the op
   graph (the ``init`` op, variable initialisers) get no device and follow their colocation
   constraints (TensorFlow's placer puts an initialiser with its variable).
 * The copy is imported into a fresh ``tf.Graph`` and run in a v1 ``Session`` with
@@ -19,11 +19,11 @@ How a placement runs (:class:`PlacedSession`):
   not those of distinct devices).
 * Variables are initialised with the graph's ``init`` op (the benchmarks build it with
   ``global_variables_initializer``), then each step is fed synthetic inputs drawn from
-  the seed (:class:`SyntheticInputs`).
+  the seed ([`SyntheticInputs`][cluster.real.SyntheticInputs]).
 
 Errors are raised before anything runs where they can be: a placement that splits ops
-TensorFlow must colocate (:class:`ColocationError`), an op on a device whose type has no
-kernel for it in TensorFlow's kernel registry (:class:`KernelUnavailableError`; with
+TensorFlow must colocate ([`ColocationError`][cluster.real.ColocationError]), an op on a device whose type has no
+kernel for it in TensorFlow's kernel registry ([`KernelUnavailableError`][cluster.real.KernelUnavailableError]; with
 ``soft_placement=True`` such groups move to the first CPU instead, as the simulator does,
 and the session gets ``allow_soft_placement``). ``ResourceExhaustedError`` while running
 gives ``oom=True``. On CPU devices TensorFlow enforces no memory limit, so the OOM path
@@ -81,7 +81,7 @@ class KernelUnavailableError(PlacementError):
 class RealMeasurement(Measurement):
     """A placement measured in TensorFlow.
 
-    Attributes (besides :class:`~cluster.environment.Measurement`'s):
+    Attributes (besides [`Measurement`][cluster.environment.Measurement]'s):
         step_times_s: wall-clock seconds of each measured step (after the warm-up), ``[steps - warmup]``;
             on OOM, the steps that finished before it.
         std_s: sample standard deviation of ``step_times_s`` (seconds; 0 for one step, ``None`` if none).
@@ -330,7 +330,7 @@ class PlacedSession:
         node_devices: node name -> TensorFlow device string; other nodes get no device.
         seed: seed of the synthetic inputs (and of TensorFlow's graph-level random seed).
         soft_placement: ``allow_soft_placement`` for the session.
-        int_bounds: see :class:`SyntheticInputs`.
+        int_bounds: see [`SyntheticInputs`][cluster.real.SyntheticInputs].
         inter_op_threads: ``inter_op_parallelism_threads`` (``1`` runs ops one at a time, as
             for calibration); ``None`` keeps TensorFlow's default.
         init_op: name of the variable-initialisation op run once at creation (skipped if absent).
@@ -465,7 +465,7 @@ def trace_devices(run_metadata) -> dict[str, str]:
 
 
 class RealEnvironment:
-    """Measures placements by running the training step in TensorFlow (:class:`Environment`).
+    """Measures placements by running the training step in TensorFlow (`Environment`).
 
     Args:
         graph: the op graph (pruned to one step) of ``graph_def``.
@@ -478,8 +478,8 @@ class RealEnvironment:
         soft_placement: move groups with an op that has no kernel on its device's kind to the
             first CPU (as the simulator does) and let TensorFlow soft-place, instead of raising.
         seed: seed of the synthetic inputs.
-        int_bounds: see :class:`SyntheticInputs`.
-        devices: optional TensorFlow device string per spec device, overriding :func:`tf_devices`.
+        int_bounds: see [`SyntheticInputs`][cluster.real.SyntheticInputs].
+        devices: optional TensorFlow device string per spec device, overriding [`tf_devices`][cluster.real.tf_devices].
     Raises:
         ValueError: ``steps <= warmup``, ``warmup < 0``, or a ``devices`` list of the wrong length.
     """
@@ -511,7 +511,7 @@ class RealEnvironment:
 
     @classmethod
     def from_prepared(cls, prepared, spec: ClusterSpec, **kwargs) -> "RealEnvironment":
-        """Build from a :class:`compgraph.prepare.PreparedGraph` (its graph, grouping, GraphDef, fetches)."""
+        """Build from a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph] (its graph, grouping, GraphDef, fetches)."""
         return cls(prepared.graph, prepared.grouping, spec, prepared.graph_def, prepared.fetches, **kwargs)
 
     def op_placement(self, group_placement: np.ndarray) -> np.ndarray:
@@ -552,7 +552,7 @@ class RealEnvironment:
         return p
 
     def session(self, group_placement: np.ndarray, **kwargs) -> PlacedSession:
-        """A :class:`PlacedSession` for ``group_placement`` (checked as :meth:`op_placement`)."""
+        """A [`PlacedSession`][cluster.real.PlacedSession] for ``group_placement`` (checked as [`op_placement`][cluster.real.RealEnvironment.op_placement])."""
         p = self.op_placement(group_placement)
         return PlacedSession(
             self.graph_def, self.fetches, node_devices_of(self.graph, p, self.devices), seed=self.seed,
@@ -566,8 +566,8 @@ class RealEnvironment:
             ``step_time_s`` = mean seconds of the steps after the first ``warmup``; on
             ``ResourceExhaustedError``, ``oom=True`` and ``step_time_s=None``.
         Raises:
-            ValueError, ColocationError, KernelUnavailableError, PlacementError: see :meth:`op_placement`
-            and :class:`PlacedSession`.
+            ValueError, ColocationError, KernelUnavailableError, PlacementError: see [`op_placement`][cluster.real.RealEnvironment.op_placement]
+            and [`PlacedSession`][cluster.real.PlacedSession].
         """
         tf = import_tensorflow()
         times: list[float] = []
@@ -592,10 +592,10 @@ class RealEnvironment:
         )
 
     def measure_batch(self, group_placements: np.ndarray) -> list[RealMeasurement]:
-        """:meth:`measure` each row of ``group_placements`` (``[K, num_groups]``), one after another
-        (:func:`cluster.environment.measure_rows`: one placement holds the devices at a time).
+        """[`measure`][cluster.real.RealEnvironment.measure] each row of ``group_placements`` (``[K, num_groups]``), one after another
+        ([`cluster.environment.measure_rows`][cluster.environment.measure_rows]: one placement holds the devices at a time).
 
         Raises:
-            ValueError: not a 2-D array; and whatever :meth:`measure` raises.
+            ValueError: not a 2-D array; and whatever [`measure`][cluster.real.RealEnvironment.measure] raises.
         """
         return measure_rows(self, group_placements)

@@ -1,28 +1,28 @@
 """The papers' tables reproduced: the baselines of every row measured beside the paper, and the
 fit of the K80 presets to 2017 Table 2.
 
-**Tables** (:mod:`cluster.tables`): 2017 Table 2, Post Table 1 and EAGLE Table IV, each row with
-its model at that table's settings and its machine's preset (:mod:`cluster.machines`).
-:func:`reproduce_tables` measures every row's baselines (the table's own expert: one GPU where
+**Tables** ([`cluster.tables`][cluster.tables]): 2017 Table 2, Post Table 1 and EAGLE Table IV, each row with
+its model at that table's settings and its machine's preset ([`cluster.machines`][cluster.machines]).
+[`reproduce_tables`][cluster.reproduce.reproduce_tables] measures every row's baselines (the table's own expert: one GPU where
 the table says so) under the shipped presets and, for 2017 Table 2, under the presets fitted
 without the row's model (leave one model out); it reports per cell ours beside the paper's,
 the ratio and OOM, per row the fastest baseline and Kendall tau against the paper's order, per
 table the share of cells within 1.5x, and the fitted parameters with their bounds.
 
-**The fit** (:func:`fit`): :mod:`cluster.fitting`'s bounded least squares on 2017 Table 2's
-cells (:func:`paper_cells`: one single-CPU and one single-GPU time per model, shared by its 2-
+**The fit** ([`fit`][cluster.reproduce.fit]): [`cluster.fitting`][cluster.fitting]'s bounded least squares on 2017 Table 2's
+cells ([`paper_cells`][cluster.reproduce.paper_cells]: one single-CPU and one single-GPU time per model, shared by its 2-
 and 4-GPU rows, and a Scotch, MinCut and expert time per row: 24 cells, 23 numbers and one OOM),
 in two stages: the chips on the single-device cells, then the transfers on the split cells.
-Baseline placements are computed by a placer the caller injects (:attr:`TableData.place`, so
+Baseline placements are computed by a placer the caller injects ([`TableData.place`][cluster.reproduce.TableData.place], so
 that ``cluster`` does not import ``baselines``; ``tasks.reproduce`` passes
-:func:`baselines.place_baselines`): Scotch and MinCut map the op graph with the cost model's op
+[`baselines.place_baselines`][baselines.place_baselines]): Scotch and MinCut map the op graph with the cost model's op
 times and link costs, so they depend on the parameters; a fit round holds them fixed and the
 next recomputes them. Post Table 1 and EAGLE Table IV are never fitted on.
 
 **Named software terms** (not fitted, each with its source): the CPU's usable share of its peak
-under the table's TensorFlow wheel (:data:`cluster.fitting.SOFTWARE_TERMS`), and for 2017's rows
+under the table's TensorFlow wheel ([`cluster.fitting.SOFTWARE_TERMS`][cluster.fitting.SOFTWARE_TERMS]), and for 2017's rows
 the per-op executor overhead scaled by the paper's op count over ours (2017 Table 1:
-:func:`cluster.tables.op_count_factor`; e.g. 31,180 ops for Inception-V3 against our 5,527, whose
+[`cluster.tables.op_count_factor`][cluster.tables.op_count_factor]; e.g. 31,180 ops for Inception-V3 against our 5,527, whose
 batch norm is fused), since TensorFlow pays that overhead per op of the graph it runs.
 """
 
@@ -52,7 +52,7 @@ def _table2() -> dict[str, dict]:
     return out
 
 
-#: 2017 Table 2, seconds per step (``None`` = OOM), from :mod:`cluster.tables`: per model the
+#: 2017 Table 2, seconds per step (``None`` = OOM), from [`cluster.tables`][cluster.tables]: per model the
 #: single-CPU and single-GPU cells and, per number of GPUs, Scotch, MinCut, expert and RL.
 PAPER_TABLE2: dict[str, dict] = _table2()
 MODELS = tuple(PAPER_TABLE2)
@@ -60,7 +60,7 @@ CLUSTERS = {2: "k80x2", 4: "k80x4"}
 BASELINE_METHODS = ("single_cpu", "single_gpu", "scotch", "mincut", "expert")
 ROW_METHODS = ("scotch", "mincut", "expert")
 FIT_ROUNDS = 3
-#: the software terms of 2017 Table 2's machine (:data:`cluster.fitting.SOFTWARE_TERMS`).
+#: the software terms of 2017 Table 2's machine ([`cluster.fitting.SOFTWARE_TERMS`][cluster.fitting.SOFTWARE_TERMS]).
 SOFTWARE = {k: v["2017-table2"][0] for k, v in SOFTWARE_TERMS.items()}
 START = start_values()
 
@@ -101,28 +101,28 @@ def scaled_overhead(spec: ClusterSpec, factor: float) -> ClusterSpec:
 
 Placer = Callable[[Any, ClusterSpec], dict]
 """``place(prepared, spec) -> {method: [num_groups] device indices}``: the baselines of the table
-(:data:`BASELINE_METHODS`) on one prepared graph under one spec (e.g.
+([`BASELINE_METHODS`][cluster.reproduce.BASELINE_METHODS]) on one prepared graph under one spec (e.g.
 ``functools.partial(baselines.place_baselines, BASELINE_METHODS)``), for the fit."""
 
 RowPlacer = Callable[[Any, ClusterSpec, list[str]], dict]
 """``place(prepared, spec, methods) -> {method: placement}``: the baselines ``methods`` of a table row
-(e.g. ``tasks.reproduce.table_placer``), for :func:`reproduce_rows`."""
+(e.g. ``tasks.reproduce.table_placer``), for [`reproduce_rows`][cluster.reproduce.reproduce_rows]."""
 
 
 @dataclass
 class TableData:
     """The paper-size graphs of the table's models, the two base presets, and the baseline placer
-    (:data:`Placer`, injected by the caller; ``None``: nothing can be placed)."""
+    ([`Placer`][cluster.reproduce.Placer], injected by the caller; ``None``: nothing can be placed)."""
 
     models: dict[str, ModelData]
     base: dict[int, ClusterSpec] = field(default_factory=dict)
     place: Placer | None = None
 
     def baseline_placements(self, model: str, spec: ClusterSpec) -> dict[str, np.ndarray]:
-        """Group placements of the 2017 baselines of ``model`` under ``spec`` (:attr:`place`).
+        """Group placements of the 2017 baselines of ``model`` under ``spec`` ([`place`][cluster.reproduce.TableData.place]).
 
         Raises:
-            ValueError: no placer was given (:func:`load_table_data`'s ``place``).
+            ValueError: no placer was given ([`load_table_data`][cluster.reproduce.load_table_data]'s ``place``).
         """
         if self.place is None:
             raise ValueError("TableData.place: no baseline placer given (load_table_data(..., place=...))")
@@ -132,7 +132,7 @@ class TableData:
 def load_table_data(models=MODELS, cache_dir: str | Path = "placement-runs/graph-cache", size: str = "paper",
                     presets: dict[int, str] | None = None, place: Placer | None = None) -> TableData:
     """Prepare (or read from the cache) each model at ``size`` and load the presets; ``place``:
-    the baseline placer (:data:`Placer`) the table's baselines are computed with."""
+    the baseline placer ([`Placer`][cluster.reproduce.Placer]) the table's baselines are computed with."""
     from compgraph.prepare import prepare
 
     data = {}
@@ -146,7 +146,7 @@ def load_table_data(models=MODELS, cache_dir: str | Path = "placement-runs/graph
 
 def simulate(md: ModelData, spec: ClusterSpec, placements: dict) -> dict[str, dict]:
     """Step time, OOM and the highest device peak of each placement (fast simulator, exact engine):
-    a group placement ``[num_groups]`` or an :class:`cluster.op_placement.OpPlacement` ``[num_ops]``."""
+    a group placement ``[num_groups]`` or an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] ``[num_ops]``."""
     from cluster.fast_simulator import FastSimulator
     from cluster.op_placement import is_op_placement
 
@@ -197,7 +197,7 @@ TRANSFER_PARAMS = tuple(p for p in FIT_PARAMS if p.kind == "transfer")
 
 
 def model_predictor(data: TableData, models) -> fitting.Predict:
-    """:data:`cluster.fitting.Predict` over the baseline cells of ``models`` (row key ``(model, gpus)``)."""
+    """[`cluster.fitting.Predict`][cluster.fitting.Predict] over the baseline cells of ``models`` (row key ``(model, gpus)``)."""
 
     def model_predict(values, placements):
         specs = specs_for(data, values)
@@ -213,8 +213,8 @@ def model_predictor(data: TableData, models) -> fitting.Predict:
 
 def fit(data: TableData, models, start: dict[str, float] | None = None, rounds: int = FIT_ROUNDS,
         max_nfev: int = 200, prior_weight: float = 0.05, log=print) -> dict:
-    """Fit :data:`cluster.fitting.FIT_PARAMS` inside their bounds on the numeric cells of ``models``,
-    in two stages (:func:`cluster.fitting.fit` each):
+    """Fit [`cluster.fitting.FIT_PARAMS`][cluster.fitting.FIT_PARAMS] inside their bounds on the numeric cells of ``models``,
+    in two stages ([`cluster.fitting.fit`][cluster.fitting.fit] each):
 
     1. the chips (CPU and GPU parameters) on the single-device cells, where no transfer happens;
     2. the transfers (Send/Recv overhead, achieved link bandwidth) on the cells that split the
@@ -223,7 +223,7 @@ def fit(data: TableData, models, start: dict[str, float] | None = None, rounds: 
     So a split the bounds cannot make slow enough stays too fast rather than bending the chips
     away from their own cells. Then the whole set's residuals, ``allocator_overhead`` and, for each
     split cell that is still more than 1.5x off, the Send/Recv overhead that would reach it
-    (``required_send_recv_s``, :func:`cluster.fitting.required_value`).
+    (``required_send_recv_s``, [`cluster.fitting.required_value`][cluster.fitting.required_value]).
 
     Returns:
         ``{"models", "values", "allocator_overhead", "rms_log_ratio", "on_bound", "stages",
@@ -286,7 +286,7 @@ def load_fit(path: str | Path = FIT_JSON, required: bool = False) -> dict | None
 
     Raises:
         ValueError: ``required`` (a path the user gave) and the file is missing; or the file is larger
-            than :data:`MAX_FIT_BYTES`, not JSON, or not a JSON object (one line naming the file).
+            than [`MAX_FIT_BYTES`][cluster.reproduce.MAX_FIT_BYTES], not JSON, or not a JSON object (one line naming the file).
     """
     path = Path(path)
     if not path.is_file():
@@ -305,8 +305,8 @@ def load_fit(path: str | Path = FIT_JSON, required: bool = False) -> dict | None
 
 
 def write_presets(fits: dict) -> None:
-    """Write every machine's preset (:func:`cluster.machines.write_presets`) from ``fits["all_rows"]``
-    and every fit to :data:`FIT_JSON`."""
+    """Write every machine's preset ([`cluster.machines.write_presets`][cluster.machines.write_presets]) from ``fits["all_rows"]``
+    and every fit to [`FIT_JSON`][cluster.reproduce.FIT_JSON]."""
     from cluster.machines import write_presets as write
 
     res = fits["all_rows"]
@@ -374,10 +374,10 @@ def reproduce_rows(rows: list[PaperRow], prepare_fn: Callable, place: RowPlacer,
     """Every row measured beside the paper.
 
     Args:
-        rows: the table rows (:data:`cluster.tables.ROWS`).
-        prepare_fn: ``(model, size) -> PreparedGraph`` (e.g. :func:`compgraph.prepare.prepare` with a cache).
-        place: the baseline placer (:data:`RowPlacer`).
-        fits: the stored fits (:func:`load_fit`) for 2017's held-out column.
+        rows: the table rows ([`cluster.tables.ROWS`][cluster.tables.ROWS]).
+        prepare_fn: ``(model, size) -> PreparedGraph`` (e.g. [`compgraph.prepare.prepare`][compgraph.prepare.prepare] with a cache).
+        place: the baseline placer ([`RowPlacer`][cluster.reproduce.RowPlacer]).
+        fits: the stored fits ([`load_fit`][cluster.reproduce.load_fit]) for 2017's held-out column.
         learned: ``(table, model, gpus) -> learner -> placement`` found by searches (measured beside).
         size: a size that replaces every row's (e.g. ``small`` for a quick check; not comparable).
     Returns:

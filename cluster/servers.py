@@ -10,7 +10,7 @@ Three presets (``--cluster``):
 **Peaks by precision.** Each GPU lists its FP32 peak (``peak_flops``: the CUDA cores) and its tensor
 cores' dense peaks for TF32, BF16 and FP16 (``tensor_peak_flops``; the datasheets' figures "with
 sparsity" are halved). The cost model gives a dense op or convolution the peak of its precision
-(:mod:`cluster.cost_model`). Whether FP32 products run as TF32 is a software term: PyTorch's
+([`cluster.cost_model`][cluster.cost_model]). Whether FP32 products run as TF32 is a software term: PyTorch's
 defaults (``torch.backends.cuda.matmul.allow_tf32`` off since 1.12, ``torch.backends.cudnn.allow_tf32``
 on), so ``tf32_matmul: false`` and ``tf32_conv: true``.
 
@@ -24,21 +24,21 @@ x16 link per pair.
 
 **Efficiencies and software terms.** No published table measures a placed training step on these
 machines, so nothing here is fitted. The chip-independent GPU terms are CARRIED from ``h200x1``
-(:data:`REFERENCE_PRESET`, :data:`GPU_CARRIED`): the achieved fractions of peak for dense ops,
+([`REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET], [`GPU_CARRIED`][cluster.servers.GPU_CARRIED]): the achieved fractions of peak for dense ops,
 convolutions, other ops and memory, the dense-op size at half efficiency, the device-side gap per
 kernel and PyTorch's host dispatch per op, fitted to real PyTorch 2.11 steps on one H200
-(:mod:`cluster.torch_calibrate`; they replaced the K80 fit's, TensorFlow 2017 on Kepler, which made
-one H200 1.3-2x too slow). The CPU keeps the K80 fit's terms (:data:`CPU_REFERENCE_PRESET`; h200x1's
+([`cluster.torch_calibrate`][cluster.torch_calibrate]; they replaced the K80 fit's, TensorFlow 2017 on Kepler, which made
+one H200 1.3-2x too slow). The CPU keeps the K80 fit's terms ([`CPU_REFERENCE_PRESET`][cluster.servers.CPU_REFERENCE_PRESET]; h200x1's
 CPU is a 16-vCPU slice). The per-transfer overhead takes the physical-model issue's reference value
-(:data:`cluster.fitting.FIT_PARAMS`' ``ref``: 50 us per transfer, a ``cudaMemcpyAsync`` set-up and the
+([`cluster.fitting.FIT_PARAMS`][cluster.fitting.FIT_PARAMS]' ``ref``: 50 us per transfer, a ``cudaMemcpyAsync`` set-up and the
 framework's bookkeeping) and the link bandwidth efficiency its reference 0.5, each inside its bound
 and with its source; the CPU's per-op overhead 10 us; the CPU's software fraction is 1 (PyTorch's
 oneDNN/MKL kernels use AVX2 or AVX-512 with FMA); the allocator overhead is 1 (PyTorch's caching
 allocator is not modelled).
 
-Single-GPU hosts (:data:`SINGLE_GPU_HOSTS`: ``h200x1``, ``h100x1``) are not written here:
-:func:`cluster.torch_calibrate.write_single_gpu_presets` fits ``h200x1`` from the shared measurements
-and derives ``h100x1``; :func:`single_gpu_datasheet_spec` gives their datasheet figures.
+Single-GPU hosts ([`SINGLE_GPU_HOSTS`][cluster.servers.SINGLE_GPU_HOSTS]: ``h200x1``, ``h100x1``) are not written here:
+[`cluster.torch_calibrate.write_single_gpu_presets`][cluster.torch_calibrate.write_single_gpu_presets] fits ``h200x1`` from the shared measurements
+and derives ``h100x1``; [`single_gpu_datasheet_spec`][cluster.servers.single_gpu_datasheet_spec] gives their datasheet figures.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class Server:
 
     Attributes:
         name: the preset name (``--cluster``).
-        cpu, gpu: keys of :data:`SERVER_CHIPS`.
+        cpu, gpu: keys of [`SERVER_CHIPS`][cluster.servers.SERVER_CHIPS].
         gpus: number of GPUs.
         ram_bytes: host memory (bytes).
         gpu_link: bandwidth per direction between two GPUs (bytes/s) and what it is.
@@ -192,7 +192,7 @@ SERVERS: dict[str, Server] = {
 }
 
 #: Software terms of PyTorch on these servers (not fitted), each the physical-model issue's
-#: reference value with its source (:data:`cluster.fitting.FIT_PARAMS`).
+#: reference value with its source ([`cluster.fitting.FIT_PARAMS`][cluster.fitting.FIT_PARAMS]).
 PYTORCH_TERMS = {
     "op_overhead_s": (1e-5, "gpu.op_overhead_s's reference: a CUDA kernel launch (5-10 us) plus the framework's "
                             "dispatch; inside [1 us, 100 us]"),
@@ -205,7 +205,7 @@ PYTORCH_TERMS = {
     "tf32_conv": (True, "torch.backends.cudnn.allow_tf32: on by default"),
 }
 CHIP_TERMS = ("dense_efficiency", "conv_efficiency", "other_efficiency", "memory_efficiency", "half_efficiency_flops")
-"""The chip-independent CPU terms every server takes from :data:`CPU_REFERENCE_PRESET` (the K80 fit's)."""
+"""The chip-independent CPU terms every server takes from [`CPU_REFERENCE_PRESET`][cluster.servers.CPU_REFERENCE_PRESET] (the K80 fit's)."""
 
 SINGLE_GPU_HOSTS: dict[str, Server] = {
     "h200x1": Server(
@@ -221,13 +221,13 @@ SINGLE_GPU_HOSTS: dict[str, Server] = {
         ("benchmarks/results/h100-2026-11-26 (detect.yaml, lscpu.txt: the lent H100's host; MemTotal as h200x1's, "
          "135.1 GB read)",)),
 }
-"""One-GPU hosts: datasheet figures only (their terms come from :mod:`cluster.torch_calibrate`)."""
+"""One-GPU hosts: datasheet figures only (their terms come from [`cluster.torch_calibrate`][cluster.torch_calibrate])."""
 
 
 def single_gpu_datasheet_spec(name: str) -> ClusterSpec:
-    """The datasheet figures of a :data:`SINGLE_GPU_HOSTS` host (``/cpu:0``, ``/gpu:0``; PCIe 5.0 x16 link, 2 us
-    latency, an estimate), with PyTorch's named software terms (:data:`PYTORCH_TERMS`) and every efficiency 1:
-    the base spec :func:`cluster.torch_calibrate.fit_from_profile` fits."""
+    """The datasheet figures of a [`SINGLE_GPU_HOSTS`][cluster.servers.SINGLE_GPU_HOSTS] host (``/cpu:0``, ``/gpu:0``; PCIe 5.0 x16 link, 2 us
+    latency, an estimate), with PyTorch's named software terms ([`PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]) and every efficiency 1:
+    the base spec [`cluster.torch_calibrate.fit_from_profile`][cluster.torch_calibrate.fit_from_profile] fits."""
     server = SINGLE_GPU_HOSTS[name]
     cpu, gpu = SERVER_CHIPS[server.cpu], SERVER_CHIPS[server.gpu]
     terms = {k: v for k, (v, _) in PYTORCH_TERMS.items()}
@@ -246,9 +246,9 @@ def single_gpu_datasheet_spec(name: str) -> ClusterSpec:
 
 def build_server_spec(server: Server, reference: ClusterSpec | None = None,
                       cpu_reference: ClusterSpec | None = None) -> ClusterSpec:
-    """The :class:`cluster.spec.ClusterSpec` of ``server``: datasheet figures, the chip-independent GPU
-    terms of ``reference`` (:data:`GPU_CARRIED`; default the shipped ``h200x1`` preset), the CPU terms of
-    ``cpu_reference`` (:data:`CHIP_TERMS`; default the shipped ``k80x2``) and :data:`PYTORCH_TERMS`."""
+    """The [`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec] of ``server``: datasheet figures, the chip-independent GPU
+    terms of ``reference`` ([`GPU_CARRIED`][cluster.servers.GPU_CARRIED]; default the shipped ``h200x1`` preset), the CPU terms of
+    ``cpu_reference`` ([`CHIP_TERMS`][cluster.servers.CHIP_TERMS]; default the shipped ``k80x2``) and [`PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]."""
     ref = reference or load_reference()
     cpu_ref = cpu_reference or load_cpu_reference()
     ref_gpu = next(d for d in ref.devices if d.kind == "gpu")
@@ -313,25 +313,25 @@ def server_yaml(server: Server) -> str:
 
 REFERENCE_PRESET = "h200x1"
 """The preset whose chip-independent GPU terms the servers carry: ``h200x1``, calibrated on one H200 from real
-PyTorch steps (:mod:`cluster.torch_calibrate`). It replaced the K80 fit's GPU terms (TensorFlow 2017 on Kepler)."""
+PyTorch steps ([`cluster.torch_calibrate`][cluster.torch_calibrate]). It replaced the K80 fit's GPU terms (TensorFlow 2017 on Kepler)."""
 CPU_REFERENCE_PRESET = "k80x2"
 """The preset whose chip-independent CPU terms the servers keep: the K80 fit's (a dual-socket host; ``h200x1``'s
 CPU is a 16-vCPU slice, not a server's CPUs)."""
 GPU_CARRIED = (*("dense_efficiency", "conv_efficiency", "other_efficiency", "memory_efficiency", "half_efficiency_flops"),
                "op_overhead_s", "dispatch_s")
-"""The GPU terms carried from :data:`REFERENCE_PRESET`: the achieved fractions of peak, the size term, the
+"""The GPU terms carried from [`REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET]: the achieved fractions of peak, the size term, the
 device-side gap per kernel and PyTorch's host dispatch per op."""
 
 
 def load_reference() -> ClusterSpec:
-    """The preset whose chip-independent GPU terms the servers carry (:data:`REFERENCE_PRESET`)."""
+    """The preset whose chip-independent GPU terms the servers carry ([`REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET])."""
     from cluster.spec import load_cluster
 
     return load_cluster(REFERENCE_PRESET)
 
 
 def load_cpu_reference() -> ClusterSpec:
-    """The preset whose CPU terms the servers keep (:data:`CPU_REFERENCE_PRESET`)."""
+    """The preset whose CPU terms the servers keep ([`CPU_REFERENCE_PRESET`][cluster.servers.CPU_REFERENCE_PRESET])."""
     from cluster.spec import load_cluster
 
     return load_cluster(CPU_REFERENCE_PRESET)

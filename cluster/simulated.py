@@ -1,4 +1,4 @@
-"""The simulated environment: the event-driven simulator behind :class:`cluster.environment.Environment`."""
+"""The simulated environment: the event-driven simulator behind [`cluster.environment.Environment`][cluster.environment.Environment]."""
 
 from __future__ import annotations
 
@@ -16,22 +16,22 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 
 
-ENGINES = ("fast", "reference", "contracted")  #: simulator engines of :class:`SimulatedEnvironment`
+ENGINES = ("fast", "reference", "contracted")  #: simulator engines of [`SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment]
 EXECUTIONS = ("dataflow", "eager")
-"""How a step executes (:class:`SimulatedEnvironment`'s ``execution``): ``dataflow`` as TensorFlow's executor
-runs a graph (every device runs its ready ops at once, :mod:`cluster.simulator`), ``eager`` in program order
-on one host thread as PyTorch runs a placed step (:mod:`cluster.eager`)."""
+"""How a step executes ([`SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment]'s ``execution``): ``dataflow`` as TensorFlow's executor
+runs a graph (every device runs its ready ops at once, [`cluster.simulator`][cluster.simulator]), ``eager`` in program order
+on one host thread as PyTorch runs a placed step ([`cluster.eager`][cluster.eager])."""
 
 
 class SimulatedEnvironment:
-    """The event-driven simulator behind the :class:`Environment` interface.
+    """The event-driven simulator behind the `Environment` interface.
 
     Args:
         graph, grouping, spec: the op graph, its co-location groups and the cluster.
-        engine: ``"fast"`` (default, :class:`cluster.fast_simulator.FastSimulator`) or
-            ``"reference"`` (:class:`cluster.simulator.Simulator`): both simulate the op
+        engine: ``"fast"`` (default, [`cluster.fast_simulator.FastSimulator`][cluster.fast_simulator.FastSimulator]) or
+            ``"reference"`` ([`cluster.simulator.Simulator`][cluster.simulator.Simulator]): both simulate the op
             graph and give the same results; ``"contracted"``: the fast simulator on the
-            acyclic cluster graph of :func:`cluster.contracted.contract_groups`, several
+            acyclic cluster graph of [`cluster.contracted.contract_groups`][cluster.contracted.contract_groups], several
             times faster, an approximation (its docstring lists what differs). Measured error
             (``benchmarks/simulator.py``, random group placements on k80x2, roofline, 2026-11-23):
             step-time ratio to the exact op-level simulation 0.93-1.01 (median 0.969, Pearson r
@@ -39,9 +39,9 @@ class SimulatedEnvironment:
             on nmt paper, 0.98-1.00 on inception_v3 paper: mostly below the exact step (median
             0.96-1.00). Not exact: use it to screen placements and the exact engines to report them.
         op_times: optional ``[num_ops, num_devices]`` seconds (e.g. calibrated), replacing
-            the roofline of :func:`cluster.cost_model.op_time_matrix`.
-        execution: ``dataflow`` (default) or ``eager`` (:data:`EXECUTIONS`). With ``eager`` the step
-            time is :class:`cluster.eager.EagerExecution`'s (program order, on the op graph whatever the
+            the roofline of [`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix].
+        execution: ``dataflow`` (default) or ``eager`` ([`EXECUTIONS`][cluster.simulated.EXECUTIONS]). With ``eager`` the step
+            time is [`cluster.eager.EagerExecution`][cluster.eager.EagerExecution]'s (program order, on the op graph whatever the
             engine); peak memory, OOM and per-device busy seconds stay the engine's.
 
     Raises:
@@ -126,7 +126,7 @@ class SimulatedEnvironment:
 
     def measure_ops(self, op_placement: np.ndarray) -> Measurement:
         """Simulate one step of a per-op placement (``[num_ops]`` device indices), which may
-        split groups (op-level placers, :class:`cluster.op_placement.OpPlacement`).
+        split groups (op-level placers, [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement]).
 
         Raises:
             ValueError: the ``contracted`` engine (it simulates whole groups only).

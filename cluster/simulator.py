@@ -8,14 +8,14 @@ Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
   ready (FIFO). An op is ready when all its inputs (data and control) are available on its
   device: a local input when its producer finishes, a remote one when its transfer
   arrives. Op ``o`` takes ``t(o, d)`` seconds on device ``d``
-  (:func:`cluster.cost_model.op_time_matrix`, or the ``op_times`` given). Ties: ops that
+  ([`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix], or the ``op_times`` given). Ties: ops that
   are ready at ``t = 0`` are queued in op-index order; events at the same time are
   handled in the order they were scheduled (a device or link that starts work earlier,
   in event order, finishes first on equal times); the successors readied by one event
   are queued in op-index order. After an op finishes, devices are offered their next op
   in device-index order.
 * **Compute pools.** Devices that name the same ``compute_pool``
-  (:attr:`cluster.spec.Device.compute_pool`) share one executor: the rule above applies to
+  ([`cluster.spec.Device.compute_pool`][cluster.spec.Device.compute_pool]) share one executor: the rule above applies to
   the pool instead of each device. The pool has one FIFO queue for the ready ops of all its
   devices and runs one op at a time, whichever device it is placed on (e.g. logical
   TensorFlow CPU devices of one process, sharing its thread pools and the machine's
@@ -28,7 +28,7 @@ Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
   once per destination device, when its producer finishes, whatever the number of
   consumers there. A control edge across devices is a 0-byte transfer, sent once per
   (producer, destination device). A transfer of ``b`` bytes from ``a`` to ``c`` takes
-  ``latency_s + b / bandwidth`` seconds (:func:`cluster.cost_model.transfer_time`) with
+  ``latency_s + b / bandwidth`` seconds ([`cluster.cost_model.transfer_time`][cluster.cost_model.transfer_time]) with
   the link ``ClusterSpec.link(a, c)``. ``b`` is the edge's ``bytes`` (the first
   consumer's edge, in op-index order).
 * **Links and routing.** Every ordered pair of devices ``(a, c)`` is its own channel:
@@ -48,7 +48,7 @@ Mirhoseini et al. 2017 Sec. 4.1; every rule has a hand-computed test in
   consumer there has finished. Aliasing ops (``alloc_bytes = 0``, e.g. ``Identity``)
   take no new memory. Control edges hold no memory. The peak is resident bytes plus
   the highest live total reached; a device whose peak exceeds its ``tensor_capacity_bytes``
-  (``memory_bytes / allocator_overhead``, :class:`cluster.spec.Device`) is
+  (``memory_bytes / allocator_overhead``, [`cluster.spec.Device`][cluster.spec.Device]) is
   out of memory (OOM); the step time is still reported.
 * **Kernels.** An op with no GPU kernel placed on a GPU runs on the first CPU (the
   lowest-index ``cpu`` device), as TensorFlow's soft placement does; with no CPU in the
@@ -119,7 +119,7 @@ class SimResult:
         oom_devices: names of the devices that ran out of memory.
         critical_path: the steps that determine the step time, in time order (see the
             module docstring); ``None`` when not asked for (fast simulator batches).
-        timeline: every op run and transfer of the step as a :class:`PathStep`, by start
+        timeline: every op run and transfer of the step as a [`PathStep`][cluster.simulator.PathStep], by start
             time (ties: ops before transfers, then by op index); ``None`` unless
             ``Simulator.run(..., timeline=True)``.
     """
@@ -155,7 +155,7 @@ def check_placement(op_placement: np.ndarray, num_ops: int, num_devices: int) ->
 
 
 class Simulator:
-    """Simulates ``graph`` on ``spec``; build once, call :meth:`run` per placement.
+    """Simulates ``graph`` on ``spec``; build once, call [`run`][cluster.simulator.Simulator.run] per placement.
 
     Args:
         graph: the op graph.
@@ -213,7 +213,7 @@ class Simulator:
 
     def run(self, op_placement: np.ndarray, timeline: bool = False) -> SimResult:
         """Simulate one step with ``op_placement[i]`` = device index of op ``i``; with
-        ``timeline``, :attr:`SimResult.timeline` lists every op run and transfer.
+        ``timeline``, [`SimResult.timeline`][cluster.simulator.SimResult.timeline] lists every op run and transfer.
 
         Raises:
             ValueError: wrong length or a device index out of range.

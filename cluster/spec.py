@@ -1,7 +1,7 @@
 """Cluster specs: devices (kind, peak FLOP/s, memory bandwidth and capacity) and links.
 
-A spec is a pydantic model, loadable from YAML (:meth:`ClusterSpec.from_yaml`); the
-presets in ``cluster/presets/`` (:func:`load_cluster`) are the 2017 paper's machines,
+A spec is a pydantic model, loadable from YAML ([`ClusterSpec.from_yaml`][cluster.spec.ClusterSpec.from_yaml]); the
+presets in ``cluster/presets/`` ([`load_cluster`][cluster.spec.load_cluster]) are the 2017 paper's machines,
 with their datasheet sources in each file.
 """
 
@@ -38,7 +38,7 @@ def quote_value(value: object, limit: int = QUOTE_CHARS) -> str:
 class _NoAliasLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that refuses aliases (``*name``): a spec needs none, and nested aliases
     ("billion laughs") expand a 1 kB file into gigabytes once anything walks the result; and nesting
-    deeper than :data:`MAX_YAML_DEPTH` (refused as its node starts, before any recursion deeper)."""
+    deeper than [`MAX_YAML_DEPTH`][cluster.spec.MAX_YAML_DEPTH] (refused as its node starts, before any recursion deeper)."""
 
     _depth = 0
 
@@ -60,7 +60,7 @@ def load_yaml_file(path: str | Path, max_bytes: int = MAX_SPEC_BYTES, what: str 
     """The YAML document in ``path``, read only if it is at most ``max_bytes`` bytes, without aliases.
 
     Raises:
-        ValueError: unreadable, too large, not YAML, using aliases or nested deeper than :data:`MAX_YAML_DEPTH`
+        ValueError: unreadable, too large, not YAML, using aliases or nested deeper than [`MAX_YAML_DEPTH`][cluster.spec.MAX_YAML_DEPTH]
             (one line naming ``what`` and the file).
     """
     path = Path(path)
@@ -87,7 +87,7 @@ class Device(_Strict):
         op_overhead_s: fixed cost added to every op run on it (seconds): launch/dispatch
             (TensorFlow's executor overhead per op on this device kind).
         dense_efficiency: achieved fraction of ``peak_flops`` on a large ``MatMul`` /
-            ``BatchMatMul`` (:mod:`cluster.cost_model`); 1.0 = the datasheet peak.
+            ``BatchMatMul`` ([`cluster.cost_model`][cluster.cost_model]); 1.0 = the datasheet peak.
         conv_efficiency: the same for convolutions (``Conv2D*``, pooling).
         other_efficiency: the same for the compute term of every other op (element-wise,
             reductions, softmax, optimizer updates).
@@ -98,40 +98,40 @@ class Device(_Strict):
             and of convolutions alone; ``None`` (the default) = ``memory_efficiency``. A CPU's
             oneDNN convolutions and large matrix products reorder NCHW tensors into blocked
             layouts and back, so they move their tensors at a fraction of the socket's streaming
-            rate that element-wise ops do not see (:mod:`cluster.torch_calibrate` fits them on a
+            rate that element-wise ops do not see ([`cluster.torch_calibrate`][cluster.torch_calibrate] fits them on a
             profile by op and shape: on the H200's host, convolutions at 0.05-0.6 of the CPU peak,
             the low end the 1x1 convolutions over 56x56 images).
         software_flops_fraction: a named software term, not a hardware figure: the fraction of
             ``peak_flops`` the software's kernels can issue at all, e.g. 0.25 on a Haswell whose
             TensorFlow wheel was built for SSE only (8 of its 32 FP32 FLOP per cycle). The
-            efficiencies apply on top of it (:mod:`cluster.cost_model`). 1.0 = none.
+            efficiencies apply on top of it ([`cluster.cost_model`][cluster.cost_model]). 1.0 = none.
         allocator_overhead: bytes the allocator holds per byte of tensors (TensorFlow's BFC
             allocator rounds and fragments; temporaries the graph does not show): a device is
             out of memory when ``allocator_overhead * peak > memory_bytes``
-            (:attr:`tensor_capacity_bytes`). 1.0 = none.
+            ([`tensor_capacity_bytes`][cluster.spec.Device.tensor_capacity_bytes]). 1.0 = none.
         model: free-text hardware model (documentation only).
         tf_device: optional TensorFlow device string this device runs on in real execution
-            (:mod:`cluster.real`), e.g. ``/device:CPU:1``; ``None`` lets the real environment
+            ([`cluster.real`][cluster.real]), e.g. ``/device:CPU:1``; ``None`` lets the real environment
             map it (CPUs to ``/device:CPU:k``, GPUs to the GPUs that exist). The simulator ignores it.
         tensor_peak_flops: peak FLOP/s of the device's matrix units (tensor cores) by input
             precision, dense (no structured sparsity): keys ``tf32``, ``bfloat16``, ``float16``.
             A dense op or convolution in that precision runs against it instead of
-            ``peak_flops`` (:mod:`cluster.cost_model`); empty (the default, and every GPU before
+            ``peak_flops`` ([`cluster.cost_model`][cluster.cost_model]); empty (the default, and every GPU before
             Volta) means ``peak_flops`` for every precision.
         tf32_matmul, tf32_conv: named software terms: the framework runs FP32 matrix products /
             convolutions on the TF32 tensor cores (PyTorch's ``torch.backends.cuda.matmul.allow_tf32``,
             default off since 1.12, and ``torch.backends.cudnn.allow_tf32``, default on).
         dispatch_s: host-side dispatch per op (seconds): the framework's eager dispatch and the
-            kernel launch on the host thread (PyTorch eager, :mod:`cluster.torch_calibrate`). The
+            kernel launch on the host thread (PyTorch eager, [`cluster.torch_calibrate`][cluster.torch_calibrate]). The
             host issues ops while the device runs earlier ones, so an op that does work (FLOPs or
-            bytes) takes ``max(op time, dispatch_s)`` (:mod:`cluster.cost_model`): a step of many
+            bytes) takes ``max(op time, dispatch_s)`` ([`cluster.cost_model`][cluster.cost_model]): a step of many
             small ops is launch-bound, ``>= ops * dispatch_s``. 0 (the default) = not modelled.
         compute_pool: optional name of the executor this device shares with others. Devices
             that name the same pool run one op at a time between them, in the order ops became
             ready (as one device does alone): e.g. logical TensorFlow CPU devices of one process,
             which share its thread pools and the machine's cores. ``None`` (the default): the
             device is its own pool and runs ops in parallel with every other device. Links,
-            memory and per-device compute seconds stay per device (:mod:`cluster.simulator`).
+            memory and per-device compute seconds stay per device ([`cluster.simulator`][cluster.simulator]).
     """
 
     name: str
@@ -179,7 +179,7 @@ class TransferSpec(_Strict):
     2017 TensorFlow, which copied GPU to GPU through host memory) the tensor is staged:
     device to host, then host to device, each a full link transfer, in series:
     ``send_recv_overhead_s + 2 * latency_s + 2 * b / (bandwidth_efficiency * bandwidth)``.
-    :meth:`ClusterSpec.link` returns these effective figures, so both simulators use them.
+    [`ClusterSpec.link`][cluster.spec.ClusterSpec.link] returns these effective figures, so both simulators use them.
 
     Attributes:
         send_recv_overhead_s: fixed seconds per transfer (rendezvous, Send/Recv dispatch, the
@@ -207,10 +207,10 @@ class ClusterSpec(_Strict):
     ``default_link``.
 
     Attributes (beyond devices and links):
-        transfer: TensorFlow's Send/Recv costs and GPU peer access (:class:`TransferSpec`).
+        transfer: TensorFlow's Send/Recv costs and GPU peer access ([`TransferSpec`][cluster.spec.TransferSpec]).
         compute_memory_overlap: an op's time is ``max(compute, memory)`` (the roofline,
             ``true``) or ``compute + memory`` (``false``: grappler's OpLevelCostEstimator
-            default, ``compute_memory_overlap_ = false``); see :mod:`cluster.cost_model`.
+            default, ``compute_memory_overlap_ = false``); see [`cluster.cost_model`][cluster.cost_model].
         fit: free-form record of the fit that produced the fitted parameters (script, rows,
             loss); ``None`` for a spec of datasheet figures only.
 
@@ -254,7 +254,7 @@ class ClusterSpec(_Strict):
 
     @property
     def pool_indices(self) -> list[int]:
-        """``[num_devices]`` compute-pool index of each device (see :attr:`Device.compute_pool`).
+        """``[num_devices]`` compute-pool index of each device (see [`Device.compute_pool`][cluster.spec.Device.compute_pool]).
 
         Pools are numbered ``0..num_pools-1`` in the order they first appear in ``devices``; a
         device with no ``compute_pool`` is a pool of its own. With no pools named this is
@@ -286,20 +286,20 @@ class ClusterSpec(_Strict):
 
     def link(self, a: int, b: int) -> LinkSpec:
         """The effective cost of a transfer from device ``a`` to ``b`` (``a != b``): the link
-        (:meth:`raw_link`) with TensorFlow's Send/Recv overhead and host staging
-        (:class:`TransferSpec`) folded in, so ``latency_s + bytes / bandwidth`` is the
-        transfer's time (:func:`cluster.cost_model.transfer_time`). With the default
+        ([`raw_link`][cluster.spec.ClusterSpec.raw_link]) with TensorFlow's Send/Recv overhead and host staging
+        ([`TransferSpec`][cluster.spec.TransferSpec]) folded in, so ``latency_s + bytes / bandwidth`` is the
+        transfer's time ([`cluster.cost_model.transfer_time`][cluster.cost_model.transfer_time]). With the default
         ``transfer`` it is the raw link itself."""
         return effective_link(self, a, b)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "ClusterSpec":
-        """Load a spec from a YAML file (:func:`load_yaml_file`: at most :data:`MAX_SPEC_BYTES`, no aliases).
+        """Load a spec from a YAML file ([`load_yaml_file`][cluster.spec.load_yaml_file]: at most [`MAX_SPEC_BYTES`][cluster.spec.MAX_SPEC_BYTES], no aliases).
 
         Raises:
             ValueError: the file is too large, does not parse, uses YAML aliases, or does not hold a
                 valid spec (an unknown key, a number that is not finite and positive...); one line
-                naming the file and the bad field, quoting at most :data:`QUOTE_CHARS` characters of it.
+                naming the file and the bad field, quoting at most [`QUOTE_CHARS`][cluster.spec.QUOTE_CHARS] characters of it.
         """
         path = Path(path)
         data = load_yaml_file(path)
@@ -337,8 +337,8 @@ def effective_link(spec: "ClusterSpec", a: int, b: int) -> LinkSpec:
     ``bandwidth = bandwidth_efficiency * link bandwidth``; between two GPUs without peer
     access, the tensor goes GPU ``a`` -> first CPU -> GPU ``b``, two link transfers in
     series: latencies add and ``1 / bandwidth`` adds (the two hops' links; the a-b link
-    twice if the spec has no CPU). With the default :class:`cluster.spec.TransferSpec` this
-    is :meth:`cluster.spec.ClusterSpec.raw_link` itself.
+    twice if the spec has no CPU). With the default [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec] this
+    is [`cluster.spec.ClusterSpec.raw_link`][cluster.spec.ClusterSpec.raw_link] itself.
     """
     tr = spec.transfer
     raw = spec.raw_link(a, b)

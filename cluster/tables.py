@@ -41,15 +41,15 @@ class PaperRow:
     """One row of a paper's table.
 
     Attributes:
-        table: one of :data:`TABLES`.
+        table: one of [`TABLES`][cluster.tables.TABLES].
         model, size: how ``placement experiment`` builds the row's model (``--model``, ``--size``).
         gpus: GPUs of the row's machine.
         cluster: the preset of the row's machine (``--cluster``).
         cells: method -> seconds per step in the paper (``None``: OOM); baselines under our
             method names (``single_cpu``, ``single_gpu``, ``expert``, ``scotch``, ``mincut``,
-            ``metis``), learners under :data:`LEARNER_COLUMNS`.
+            ``metis``), learners under [`LEARNER_COLUMNS`][cluster.tables.LEARNER_COLUMNS].
         label: the row's label in the paper, as printed (e.g. ``NMT (4-layer)``).
-        line: 1-based line of the paper's text file (:data:`PAPER_FILES`) holding the row.
+        line: 1-based line of the paper's text file ([`PAPER_FILES`][cluster.tables.PAPER_FILES]) holding the row.
         columns: for each method of ``cells``, the 0-based index of its column on that line
             (split at ``|`` or tabs, empty fields dropped).
         aliases: a column computed by another of our baselines: the table's own expert where it
@@ -145,7 +145,7 @@ def table_rows(table: str) -> list[PaperRow]:
 #: 2017 Table 1: operations in the paper's training graphs (model -> (ops, line of the paper)).
 #: Our graphs of the same models have fewer ops (e.g. fused batch norm in Inception-V3), and the
 #: executor's per-op overhead is paid per op of the graph TensorFlow ran, so the 2017 rows are
-#: measured with the overhead scaled by the paper's op count over ours (:func:`op_count_factor`).
+#: measured with the overhead scaled by the paper's op count over ours ([`op_count_factor`][cluster.tables.op_count_factor]).
 PAPER_OP_COUNTS: dict[str, tuple[int, int]] = {"rnnlm": (8943, 122), "nmt": (22097, 123), "inception_v3": (31180, 124)}
 
 

@@ -13,49 +13,49 @@
 * ``env.json``: the machine (GPU, torch version, threads, ``lscpu``).
 
 Models: ``gpt2`` is the benchmark ``gpt`` at size ``gpt2`` and ``resnet50`` the benchmark
-``resnet50_torch`` at size ``paper`` (:data:`PROFILE_MODELS`); their steps are captured with the
-project's own front end (:func:`compgraph.torch_models.capture_benchmark`), which gives each op its
+``resnet50_torch`` at size ``paper`` ([`PROFILE_MODELS`][cluster.torch_calibrate.PROFILE_MODELS]); their steps are captured with the
+project's own front end ([`compgraph.torch_models.capture_benchmark`][compgraph.torch_models.capture_benchmark]), which gives each op its
 FLOPs and bytes.
 
-**Matching** (:func:`match_groups`). Each captured op is matched to the profile's op that runs its
-kernels (:data:`GPU_LEAF`, :data:`CPU_LEAF`: ``aten.convolution`` -> ``aten::cudnn_convolution`` on
+**Matching** ([`match_groups`][cluster.torch_calibrate.match_groups]). Each captured op is matched to the profile's op that runs its
+kernels ([`GPU_LEAF`][cluster.torch_calibrate.GPU_LEAF], [`CPU_LEAF`][cluster.torch_calibrate.CPU_LEAF]: ``aten.convolution`` -> ``aten::cudnn_convolution`` on
 the GPU, ``aten::mkldnn_convolution`` on the CPU; otherwise the same ATen name). Ops of one name are
 matched by their input shapes when the capture and the profile hold the same multiset of shapes,
 else on the name's aggregate when both count the same calls, else left out (reported, with their
 time). A group is ``(ATen name, shapes or None)``: the measured seconds of its calls beside the
 captured ops it covers.
 
-**The fit** (:func:`fit_device`). Per device kind, bounded least squares in log-parameter space
-(``scipy.optimize.least_squares``, trust-region reflective, as :func:`cluster.fitting.fit`) of
+**The fit** ([`fit_device`][cluster.torch_calibrate.fit_device]). Per device kind, bounded least squares in log-parameter space
+(``scipy.optimize.least_squares``, trust-region reflective, as [`cluster.fitting.fit`][cluster.fitting.fit]) of
 
 * every matched group: ``sqrt(share) * log(predicted / measured)`` (``share`` its part of the
-  measured kernel time; the predicted time is :func:`cluster.cost_model.op_times_from_features`
+  measured kernel time; the predicted time is [`cluster.cost_model.op_times_from_features`][cluster.cost_model.op_times_from_features]
   without host dispatch, i.e. the kernels), and
 * the measured step of each fit model: ``STEP_WEIGHT * log(simulated / measured)``, the simulated
   step being the sum of the op times on the one device (every op serial on it; host dispatch in),
 * a weak pull of each parameter towards its reference (``PRIOR_WEIGHT * log(p / ref)``).
 
-Each parameter is a :class:`cluster.fitting.FitParam` with a cited physical bound
-(:data:`TORCH_GPU_PARAMS`, :data:`TORCH_CPU_PARAMS`, :data:`TORCH_TRANSFER_PARAMS`); the optimizer
-works inside them, and :func:`cluster.fitting.check_bounds` checks the stored (rounded) values. The
+Each parameter is a [`cluster.fitting.FitParam`][cluster.fitting.FitParam] with a cited physical bound
+([`TORCH_GPU_PARAMS`][cluster.torch_calibrate.TORCH_GPU_PARAMS], [`TORCH_CPU_PARAMS`][cluster.torch_calibrate.TORCH_CPU_PARAMS], [`TORCH_TRANSFER_PARAMS`][cluster.torch_calibrate.TORCH_TRANSFER_PARAMS]); the optimizer
+works inside them, and [`cluster.fitting.check_bounds`][cluster.fitting.check_bounds] checks the stored (rounded) values. The
 terms are per op class (dense, convolution, other, memory), a size term for dense ops and
 convolutions (``half_efficiency_flops``: on the CPU it is the shape term of oneDNN's convolutions,
 whose small problems do not fill 16 cores' AVX-512 units), the per-op device overhead and the
-host dispatch per op (``dispatch_s``, :class:`cluster.spec.Device`: a launch-bound step takes at
+host dispatch per op (``dispatch_s``, [`cluster.spec.Device`][cluster.spec.Device]: a launch-bound step takes at
 least its ops' dispatches).
 
-**Copies** (:func:`fit_copies`). A copy of ``b`` bytes takes ``overhead + b / (eff * link)``; the
+**Copies** ([`fit_copies`][cluster.torch_calibrate.fit_copies]). A copy of ``b`` bytes takes ``overhead + b / (eff * link)``; the
 pageable copies (what the exported placed step's ``aten._to_copy`` does) set the spec's
 ``transfer`` (``send_recv_overhead_s``, ``bandwidth_efficiency``); the pinned ones are fitted the same
 way and kept in the fit record (``fit["pinned"]``): the simulator has one transfer model.
 
 **Memory.** ``allocator_overhead`` (GPU) is the measured peak over the simulated peak of the fit
-models, at least 1 and at most :data:`ALLOCATOR_BOUND` (PyTorch's caching allocator rounds blocks up
+models, at least 1 and at most [`ALLOCATOR_BOUND`][cluster.torch_calibrate.ALLOCATOR_BOUND] (PyTorch's caching allocator rounds blocks up
 and keeps freed segments).
 
 **Hold-out.** ``holdout="gpt2"`` fits on ResNet-50 only (GPU profile and step, CPU profile and step,
 copies) and judges GPT-2; ``holdout="resnet50"`` the reverse (the CPU fit then uses GPT-2's profiled
-CPU step, ``cpuprof_gpt2.json``'s ``wall_s``); ``None`` fits on both. :func:`fidelity_rows` gives every
+CPU step, ``cpuprof_gpt2.json``'s ``wall_s``); ``None`` fits on both. [`fidelity_rows`][cluster.torch_calibrate.fidelity_rows] gives every
 figure of the set, simulated beside measured, marked ``fit`` or ``held-out``.
 
 ``python -m cluster.torch_calibrate [PROFILE_DIR]`` prints the fidelity table of the shipped
@@ -78,7 +78,7 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import OpGraph
 
 PROFILE_MODELS: dict[str, tuple[str, str]] = {"gpt2": ("gpt", "gpt2"), "resnet50": ("resnet50_torch", "paper")}
-"""Profile model name -> (benchmark, size) of :data:`compgraph.models.BENCHMARKS`."""
+"""Profile model name -> (benchmark, size) of [`compgraph.models.BENCHMARKS`][compgraph.models.BENCHMARKS]."""
 
 GPU_LEAF = {"aten.convolution": "aten::cudnn_convolution", "aten.native_batch_norm": "aten::cudnn_batch_norm",
             "aten.native_batch_norm_backward": "aten::cudnn_batch_norm_backward", "aten.relu_": "aten::clamp_min_",
@@ -91,7 +91,7 @@ CPU_LEAF = {"aten.convolution": "aten::mkldnn_convolution", "aten.relu_": "aten:
 STEP_WEIGHT = 3.0
 """Weight of a measured step's log ratio in the fit (the groups' weights sum to 1)."""
 PRIOR_WEIGHT = 0.05
-"""Weight of each parameter's pull towards its reference (as :func:`cluster.fitting.fit`)."""
+"""Weight of each parameter's pull towards its reference (as [`cluster.fitting.fit`][cluster.fitting.fit])."""
 ALLOCATOR_BOUND = (1.0, 2.0)
 """``allocator_overhead`` range: 1 (no overhead) to 2 (PyTorch's caching allocator rounds a block up to
 512 bytes or to 2 MiB segments and caches freed blocks; ``torch.cuda.memory_reserved`` stays under twice
@@ -244,7 +244,7 @@ def _shape_key(shapes: list) -> tuple:
 
 @functools.lru_cache(maxsize=4)
 def captured(model: str) -> Captured:
-    """Capture ``model``'s step (:data:`PROFILE_MODELS`) with the project's front end; cached per process."""
+    """Capture ``model``'s step ([`PROFILE_MODELS`][cluster.torch_calibrate.PROFILE_MODELS]) with the project's front end; cached per process."""
     import torch
 
     from compgraph.models import BENCHMARKS
@@ -286,7 +286,7 @@ class Group:
 
 @dataclass
 class Matching:
-    """:func:`match_groups`'s result: the groups, and the measured time left out (seconds, by name)."""
+    """[`match_groups`][cluster.torch_calibrate.match_groups]'s result: the groups, and the measured time left out (seconds, by name)."""
 
     groups: list[Group]
     unmatched_s: dict[str, float] = field(default_factory=dict)
@@ -382,7 +382,7 @@ def kernel_and_step_times(cap: Captured, spec1: ClusterSpec) -> tuple[np.ndarray
 def fit_device(kind: str, base: ClusterSpec, targets: list[tuple[Captured, Matching, float]],
                params: tuple[FitParam, ...] | None = None, prior_weight: float = PRIOR_WEIGHT,
                step_weight: float = STEP_WEIGHT, max_nfev: int = 400) -> dict:
-    """Fit ``params`` (default :data:`TORCH_GPU_PARAMS` / :data:`TORCH_CPU_PARAMS`) of device ``kind``
+    """Fit ``params`` (default [`TORCH_GPU_PARAMS`][cluster.torch_calibrate.TORCH_GPU_PARAMS] / [`TORCH_CPU_PARAMS`][cluster.torch_calibrate.TORCH_CPU_PARAMS]) of device ``kind``
     inside their bounds to ``targets``: ``(captured step, its matching, measured step seconds)``.
 
     Returns:
@@ -437,7 +437,7 @@ def _copy_rows(copies: list[dict], pinned: bool) -> list[dict]:
 def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float, pinned: bool,
                params: tuple[FitParam, ...] = TORCH_TRANSFER_PARAMS) -> dict:
     """Fit ``overhead + b / (eff * link_bandwidth)`` (plus the link's ``latency_s``) to the copies of one
-    kind (``pinned`` or pageable) in log space, inside :data:`TORCH_TRANSFER_PARAMS`' bounds.
+    kind (``pinned`` or pageable) in log space, inside [`TORCH_TRANSFER_PARAMS`][cluster.torch_calibrate.TORCH_TRANSFER_PARAMS]' bounds.
 
     Returns:
         ``{"values": {"transfer.send_recv_overhead_s", "transfer.bandwidth_efficiency"}, "on_bound",
@@ -472,7 +472,7 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
 
 def simulate_single(cap: Captured, spec: ClusterSpec, kind: str) -> tuple[float, int]:
     """``(step seconds, peak bytes)`` of ``cap``'s step with every op on the first device of ``kind``
-    (the reference simulator, :class:`cluster.simulator.Simulator`)."""
+    (the reference simulator, [`cluster.simulator.Simulator`][cluster.simulator.Simulator])."""
     from cluster.simulator import Simulator
 
     dev = next(i for i, d in enumerate(spec.devices) if d.kind == kind)
@@ -485,10 +485,10 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
     """Fit ``base_spec``'s cost-model terms to the PyTorch profiles in ``profile_dir`` (module docstring).
 
     Args:
-        profile_dir: the shared folder (:func:`load_profile`).
+        profile_dir: the shared folder ([`load_profile`][cluster.torch_calibrate.load_profile]).
         base_spec: datasheet figures (peaks, bandwidths, capacities, links); its CPU and GPU terms in
-            :data:`ALL_PARAMS` are replaced by the fit. A spec without a GPU fits the CPU only.
-        holdout: a model of :data:`PROFILE_MODELS` left out of the fit (judged in the report), or ``None``.
+            [`ALL_PARAMS`][cluster.torch_calibrate.ALL_PARAMS] are replaced by the fit. A spec without a GPU fits the CPU only.
+        holdout: a model of [`PROFILE_MODELS`][cluster.torch_calibrate.PROFILE_MODELS] left out of the fit (judged in the report), or ``None``.
         models: the models to use (default: every model with files in ``profile_dir``).
     Returns:
         ``(spec, report)``: the fitted spec (its ``fit`` records the fit) and ``{"gpu", "cpu", "pageable",
@@ -619,7 +619,7 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
 
 
 def format_table(rows: list[dict], title: str = "") -> str:
-    """``rows`` (:func:`fidelity_rows`) as a Markdown table."""
+    """``rows`` ([`fidelity_rows`][cluster.torch_calibrate.fidelity_rows]) as a Markdown table."""
     lines = [f"**{title}**", ""] if title else []
     lines += ["| figure | set | simulated | measured | sim/meas |", "|---|---|---:|---:|---:|"]
     for r in rows:
@@ -690,8 +690,8 @@ def provenance_header(spec: ClusterSpec, report: dict, env: dict, profile_dir: s
 
 def calibrated_yaml(spec: ClusterSpec, report: dict, env: dict, profile_label: str,
                     extra: list[str] | None = None) -> str:
-    """The YAML text of a fitted ``spec`` with its provenance (:func:`provenance_header`) and the datasheet
-    figures' sources, as ``placement calibrate --torch`` and :func:`write_single_gpu_presets` write it."""
+    """The YAML text of a fitted ``spec`` with its provenance ([`provenance_header`][cluster.torch_calibrate.provenance_header]) and the datasheet
+    figures' sources, as ``placement calibrate --torch`` and [`write_single_gpu_presets`][cluster.torch_calibrate.write_single_gpu_presets] write it."""
     header = provenance_header(spec, report, env, profile_label)
     header += ["", "DATASHEET figures (peaks, bandwidths, capacities, the link; cluster/servers.py SERVER_CHIPS):"]
     header += [f"- {src}" for src in spec.sources]
@@ -704,7 +704,7 @@ def calibrated_yaml(spec: ClusterSpec, report: dict, env: dict, profile_label: s
 def write_single_gpu_presets(profile_dir: str | Path, out_dir: str | Path | None = None,
                              profile_label: str = "shared/measurements/h200-2026-11-26") -> list[Path]:
     """Fit ``h200x1`` from ``profile_dir`` (both models) on its datasheet figures
-    (:func:`cluster.servers.single_gpu_datasheet_spec`) and derive ``h100x1`` (the H100's datasheet
+    ([`cluster.servers.single_gpu_datasheet_spec`][cluster.servers.single_gpu_datasheet_spec]) and derive ``h100x1`` (the H100's datasheet
     figures, h200x1's chip-independent terms: "derived, unmeasured"); write both into ``out_dir``
     (default ``cluster/presets``). Returns the paths."""
     from cluster.servers import single_gpu_datasheet_spec

@@ -1,7 +1,7 @@
-"""Profile this machine for :mod:`cluster.torch_calibrate`: real PyTorch steps written in the shared format.
+"""Profile this machine for [`cluster.torch_calibrate`][cluster.torch_calibrate]: real PyTorch steps written in the shared format.
 
-:func:`collect` measures what ``../shared/measurements/h200-2026-11-26`` holds (its README says how each
-figure was taken; this is the same protocol, so :func:`cluster.torch_calibrate.fit_from_profile` reads
+[`collect`][cluster.torch_profile.collect] measures what ``../shared/measurements/h200-2026-11-26`` holds (its README says how each
+figure was taken; this is the same protocol, so [`cluster.torch_calibrate.fit_from_profile`][cluster.torch_calibrate.fit_from_profile] reads
 the folder as it reads that one):
 
 * ``steps.json``: ``eager`` rows, each model's eager step (``zero_grad(set_to_none=True)``, forward to
@@ -21,8 +21,8 @@ the folder as it reads that one):
 * ``env.json``: torch and CUDA versions, the GPU, the thread count, the TF32 switches, ``/proc/meminfo``'s
   first lines and ``lscpu``.
 
-The models are :data:`cluster.torch_calibrate.PROFILE_MODELS` (GPT-2 small at [8, 1024] with Adam,
-ResNet-50 at [32, 3, 224, 224] with SGD), built by :mod:`compgraph.torch_models` with their own
+The models are [`cluster.torch_calibrate.PROFILE_MODELS`][cluster.torch_calibrate.PROFILE_MODELS] (GPT-2 small at [8, 1024] with Adam,
+ResNet-50 at [32, 3, 224, 224] with SGD), built by [`compgraph.torch_models`][compgraph.torch_models] with their own
 initialization under ``torch.manual_seed(seed)``; inputs random (token ids uniform over the vocabulary,
 images N(0, 1), labels uniform). About 1-2 minutes on one H100 (GPT-2's CPU step is about 12 s).
 
@@ -232,7 +232,7 @@ def collect(out_dir: str | Path, models: tuple[str, ...] = ("gpt2", "resnet50"),
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m cluster.torch_profile OUT_DIR [--no-cpu]``: :func:`collect`, printing each file's name."""
+    """``python -m cluster.torch_profile OUT_DIR [--no-cpu]``: [`collect`][cluster.torch_profile.collect], printing each file's name."""
     import argparse
 
     ap = argparse.ArgumentParser(description="Profile this machine's GPU and host for placement calibrate --torch.")

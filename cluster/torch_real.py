@@ -1,34 +1,34 @@
 """Real execution of a PyTorch training step: run a placement on this machine's devices and time it.
 
-The step is the captured one (:func:`compgraph.torch_step.capture_training_step`: forward, loss,
+The step is the captured one ([`compgraph.torch_step.capture_training_step`][compgraph.torch_step.capture_training_step]: forward, loss,
 backward and the optimizer's update at the ATen level), run placed by
-:func:`compgraph.torch_step.placed_module`: each op on the torch device of its spec device, an
+[`compgraph.torch_step.placed_module`][compgraph.torch_step.placed_module]: each op on the torch device of its spec device, an
 ``aten._to_copy`` wherever an op reads a tensor that lives on another device. It is the step
 ``placement export --format torch`` writes, and it trains exactly as eager PyTorch does
 (``tests/test_torch_placed.py``: loss, parameters, buffers and optimizer state after one step).
 
-**Devices** (:func:`torch_devices`): a spec device ``/cpu:0`` runs on ``cpu``, ``/cpu:K`` (K > 0)
+**Devices** ([`torch_devices`][cluster.torch_real.torch_devices]): a spec device ``/cpu:0`` runs on ``cpu``, ``/cpu:K`` (K > 0)
 on ``cpu:K`` (the same memory and cores, but a distinct device to the placed step, so a transfer
 between two logical CPUs is a real copy, as TensorFlow's logical CPUs make one), ``/gpu:K`` on
-``cuda:K``. A spec device this machine lacks is refused in one line (:class:`DeviceUnavailableError`);
+``cuda:K``. A spec device this machine lacks is refused in one line ([`DeviceUnavailableError`][cluster.torch_real.DeviceUnavailableError]);
 ``devices=[...]`` maps them by hand (e.g. ``["cpu", "cpu:1"]`` runs a CPU+GPU spec on two logical
 CPUs, the copies kept).
 
-**Tensors** (:func:`step_tensors`): the module is built again on the CPU under
+**Tensors** ([`step_tensors`][cluster.torch_real.step_tensors]): the module is built again on the CPU under
 ``torch.manual_seed(seed)``, so its parameters are initialized as its own constructors and
 ``reset_parameters`` do (a module its function builds on the ``meta`` device is materialized with
 ``to_empty``, parameters drawn N(0, 0.02), buffers zero, then every submodule's
 ``reset_parameters``/``reset_running_stats``); the optimizer state is zero (the first step); the
 inputs are drawn from the seed by dtype and shape: floats N(0, 1), booleans fair coins, integer ids
-uniform below the size of what they index (:func:`int_input_bounds`: the embedding table, the
+uniform below the size of what they index ([`int_input_bounds`][cluster.torch_real.int_input_bounds]: the embedding table, the
 classes of a loss, the dimension an ``index_select``/``gather`` reads), or a bound given per input
 (``int_bounds``, as ``--int-bound input/0=N``). Each measurement starts from those same tensors.
 
-**Timing** (:meth:`TorchRealEnvironment.measure`): ``warmup`` steps, then ``repeats`` timed steps,
+**Timing** ([`TorchRealEnvironment.measure`][cluster.torch_real.TorchRealEnvironment.measure]): ``warmup`` steps, then ``repeats`` timed steps,
 each ``time.perf_counter`` around the call and a ``torch.cuda.synchronize`` of every CUDA device the
 placement uses (the papers' protocol: 2017 Sec. 3.4 runs 10 steps and drops the first). The step
 time is the **median** of the timed steps, with the quartiles, the interquartile range and the
-count in every record (:class:`TorchMeasurement`), because a step with ops on the host CPU is noisy:
+count in every record ([`TorchMeasurement`][cluster.torch_real.TorchMeasurement]), because a step with ops on the host CPU is noisy:
 on the H200 of ``../shared/measurements/h200-2026-11-26`` the same CPU+GPU placement moved by up to
 3.5x between runs, a single-GPU one by under 1%. The torch thread count is set when given
 (``threads``) and recorded either way.
@@ -75,7 +75,7 @@ class DeviceUnavailableError(ValueError):
 class TorchMeasurement(Measurement):
     """A placement of a PyTorch step measured for real.
 
-    Attributes (besides :class:`~cluster.environment.Measurement`'s; ``step_time_s`` is the median):
+    Attributes (besides [`Measurement`][cluster.environment.Measurement]'s; ``step_time_s`` is the median):
         step_times_s: seconds of each timed step ``[steps]`` (on OOM or failure, those that finished).
         q1_s, q3_s, iqr_s: the quartiles of ``step_times_s`` and their difference (seconds; ``None``
             with fewer than two steps).
@@ -112,7 +112,7 @@ class TorchMeasurement(Measurement):
 def spread(times: list[float]) -> dict:
     """``{"median_s", "q1_s", "q3_s", "iqr_s", "min_s", "max_s"}`` of step times (seconds; the
     quartiles ``None`` for fewer than two, everything ``None`` for none). Quartiles are
-    :func:`statistics.quantiles`' inclusive method (linear interpolation, as numpy's default)."""
+    `statistics.quantiles`' inclusive method (linear interpolation, as numpy's default)."""
     if not times:
         return {"median_s": None, "q1_s": None, "q3_s": None, "iqr_s": None, "min_s": None, "max_s": None}
     q1 = q3 = None
@@ -362,19 +362,19 @@ def _is_oom(exc: BaseException) -> bool:
 
 class TorchRealEnvironment:
     """Measures placements of a PyTorch step by running it on this machine's devices
-    (:class:`~cluster.environment.Environment`; module docstring).
+    ([`Environment`][cluster.environment.Environment]; module docstring).
 
     Args:
-        prepared: a prepared PyTorch step (:func:`is_torch_step`).
+        prepared: a prepared PyTorch step ([`is_torch_step`][cluster.torch_real.is_torch_step]).
         spec: the cluster; its device ``i`` runs on ``torch_devices(spec, devices)[i]``.
         grouping: the units placements are over (default ``prepared.grouping``).
-        repeats: timed steps per measurement (>= 1; default :data:`DEFAULT_REPEATS`).
-        warmup: steps dropped before them (>= 0; default :data:`DEFAULT_WARMUP`).
+        repeats: timed steps per measurement (>= 1; default [`DEFAULT_REPEATS`][cluster.torch_real.DEFAULT_REPEATS]).
+        warmup: steps dropped before them (>= 0; default [`DEFAULT_WARMUP`][cluster.torch_real.DEFAULT_WARMUP]).
         seed: seed of the weights and inputs.
         threads: ``torch.set_num_threads`` while measuring (``None``: as it is).
-        time_limit_s: seconds a step may take (default :data:`DEFAULT_TIME_LIMIT_S`).
+        time_limit_s: seconds a step may take (default [`DEFAULT_TIME_LIMIT_S`][cluster.torch_real.DEFAULT_TIME_LIMIT_S]).
         int_bounds: integer input name (``input/K``) -> exclusive bound of its ids.
-        devices: torch device per spec device, overriding :func:`torch_devices`.
+        devices: torch device per spec device, overriding [`torch_devices`][cluster.torch_real.torch_devices].
     Raises:
         ValueError: bad ``repeats``/``warmup``/``threads``/``time_limit_s``/``devices``; not a PyTorch step.
         DeviceUnavailableError: a spec device this machine lacks (one line).
@@ -445,7 +445,7 @@ class TorchRealEnvironment:
         return self.grouping.expand(gp)
 
     def placed(self, op_placement: np.ndarray):
-        """``(module, inputs)`` of :func:`compgraph.torch_step.placed_module` for an op placement ``[num_ops]``."""
+        """``(module, inputs)`` of [`compgraph.torch_step.placed_module`][compgraph.torch_step.placed_module] for an op placement ``[num_ops]``."""
         from compgraph.torch_step import placed_module
 
         self._load()
@@ -458,7 +458,7 @@ class TorchRealEnvironment:
         (module docstring); ``on_step(k, seconds, loss)`` after each timed step.
 
         Raises:
-            ValueError: see :meth:`op_placement`.
+            ValueError: see [`op_placement`][cluster.torch_real.TorchRealEnvironment.op_placement].
         """
         import torch
 
@@ -523,15 +523,15 @@ class TorchRealEnvironment:
         timed steps; ``step_time_s`` the median (seconds), ``None`` on OOM or failure.
 
         Raises:
-            ValueError: see :meth:`op_placement`.
+            ValueError: see [`op_placement`][cluster.torch_real.TorchRealEnvironment.op_placement].
         """
         return self.run(group_placement, self.repeats, self.warmup)
 
     def measure_batch(self, group_placements: np.ndarray) -> list[TorchMeasurement]:
-        """:meth:`measure` each row of ``group_placements`` (``[K, num_groups]``), one after another
-        (:func:`cluster.environment.measure_rows`: one placement holds the devices at a time).
+        """[`measure`][cluster.torch_real.TorchRealEnvironment.measure] each row of ``group_placements`` (``[K, num_groups]``), one after another
+        ([`cluster.environment.measure_rows`][cluster.environment.measure_rows]: one placement holds the devices at a time).
 
         Raises:
-            ValueError: not a 2-D array; and whatever :meth:`measure` raises.
+            ValueError: not a 2-D array; and whatever [`measure`][cluster.torch_real.TorchRealEnvironment.measure] raises.
         """
         return measure_rows(self, group_placements)

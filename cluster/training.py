@@ -1,14 +1,14 @@
 """End-to-end training evaluation: train for real with a placement, or project on a simulated cluster.
 
 A PyTorch step trains as its placed ``torch.fx`` step from its seeded weights
-(:class:`cluster.torch_real.TorchRealEnvironment`); a TensorFlow graph as below.
+([`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]); a TensorFlow graph as below.
 
-:func:`train` runs ``steps`` real training steps of the benchmark's graph under a group
+[`train`][cluster.training.train] runs ``steps`` real training steps of the benchmark's graph under a group
 placement (over the prepared groups or another grouping, e.g. the colocation units of the
-Hierarchical Planner and EAGLE) or an op-level placement (:class:`cluster.op_placement.OpPlacement`,
-e.g. Baechi's m-TOPO / m-ETF / m-SCT) (:class:`cluster.real.PlacedSession`, synthetic inputs from the seed; step ``k``'s
+Hierarchical Planner and EAGLE) or an op-level placement ([`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement],
+e.g. Baechi's m-TOPO / m-ETF / m-SCT) ([`cluster.real.PlacedSession`][cluster.real.PlacedSession], synthetic inputs from the seed; step ``k``'s
 batch depends only on ``(seed, k)``) and returns each step's wall-clock seconds and loss.
-:func:`projected_training` is the simulated counterpart: step time x steps, labelled as
+[`projected_training`][cluster.training.projected_training] is the simulated counterpart: step time x steps, labelled as
 simulated. MLflow logging is the caller's (``tracking/``).
 """
 
@@ -34,7 +34,7 @@ class TrainingResult:
         total_s: sum of ``step_times_s`` (seconds; session set-up and initialisation excluded).
         setup_s: seconds to import the graph, create the session and initialise variables.
         devices: TensorFlow device string of each spec device.
-        simulated: always False (see :class:`ProjectedTraining`).
+        simulated: always False (see [`ProjectedTraining`][cluster.training.ProjectedTraining]).
     """
 
     step_times_s: list[float]
@@ -68,22 +68,22 @@ def train(prepared, spec: ClusterSpec, group_placement, steps: int = 20, seed: i
     """Train the prepared model for ``steps`` real steps with ``group_placement``.
 
     Args:
-        prepared: a :class:`compgraph.prepare.PreparedGraph` (with ``graph_def``; its fetches
+        prepared: a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph] (with ``graph_def``; its fetches
             must include a scalar float loss).
-        spec: the cluster (devices mapped by :func:`cluster.real.tf_devices` unless ``devices``).
+        spec: the cluster (devices mapped by [`cluster.real.tf_devices`][cluster.real.tf_devices] unless ``devices``).
         group_placement: ``[num_groups]`` device indices over ``grouping`` (default
-            ``prepared.grouping``), or an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``
+            ``prepared.grouping``), or an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] (``[num_ops]``
             device indices; each op placed on its own device, TensorFlow's colocation checked).
-        grouping: the units ``group_placement`` is over (e.g. :func:`compgraph.grouping.colocation_grouping`);
+        grouping: the units ``group_placement`` is over (e.g. [`compgraph.grouping.colocation_grouping`][compgraph.grouping.colocation_grouping]);
             ignored for an op placement.
         steps: training steps (>= 1).
         seed: seed of the synthetic inputs and of TensorFlow's graph-level seed.
         on_step: called after each step with ``(step, step_time_s, loss)``, step from 0.
-        soft_placement: see :class:`cluster.real.RealEnvironment` (a TensorFlow graph).
-        torch_options: a PyTorch step (:mod:`cluster.torch_real`): ``threads``, ``time_limit_s`` of
-            :class:`cluster.torch_real.TorchRealEnvironment`; its ``devices`` are torch devices.
+        soft_placement: see [`cluster.real.RealEnvironment`][cluster.real.RealEnvironment] (a TensorFlow graph).
+        torch_options: a PyTorch step ([`cluster.torch_real`][cluster.torch_real]): ``threads``, ``time_limit_s`` of
+            [`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]; its ``devices`` are torch devices.
     Returns:
-        :class:`TrainingResult`.
+        [`TrainingResult`][cluster.training.TrainingResult].
     Raises:
         ValueError: ``steps < 1``, a bad placement, or fetches without a scalar float loss;
         cluster.real.ColocationError: an op placement that splits ops TensorFlow must colocate;

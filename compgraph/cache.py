@@ -3,14 +3,14 @@
 An entry is a folder ``<cache_dir>/<model>-<size>-<grouper>-<num_groups>-s<seed>-<hash>/``:
 
 * ``meta.json``: the key (below), the format version and the entry's content hashes;
-* ``graph.json``: the :class:`OpGraph` (ops, edges, fetches), the :class:`Grouping` and the
-  step's fetches, as plain JSON (:func:`graph_to_dict`, :func:`grouping_to_dict`);
+* ``graph.json``: the [`OpGraph`][compgraph.ir.OpGraph] (ops, edges, fetches), the [`Grouping`][compgraph.ir.Grouping] and the
+  step's fetches, as plain JSON ([`graph_to_dict`][compgraph.cache.graph_to_dict], [`grouping_to_dict`][compgraph.cache.grouping_to_dict]);
 * ``graph_def.pb``: the TensorFlow ``GraphDef``'s protobuf bytes, read back with
   ``GraphDef.ParseFromString`` (a parser, not code execution) when first used, so a cache
   hit does not import TensorFlow.
 
-The key (:func:`cache_key`) is the benchmark, size, grouper, target number of groups,
-seed, the code version (:func:`code_version`: a hash of every ``compgraph/**/*.py``
+The key ([`cache_key`][compgraph.cache.cache_key]) is the benchmark, size, grouper, target number of groups,
+seed, the code version ([`code_version`][compgraph.cache.code_version]: a hash of every ``compgraph/**/*.py``
 source, so any change to the models, the importer, the cost rules or the groupers
 misses), the TensorFlow version and the format version. A read checks the whole key
 stored in ``meta.json``; a missing, unreadable or different entry is a miss. Entries are
@@ -18,7 +18,7 @@ written to a temporary folder and renamed into place, so a reader never sees hal
 
 An entry cannot be poisoned silently: ``meta.json`` stores the SHA-256 of ``graph.json`` and
 of ``graph_def.pb`` and an entry hash over both and the code version
-(:func:`content_hash`). A read recomputes them; any mismatch (an edited ``graph.json``, a
+([`content_hash`][compgraph.cache.content_hash]). A read recomputes them; any mismatch (an edited ``graph.json``, a
 flipped byte of the GraphDef that ``--env real`` would execute, an entry written by other
 code) is logged as one warning line and is a miss, so the caller rebuilds and rewrites the
 entry. (This detects tampering and damage, not an attacker who also rewrites the hashes in
@@ -82,7 +82,7 @@ def cache_key(model: str, size: str, grouper: str, num_groups: int | None, seed:
 
 def entry_dir(cache_dir: str | Path, key: dict) -> Path:
     """The folder of ``key``'s entry under ``cache_dir`` (names reduced to safe path components,
-    :func:`compgraph.paths.slug`).
+    [`compgraph.paths.slug`][compgraph.paths.slug]).
 
     Raises:
         compgraph.paths.UnsafePath: the folder resolves outside ``cache_dir``.
@@ -100,7 +100,7 @@ def entry_dir(cache_dir: str | Path, key: dict) -> Path:
 
 
 def op_to_dict(op: Op) -> dict:
-    """An :class:`Op` as a JSON-able dict (shapes as lists)."""
+    """An [`Op`][compgraph.ir.Op] as a JSON-able dict (shapes as lists)."""
     return {
         "name": op.name,
         "type": op.type,
@@ -117,7 +117,7 @@ def op_to_dict(op: Op) -> dict:
 
 
 def op_from_dict(d: dict) -> Op:
-    """Inverse of :func:`op_to_dict`."""
+    """Inverse of [`op_to_dict`][compgraph.cache.op_to_dict]."""
     return Op(
         name=d["name"],
         type=d["type"],
@@ -134,18 +134,18 @@ def op_from_dict(d: dict) -> Op:
 
 
 def edge_to_list(e: Edge) -> list:
-    """An :class:`Edge` as ``[src, dst, bytes, src_output, control]``."""
+    """An [`Edge`][compgraph.ir.Edge] as ``[src, dst, bytes, src_output, control]``."""
     return [int(e.src), int(e.dst), int(e.bytes), int(e.src_output), bool(e.control)]
 
 
 def edge_from_list(row: list) -> Edge:
-    """Inverse of :func:`edge_to_list`."""
+    """Inverse of [`edge_to_list`][compgraph.cache.edge_to_list]."""
     src, dst, nbytes, out, control = row
     return Edge(int(src), int(dst), int(nbytes), int(out), bool(control))
 
 
 def graph_to_dict(graph: OpGraph) -> dict:
-    """An :class:`OpGraph` as a JSON-able dict: ``name``, ``ops``, ``edges`` (rows), ``fetches``."""
+    """An [`OpGraph`][compgraph.ir.OpGraph] as a JSON-able dict: ``name``, ``ops``, ``edges`` (rows), ``fetches``."""
     return {
         "name": graph.name,
         "ops": [op_to_dict(op) for op in graph.ops],
@@ -155,7 +155,7 @@ def graph_to_dict(graph: OpGraph) -> dict:
 
 
 def graph_from_dict(d: dict) -> OpGraph:
-    """Inverse of :func:`graph_to_dict`. Raises ``ValueError`` (``OpGraph``'s checks) for a bad graph."""
+    """Inverse of [`graph_to_dict`][compgraph.cache.graph_to_dict]. Raises ``ValueError`` (``OpGraph``'s checks) for a bad graph."""
     return OpGraph(
         name=d["name"],
         ops=[op_from_dict(o) for o in d["ops"]],
@@ -165,12 +165,12 @@ def graph_from_dict(d: dict) -> OpGraph:
 
 
 def grouping_to_dict(grouping: Grouping) -> dict:
-    """A :class:`Grouping` as a JSON-able dict: ``op_group`` (list), ``names``, ``grouper``."""
+    """A [`Grouping`][compgraph.ir.Grouping] as a JSON-able dict: ``op_group`` (list), ``names``, ``grouper``."""
     return {"op_group": [int(g) for g in grouping.op_group], "names": list(grouping.names), "grouper": grouping.grouper}
 
 
 def grouping_from_dict(d: dict) -> Grouping:
-    """Inverse of :func:`grouping_to_dict` (``op_group`` as int64)."""
+    """Inverse of [`grouping_to_dict`][compgraph.cache.grouping_to_dict] (``op_group`` as int64)."""
     return Grouping(op_group=np.asarray(d["op_group"], dtype=np.int64), names=list(d["names"]), grouper=d["grouper"])
 
 
@@ -224,7 +224,7 @@ def save_entry(cache_dir: str | Path, key: dict, graph: OpGraph, grouping: Group
 
 
 def file_hashes(folder: Path, files: dict[str, bytes] | None = None) -> dict[str, str]:
-    """SHA-256 hex digest of each of :data:`CONTENT_FILES` (from ``files`` if given, else read
+    """SHA-256 hex digest of each of [`CONTENT_FILES`][compgraph.cache.CONTENT_FILES] (from ``files`` if given, else read
     from ``folder``)."""
     out = {}
     for name in CONTENT_FILES:
@@ -235,7 +235,7 @@ def file_hashes(folder: Path, files: dict[str, bytes] | None = None) -> dict[str
 
 def content_hash(hashes: dict[str, str], version: str) -> str:
     """The entry hash: SHA-256 over the code version and the files' digests, in
-    :data:`CONTENT_FILES` order (64 hex digits)."""
+    [`CONTENT_FILES`][compgraph.cache.CONTENT_FILES] order (64 hex digits)."""
     h = hashlib.sha256(version.encode() + b"\0")
     for name in CONTENT_FILES:
         h.update(name.encode() + b"\0" + hashes[name].encode() + b"\0")
@@ -267,7 +267,7 @@ def verify_entry(folder: Path, meta: dict, files: dict[str, bytes]) -> None:
 
 def load_entry(cache_dir: str | Path, key: dict) -> CacheEntry | None:
     """Read ``key``'s entry; ``None`` on a miss: no entry, a different stored key, an entry
-    whose content does not match its hashes (:func:`verify_entry`), or an unreadable entry;
+    whose content does not match its hashes ([`verify_entry`][compgraph.cache.verify_entry]), or an unreadable entry;
     the last two are logged as one warning line each (``cache entry ...: ...; rebuilding``)."""
     folder = entry_dir(cache_dir, key)
     meta_path = folder / "meta.json"

@@ -22,7 +22,7 @@ Formulas (``n(x)`` is the number of elements of tensor ``x``; ``out`` the first 
   ``_MklLayerNorm`` 5, as batch norm over the last axis.
 * ``Conv2D``: ``2 * n(out) * kh * kw * cin``; ``Conv2DBackpropInput`` and
   ``Conv2DBackpropFilter``: ``2 * n(out_grad) * kh * kw * cin`` (the forward's count).
-* element-wise ops (:data:`ELEMENTWISE`): ``n(out)`` (``AddN``: ``(k - 1) * n(out)``).
+* element-wise ops ([`ELEMENTWISE`][compgraph.costs.ELEMENTWISE]): ``n(out)`` (``AddN``: ``(k - 1) * n(out)``).
 * reductions and ``BiasAddGrad``: ``n(input)``.
 * ``SparseSoftmaxCrossEntropyWithLogits`` and ``Softmax``: ``5 * n(logits)`` (max, sub,
   exp, sum, div).
@@ -32,14 +32,14 @@ Formulas (``n(x)`` is the number of elements of tensor ``x``; ``out`` the first 
 * optimizer applies, per element of the largest input (the variable or its gradient):
   ``ResourceApplyAdam`` 10; ``ResourceApplyRMSProp`` 8; ``ResourceApplyMomentum`` 4
   (5 with Nesterov); ``ResourceApplyGradientDescent`` 2; scatter-adds: ``n(updates)``.
-* data movement, control flow and bookkeeping (:data:`ZERO_FLOP`: copies, shapes,
+* data movement, control flow and bookkeeping ([`ZERO_FLOP`][compgraph.costs.ZERO_FLOP]: copies, shapes,
   ``Switch``/``Merge``/loop frames, TensorList accumulators of TF2 loops, random number
   generation, variable reads and writes): 0 FLOPs.
 
 Bytes accessed (the roofline's memory term) are the bytes of all data inputs plus all
-outputs, except for :data:`ALIAS` ops whose outputs alias an input (no traffic, no new
+outputs, except for [`ALIAS`][compgraph.costs.ALIAS] ops whose outputs alias an input (no traffic, no new
 memory). An op type with no rule here gets 0 FLOPs and is reported by
-:func:`unknown_flop_types`, never silently.
+[`unknown_flop_types`][compgraph.costs.unknown_flop_types], never silently.
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ def numel(shape: tuple[int, ...] | None) -> int:
 
 
 def has_flop_rule(op_type: str) -> bool:
-    """True if :func:`estimate_flops` has a rule for ``op_type``; for an op of a captured PyTorch step
-    (``aten.*`` and its bookkeeping types), if :mod:`compgraph.torch_step` has one."""
+    """True if [`estimate_flops`][compgraph.costs.estimate_flops] has a rule for ``op_type``; for an op of a captured PyTorch step
+    (``aten.*`` and its bookkeeping types), if [`compgraph.torch_step`][compgraph.torch_step] has one."""
     if op_type.startswith("aten.") or op_type in ("Parameter", "Input", "getitem"):
         from compgraph.torch_step import has_aten_rule
 
@@ -215,7 +215,7 @@ def estimate_flops(
         attrs: the op's attributes that matter (``transpose_a``, ``adj_x``, ``ksize``, ``use_nesterov``,
             ``equation``, ``fused_ops``).
     Returns:
-        FLOPs (float, >= 0); 0 for types without a rule (see :func:`has_flop_rule`).
+        FLOPs (float, >= 0); 0 for types without a rule (see [`has_flop_rule`][compgraph.costs.has_flop_rule]).
     """
     attrs = attrs or {}
     out = output_shapes[0] if output_shapes else None

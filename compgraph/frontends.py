@@ -1,21 +1,21 @@
 """Graph sources and their front ends: one registry, one dispatch.
 
 A *graph source* says where a training step comes from, as a small pydantic model with a
-``kind``: a registered benchmark (:class:`BenchmarkSource`), a TensorFlow ``GraphDef`` file
-(:class:`GraphDefSource`), a SavedModel signature (:class:`SavedModelSource`) or a Keras
-model built by the user's function (:class:`KerasSource`). :data:`GraphSource` is their
+``kind``: a registered benchmark ([`BenchmarkSource`][compgraph.frontends.BenchmarkSource]), a TensorFlow ``GraphDef`` file
+([`GraphDefSource`][compgraph.frontends.GraphDefSource]), a SavedModel signature ([`SavedModelSource`][compgraph.frontends.SavedModelSource]) or a Keras
+model built by the user's function ([`KerasSource`][compgraph.frontends.KerasSource]). [`GraphSource`][compgraph.frontends.GraphSource] is their
 discriminated union (on ``kind``), so a config or a JSON form holds any of them.
 
-A *front end* (:class:`Frontend`, in :data:`FRONTENDS` by kind) turns a source of its kind
-into a :class:`compgraph.prepare.PreparedGraph`; :func:`prepare_source` is the one place that
+A *front end* ([`Frontend`][compgraph.frontends.Frontend], in [`FRONTENDS`][compgraph.frontends.FRONTENDS] by kind) turns a source of its kind
+into a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph]; [`prepare_source`][compgraph.frontends.prepare_source] is the one place that
 dispatches on the kind. The CLI and the flows build a source from their flat options with
-:func:`graph_source`.
+[`graph_source`][compgraph.frontends.graph_source].
 
 **Adding a front end** (e.g. PyTorch's ``torch.export``): a source model with a new ``kind``
-(added to :data:`GraphSource`), a loader ``load(source) -> compgraph.user_graph.UserStep``
+(added to [`GraphSource`][compgraph.frontends.GraphSource]), a loader ``load(source) -> compgraph.user_graph.UserStep``
 (the step's TensorFlow ``GraphDef``, fetches and import notes), a ``describe(source) ->
 (text naming the source in errors, graph name)``, the cost rules of its new op types in
-:mod:`compgraph.costs`, and :func:`register`.
+[`compgraph.costs`][compgraph.costs], and [`register`][compgraph.frontends.register].
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def form_text(text: str) -> str:
 
 def form_schema(schema: dict[str, Any], cls: type[BaseModel]) -> None:
     """``json_schema_extra`` of the models a Prefect form shows (the graph sources here, the
-    experiment config and its sections in :mod:`tasks.config`).
+    experiment config and its sections in [`tasks.config`][tasks.config]).
 
-    * The model's description is :func:`form_text` of its docstring.
+    * The model's description is [`form_text`][compgraph.frontends.form_text] of its docstring.
     * A field ``X | None`` whose default ``None`` means "unset: use the default" is shown as X's
       plain input, without the null choice (Prefect's "Property is type None" toggle) and without a
       default: a field left empty is left out of the values, so it stays ``None``. Python still
@@ -90,9 +90,9 @@ def _size_names() -> list[JsonValue]:
 class BenchmarkSource(_Source):
     """A registered benchmark (``placement models``) at one of its sizes.
 
-    The benchmarks of :data:`compgraph.models.BENCHMARKS` and their sizes are offered as choices in
+    The benchmarks of [`compgraph.models.BENCHMARKS`][compgraph.models.BENCHMARKS] and their sizes are offered as choices in
     a form's schema (``enum``); an unknown one is refused where the source is used
-    (:class:`tasks.config.ExperimentConfig`, :func:`compgraph.prepare.prepare`) with the valid ones
+    ([`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig], [`compgraph.prepare.prepare`][compgraph.prepare.prepare]) with the valid ones
     listed."""
 
     model_config = ConfigDict(title="benchmark")
@@ -135,7 +135,7 @@ class KerasSource(_Source):
     """A Keras model built by the user's function.
 
     ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(keras model, input specs)``,
-    resolved from the current folder (:func:`compgraph.user_graph.resolve_user_function`)."""
+    resolved from the current folder ([`compgraph.user_graph.resolve_user_function`][compgraph.user_spec.resolve_user_function])."""
 
     model_config = ConfigDict(title="keras")
 
@@ -149,7 +149,7 @@ class TorchSource(_Source):
 
     ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` returning ``(torch module, example_args)``, resolved from the current
     folder; ``module(*example_args)`` is the scalar training loss, and the captured step adds
-    the backward and ``optimizer``'s update (:func:`compgraph.torch_step.load_torch_step`)."""
+    the backward and ``optimizer``'s update ([`compgraph.torch_step.load_torch_step`][compgraph.torch_step.load_torch_step])."""
 
     model_config = ConfigDict(title="torch")
 
@@ -194,11 +194,11 @@ class Frontend:
 
 
 FRONTENDS: dict[str, Frontend] = {}
-"""Source kind -> :class:`Frontend`."""
+"""Source kind -> [`Frontend`][compgraph.frontends.Frontend]."""
 
 
 def register(frontend: Frontend) -> Frontend:
-    """Add ``frontend`` to :data:`FRONTENDS`.
+    """Add ``frontend`` to [`FRONTENDS`][compgraph.frontends.FRONTENDS].
 
     Raises:
         ValueError: another front end already has its kind.
@@ -212,9 +212,9 @@ def register(frontend: Frontend) -> Frontend:
 def user_frontend(kind: str, source: type[BaseModel], load: Callable[[Any], Any],
                   describe: Callable[[Any], tuple[str, str]]) -> Frontend:
     """A front end of a user's graph: ``load(source)`` gives the step
-    (:class:`compgraph.user_graph.UserStep`), ``describe(source)`` the text naming it in errors
+    ([`compgraph.user_graph.UserStep`][compgraph.user_graph.UserStep]), ``describe(source)`` the text naming it in errors
     and the graph's name; the step is imported and grouped by
-    :func:`compgraph.prepare.prepare_user_step` (default grouper ``heuristic``)."""
+    [`compgraph.prepare.prepare_user_step`][compgraph.prepare.prepare_user_step] (default grouper ``heuristic``)."""
 
     def run(src, grouper=None, num_groups=None, seed=0, cache_dir=None, int_bounds=None) -> PreparedGraph:
         text, name = describe(src)
@@ -255,9 +255,9 @@ register(user_frontend("keras", KerasSource, _load_keras, lambda s: (f"keras {s.
 
 
 def _prepare_torch(src: TorchSource, grouper=None, num_groups=None, seed=0, cache_dir=None, int_bounds=None):
-    """A user's PyTorch step: captured (:func:`compgraph.torch_step.load_torch_step`) and grouped
+    """A user's PyTorch step: captured ([`compgraph.torch_step.load_torch_step`][compgraph.torch_step.load_torch_step]) and grouped
     (default ``heuristic``); no GraphDef: real execution captures it again from ``src``
-    (:mod:`cluster.torch_real`), with ``int_bounds`` over its integer inputs (``input/K``)."""
+    ([`cluster.torch_real`][cluster.torch_real]), with ``int_bounds`` over its integer inputs (``input/K``)."""
     from compgraph.grouping import check_grouper, default_num_groups, group
     from compgraph.torch_step import load_torch_step
 
@@ -325,8 +325,8 @@ def is_user_graph(source: GraphSource) -> bool:
 
 
 _KEPT: dict[str, PreparedGraph] = {}
-"""The user's graph last prepared with ``keep=True``, by :func:`_keep_key`: handed to the next
-:func:`prepare_source` of the same source and settings in this process, once."""
+"""The user's graph last prepared with ``keep=True``, by `_keep_key`: handed to the next
+[`prepare_source`][compgraph.frontends.prepare_source] of the same source and settings in this process, once."""
 
 
 def _keep_key(source: GraphSource, grouper: str | None, num_groups: int | None, seed: int,
@@ -352,14 +352,14 @@ def _keep_key(source: GraphSource, grouper: str | None, num_groups: int | None, 
 def prepare_source(source: GraphSource, grouper: str | None = None, num_groups: int | None = None, seed: int = 0,
                    cache_dir: str | Path | None = None, int_bounds: dict[str, int] | None = None,
                    keep: bool = False) -> PreparedGraph:
-    """Import and group the training step of ``source`` with its front end (:data:`FRONTENDS`).
+    """Import and group the training step of ``source`` with its front end ([`FRONTENDS`][compgraph.frontends.FRONTENDS]).
 
     Args:
-        grouper: a grouper of :data:`compgraph.grouping.GROUPERS` (``None``: ``2017`` for a
+        grouper: a grouper of [`compgraph.grouping.GROUPERS`][compgraph.grouping.GROUPERS] (``None``: ``2017`` for a
             benchmark, ``heuristic`` for a user's graph).
         num_groups: target groups of ``metis``/``fluid`` (``None``: 256).
         seed: seed of the automatic groupers.
-        cache_dir: the preprocessed-graph cache of benchmarks (:mod:`compgraph.cache`).
+        cache_dir: the preprocessed-graph cache of benchmarks ([`compgraph.cache`][compgraph.cache]).
         int_bounds: a user's graph: integer input name -> exclusive bound of its ids.
         keep: a user's graph: keep the result for the next call with the same source and
             settings in this process, which returns it (once) instead of importing it again.
@@ -395,15 +395,15 @@ def prepare_user_graph(
     int_bounds: dict[str, int] | None = None,
 ) -> PreparedGraph:
     """Import and group a user's training step: a ``GraphDef`` file, a SavedModel signature or a
-    Keras model (:func:`graph_source` then :func:`prepare_source`).
+    Keras model ([`graph_source`][compgraph.frontends.graph_source] then [`prepare_source`][compgraph.frontends.prepare_source]).
 
     Returns:
-        A :class:`compgraph.prepare.PreparedGraph` with ``benchmark=None``, ``size="user"``,
+        A [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph] with ``benchmark=None``, ``size="user"``,
         ``config=None``, ``import_info`` set; the graph is named after the file's stem, the
         SavedModel folder's name (``:signature`` added when given) or the Keras spec.
     Raises:
         ValueError: not exactly one of ``graph_def_path``, ``saved_model`` and ``keras``; those
-            of :func:`graph_source` and :func:`prepare_source`.
+            of [`graph_source`][compgraph.frontends.graph_source] and [`prepare_source`][compgraph.frontends.prepare_source].
         compgraph.user_graph.UserGraphError: the file or model is unusable, the importer rejects
             the graph (the message names the file), or an ``int_bounds`` entry names no integer
             input or is not an integer >= 1.
@@ -417,10 +417,10 @@ def prepare_user_graph(
 
 
 def capture_source(source):
-    """The captured step (:class:`compgraph.torch_step.CapturedStep`) of a PyTorch graph source: a ``torch``
-    source (:func:`compgraph.torch_step.load_torch_step`) or a PyTorch benchmark
-    (:func:`compgraph.torch_models.capture_benchmark`). It lives with the sources it reads, so the
-    capture (:mod:`compgraph.torch_step`) needs no benchmark table (no import circle).
+    """The captured step ([`compgraph.torch_step.CapturedStep`][compgraph.torch_step.CapturedStep]) of a PyTorch graph source: a ``torch``
+    source ([`compgraph.torch_step.load_torch_step`][compgraph.torch_step.load_torch_step]) or a PyTorch benchmark
+    ([`compgraph.torch_models.capture_benchmark`][compgraph.torch_models.capture_benchmark]). It lives with the sources it reads, so the
+    capture ([`compgraph.torch_step`][compgraph.torch_step]) needs no benchmark table (no import circle).
 
     Raises:
         ValueError: a TensorFlow source.

@@ -1,12 +1,12 @@
 """Co-location grouping: the 2017 heuristics and two automatic graph partitioners.
 
-Groupers (:data:`GROUPERS`, one entry point :func:`group`), each recorded in
-:attr:`Grouping.grouper`:
+Groupers ([`GROUPERS`][compgraph.grouping.GROUPERS], one entry point [`group`][compgraph.grouping.group]), each recorded in
+`Grouping.grouper`:
 
 * ``heuristic``: Mirhoseini et al. 2017, Sec. 3.3, rules 1 and 2 below.
 * ``2017``: rules 1, 2 and 3 (the per-model rule of 2017 Sec. 4.1, "each LSTM cell,
   each embedding lookup ... each softmax prediction step as a group"); what
-  :func:`group_ops` does.
+  [`group_ops`][compgraph.grouping.group_ops] does.
 * ``metis``: METIS (Karypis and Kumar 1998; the METIS grouper of EAGLE, Lan et al.
   2021, Sec. III-B and Table I) on the cost-weighted graph of TensorFlow colocation units,
   to a target number of groups.
@@ -16,23 +16,23 @@ Groupers (:data:`GROUPERS`, one entry point :func:`group`), each recorded in
 The 2017 rules, applied in order, each only ever merging (so no rule splits what an
 earlier one joined, and a TensorFlow colocation group is never split):
 
-1. **TensorFlow colocation** (:func:`colocation_units`): ops that TensorFlow requires on
+1. **TensorFlow colocation** ([`colocation_units`][compgraph.grouping.colocation_units]): ops that TensorFlow requires on
    one device (``_class`` colocation attributes, e.g. an op and its gradient ops under
    ``colocate_gradients_with_ops``; ops joined through resource inputs, e.g. a variable,
    its reads and its optimizer update) form one unit.
-2. **Single-consumer merge** (:func:`merge_single_consumer`): "if the output of an
+2. **Single-consumer merge** ([`merge_single_consumer`][compgraph.grouping.merge_single_consumer]): "if the output of an
    operation X is consumed *only* by another operation Y, then X and Y are co-located",
    applied recursively, treating the groups as operations after each pass, until no
    group can be merged.
-3. **Model rule** (:func:`apply_model_rule`): a per-model function maps an op name to a
+3. **Model rule** ([`apply_model_rule`][compgraph.grouping.apply_model_rule]): a per-model function maps an op name to a
    key (each LSTM cell, each embedding lookup, each softmax step for RNNLM); groups whose
    keyed ops all carry the same key are merged by key. A group whose ops carry several
    keys (a shared variable read from every step) stays a group of its own.
 
-The automatic groupers partition the **unit graph** (:func:`unit_graph`): each colocation
+The automatic groupers partition the **unit graph** ([`unit_graph`][compgraph.grouping.unit_graph]): each colocation
 unit of rule 1 contracted to one vertex (so a colocation group is never split), edges
 undirected, parallel and opposite edges summed. For METIS a vertex weighs the unit's
-estimated compute time on a reference device (:data:`REFERENCE_DEVICE`, one K80 GK210,
+estimated compute time on a reference device ([`REFERENCE_DEVICE`][compgraph.grouping.REFERENCE_DEVICE], one K80 GK210,
 the 2017 paper's GPU: a roofline plus a launch overhead, as ``cluster.cost_model``), in
 integer microseconds (at least 1); an edge weighs the bytes it carries in integer KiB,
 rounded up, at least 1 (control edges carry 0 bytes and weigh 1). METIS minimises the
@@ -45,7 +45,7 @@ leaves parts empty and a grouping has fewer groups than asked. Fluid communities
 all weights (EAGLE Sec. III-B); unconstrained by balance, it cut fewer bytes than METIS
 on the paper RNNLM (256 groups: 35.2 vs 41.8 GB) but not on the small one (722 vs 705 MB).
 
-Target number of groups: :data:`DEFAULT_NUM_GROUPS` = 256, the number the Hierarchical
+Target number of groups: [`DEFAULT_NUM_GROUPS`][compgraph.grouping.DEFAULT_NUM_GROUPS] = 256, the number the Hierarchical
 Planner and EAGLE use for every model (EAGLE Sec. IV-C "The number of groups is set to
 256 in our experiments"). A graph with fewer colocation units than the target gets one
 group per unit.
@@ -187,7 +187,7 @@ def group_ops(graph: OpGraph, rule: ModelRule | None = None, grouper: str = "201
         rule: the model rule (op name -> key or ``None``); ``None`` skips rule 3.
         grouper: name recorded on the result.
     Returns:
-        A :class:`Grouping`; groups are numbered by the topological position of their
+        A [`Grouping`][compgraph.ir.Grouping]; groups are numbered by the topological position of their
         first op and named by their model key, else by their first variable's name, else by
         their first op's name.
     """
@@ -199,7 +199,7 @@ def group_ops(graph: OpGraph, rule: ModelRule | None = None, grouper: str = "201
 
 def colocation_grouping(graph: OpGraph) -> Grouping:
     """The finest grouping that never splits a TensorFlow colocation group: one group per
-    colocation unit (rule 1 alone, :func:`colocation_units`), grouper ``"colocation"``.
+    colocation unit (rule 1 alone, [`colocation_units`][compgraph.grouping.colocation_units]), grouper ``"colocation"``.
 
     Learners that group ops themselves (Hierarchical Planner, EAGLE) place these units.
     """
@@ -219,7 +219,7 @@ class UnitGraph:
         unit_of_op: int64 ``[num_ops]``: the unit of each op; units are numbered in the
             topological order of their first op.
         vertex_weight: int64 ``[num_units]``: estimated compute time of the unit's ops on
-            :data:`REFERENCE_DEVICE` (integer microseconds, at least 1).
+            [`REFERENCE_DEVICE`][compgraph.grouping.REFERENCE_DEVICE] (integer microseconds, at least 1).
         edges: ``(a, b) -> bytes`` with ``a < b``: bytes moved between units a and b in
             either direction (summed over the ops' edges).
     """
@@ -263,7 +263,7 @@ class UnitGraph:
 
 
 def reference_time_s(graph: OpGraph) -> np.ndarray:
-    """Seconds each op takes on :data:`REFERENCE_DEVICE` (roofline + overhead): float64 ``[num_ops]``."""
+    """Seconds each op takes on [`REFERENCE_DEVICE`][compgraph.grouping.REFERENCE_DEVICE] (roofline + overhead): float64 ``[num_ops]``."""
     d = REFERENCE_DEVICE
     flops = np.array([op.flops for op in graph.ops], dtype=np.float64)
     nbytes = np.array([op.bytes_accessed for op in graph.ops], dtype=np.float64)
@@ -271,7 +271,7 @@ def reference_time_s(graph: OpGraph) -> np.ndarray:
 
 
 def unit_graph(graph: OpGraph) -> UnitGraph:
-    """Contract the TensorFlow colocation units (rule 1) of ``graph``: see :class:`UnitGraph`."""
+    """Contract the TensorFlow colocation units (rule 1) of ``graph``: see [`UnitGraph`][compgraph.grouping.UnitGraph]."""
     labels = colocation_units(graph).labels()
     unit_of_label: dict[int, int] = {}
     for op in graph.topological_order.tolist():
@@ -304,7 +304,7 @@ def _check_num_groups(grouper: str, num_groups) -> int:
 def metis_unit_parts(units: UnitGraph, num_groups: int, seed: int = 0) -> np.ndarray:
     """METIS k-way partition of the unit graph: int64 ``[num_units]`` part ids in ``0..num_groups-1``.
 
-    Vertex weights: :attr:`UnitGraph.vertex_weight` (microseconds); edge weights: KiB.
+    Vertex weights: [`UnitGraph.vertex_weight`][compgraph.grouping.UnitGraph.vertex_weight] (microseconds); edge weights: KiB.
     ``num_groups >= num_units`` gives every unit its own part; 1 gives one part.
     Deterministic for a given ``seed`` (METIS' ``seed`` option).
     """
@@ -418,7 +418,7 @@ def _automatic(graph: OpGraph, grouper: str, num_groups: int, seed: int) -> Grou
 
 @dataclass(frozen=True)
 class Grouper:
-    """A grouper of the registry :data:`GROUPERS`.
+    """A grouper of the registry [`GROUPERS`][compgraph.grouping.GROUPERS].
 
     Attributes:
         name: the name users select it by (``--grouper``), recorded in ``Grouping.grouper``.
@@ -451,7 +451,7 @@ GROUPERS: dict[str, Grouper] = {
 
 
 def default_num_groups(grouper: str) -> int | None:
-    """The target number of groups used when none is given: :data:`DEFAULT_NUM_GROUPS` for an
+    """The target number of groups used when none is given: [`DEFAULT_NUM_GROUPS`][compgraph.grouping.DEFAULT_NUM_GROUPS] for an
     automatic grouper, ``None`` for the heuristic ones (they set their own)."""
     if grouper not in GROUPERS:
         raise ValueError(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
@@ -459,11 +459,11 @@ def default_num_groups(grouper: str) -> int | None:
 
 
 def check_grouper(grouper: str, model_rule: ModelRule | None, num_groups: int | None, graph_name: str = "graph") -> int | None:
-    """Check :func:`group`'s arguments before any work; returns ``num_groups`` (``None`` for a
+    """Check [`group`][compgraph.grouping.group]'s arguments before any work; returns ``num_groups`` (``None`` for a
     heuristic grouper).
 
     Raises:
-        ValueError: as :func:`group`.
+        ValueError: as [`group`][compgraph.grouping.group].
     """
     if grouper not in GROUPERS:
         raise ValueError(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
@@ -494,14 +494,14 @@ def group(
 
     Args:
         graph: the op graph.
-        grouper: a key of :data:`GROUPERS`: ``heuristic``, ``2017``, ``metis`` or ``fluid``.
+        grouper: a key of [`GROUPERS`][compgraph.grouping.GROUPERS]: ``heuristic``, ``2017``, ``metis`` or ``fluid``.
         model_rule: op name -> co-location key or ``None`` (needed by ``2017``, ignored by
             the others).
         num_groups: target number of groups, for ``metis`` and ``fluid`` only (they may
             return fewer: empty METIS parts; a graph with fewer colocation units).
         seed: random seed of ``metis`` and ``fluid`` (same seed, same grouping).
     Returns:
-        A :class:`Grouping` with ``grouper`` recorded; no TensorFlow colocation group is split.
+        A [`Grouping`][compgraph.ir.Grouping] with ``grouper`` recorded; no TensorFlow colocation group is split.
     Raises:
         ValueError: an unknown grouper (the message lists the valid ones); ``2017`` with no
             model rule; ``metis``/``fluid`` without ``num_groups`` or with ``num_groups < 1``;

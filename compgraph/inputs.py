@@ -1,9 +1,9 @@
 """The inputs of a training step: which placeholders it feeds, and the range of its integer ids.
 
-Real execution feeds synthetic inputs (:class:`cluster.real.SyntheticInputs`); an integer
+Real execution feeds synthetic inputs ([`cluster.real.SyntheticInputs`][cluster.real.SyntheticInputs]); an integer
 input (token ids, labels) must stay inside the table it indexes, or TensorFlow fails mid-step.
-:func:`int_inputs` finds each integer placeholder's exclusive upper bound from the graph
-(:func:`infer_int_bound`), so a user's graph can be checked before any work.
+[`int_inputs`][compgraph.inputs.int_inputs] finds each integer placeholder's exclusive upper bound from the graph
+([`infer_int_bound`][compgraph.inputs.infer_int_bound]), so a user's graph can be checked before any work.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def int_inputs(tf_graph, fetches) -> dict[str, tuple[str, int | None]]:
         fetches: op names one step runs.
     Returns:
         ``{placeholder name: (dtype name, exclusive upper bound of its ids or None)}``, the
-        bound from :func:`infer_int_bound` (``None``: the graph does not tell).
+        bound from [`infer_int_bound`][compgraph.inputs.infer_int_bound] (``None``: the graph does not tell).
     """
     needed = ancestors(tf_graph, fetches)
     out = {}

@@ -1,10 +1,10 @@
 """The project's graph IR: ops, tensor edges and co-location groups.
 
-An :class:`OpGraph` is the training step of a model as a DAG of ops. Each op carries
+An [`OpGraph`][compgraph.ir.OpGraph] is the training step of a model as a DAG of ops. Each op carries
 what placement needs (type, output shapes and bytes, estimated FLOPs, bytes it reads
 and writes, resident parameter bytes, GPU-kernel availability, colocation constraints);
-each :class:`Edge` carries the bytes of the tensor it moves (0 for a control edge).
-A :class:`Grouping` maps every op to a co-location group; placements are made per group.
+each [`Edge`][compgraph.ir.Edge] carries the bytes of the tensor it moves (0 for a control edge).
+A [`Grouping`][compgraph.ir.Grouping] maps every op to a co-location group; placements are made per group.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Op:
             ``_class`` colocation attribute and ops reached through resource inputs).
         dtype: the precision its FLOPs run in (``float32``, ``bfloat16``, ``float16``...): the
             matrix units' peak a GPU offers a dense op or convolution depends on it
-            (:mod:`cluster.cost_model`). ``float32`` for the TensorFlow importer's ops.
+            ([`cluster.cost_model`][cluster.cost_model]). ``float32`` for the TensorFlow importer's ops.
     """
 
     name: str
@@ -119,7 +119,7 @@ class OpGraph:
 
 @dataclass
 class Grouping:
-    """Co-location groups of an :class:`OpGraph`.
+    """Co-location groups of an [`OpGraph`][compgraph.ir.OpGraph].
 
     Attributes:
         op_group: int array of shape ``[num_ops]``: the group index of each op.

@@ -1,12 +1,12 @@
-"""Where a training step's memory goes, as TensorFlow allocates it: an audit of an :class:`OpGraph`.
+"""Where a training step's memory goes, as TensorFlow allocates it: an audit of an [`OpGraph`][compgraph.ir.OpGraph].
 
-The simulator (:mod:`cluster.simulator`, "Memory") charges per device the ``param_bytes`` of
+The simulator ([`cluster.simulator`][cluster.simulator], "Memory") charges per device the ``param_bytes`` of
 the ops placed there for the whole step (variables: weights and optimizer slots) plus the
 ``alloc_bytes`` of op outputs while they are live (activations kept for the backward pass
 until their last reader, gradients until the optimizer's apply, received copies on the
 destination device); the allocator's own overhead (rounding, fragmentation, temporaries
-inside kernels that the graph does not show) is :attr:`cluster.spec.Device.allocator_overhead`.
-:func:`memory_breakdown` splits a graph's bytes into these categories so that totals can be
+inside kernels that the graph does not show) is [`cluster.spec.Device.allocator_overhead`][cluster.spec.Device.allocator_overhead].
+[`memory_breakdown`][compgraph.memory.memory_breakdown] splits a graph's bytes into these categories so that totals can be
 checked against a model's parameter count (2017 Sec. 4.1: Adam keeps two slots per weight,
 RMSProp with momentum two as well).
 """

@@ -1,9 +1,9 @@
 """Names that become paths, and paths that must stay inside the folder the user gave.
 
 A cluster spec's ``name``, a user graph's name or a Prefect form field ends up in file names
-(run folders, placement logs, checkpoints, cost tables). :func:`slug` reduces any such name to
+(run folders, placement logs, checkpoints, cost tables). [`slug`][compgraph.paths.slug] reduces any such name to
 ``[A-Za-z0-9._+=-]`` with no leading dot, so it is one path component and never ``..``;
-:func:`inside` checks that a path about to be written resolves (symlinks followed) inside its
+[`inside`][compgraph.paths.inside] checks that a path about to be written resolves (symlinks followed) inside its
 root, and refuses it in one line otherwise.
 """
 
@@ -47,8 +47,8 @@ def inside(root: str | Path, path: str | Path) -> Path:
 
 
 def named_path(root: str | Path, folder: str, *parts: object, suffix: str = "") -> Path:
-    """``<root>/<folder>/<part1>-<part2>-...<suffix>``, every part through :func:`slug`, checked
-    :func:`inside` ``root`` (the path is returned unresolved, as callers print it).
+    """``<root>/<folder>/<part1>-<part2>-...<suffix>``, every part through [`slug`][compgraph.paths.slug], checked
+    [`inside`][compgraph.paths.inside] ``root`` (the path is returned unresolved, as callers print it).
 
     Raises:
         UnsafePath: the path resolves outside ``root`` (e.g. ``folder`` or a symlink leads out).

@@ -1,8 +1,8 @@
 """Model -> op graph -> co-location groups: the preprocessing stage in one call.
 
-:func:`prepare` does it for a registered benchmark (with an optional on-disk cache,
-:mod:`compgraph.cache`), :func:`prepare_user_step` for a user's step, whatever its front end
-(:mod:`compgraph.frontends`: a ``GraphDef`` file, a SavedModel, a Keras model).
+[`prepare`][compgraph.prepare.prepare] does it for a registered benchmark (with an optional on-disk cache,
+[`compgraph.cache`][compgraph.cache]), [`prepare_user_step`][compgraph.prepare.prepare_user_step] for a user's step, whatever its front end
+([`compgraph.frontends`][compgraph.frontends]: a ``GraphDef`` file, a SavedModel, a Keras model).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from compgraph.tf_import import import_graph_def
 
 
 class _LazyGraphDef:
-    """Descriptor of :attr:`PreparedGraph.graph_def`: a value given as protobuf ``bytes`` (a
+    """Descriptor of [`PreparedGraph.graph_def`][compgraph.prepare.PreparedGraph.graph_def]: a value given as protobuf ``bytes`` (a
     cache hit) is parsed into a ``GraphDef`` on first access, so reading a cached graph
     does not import TensorFlow until the GraphDef is needed (real execution)."""
 
@@ -55,16 +55,16 @@ class PreparedGraph:
         graph_def: the TensorFlow ``GraphDef`` the graph was imported from (for real
             execution); may be given as its protobuf bytes, parsed on first access.
         fetches: op names one training step runs.
-        import_info: how a user's graph was imported (:attr:`compgraph.user_graph.UserStep.info`:
+        import_info: how a user's graph was imported ([`compgraph.user_graph.UserStep.info`][compgraph.user_graph.UserStep.info]:
             format, inlined calls, unrolled loops, loops kept as one iteration) and what its
-            costs miss (:func:`cost_coverage`); empty for a benchmark.
+            costs miss ([`cost_coverage`][compgraph.prepare.cost_coverage]); empty for a benchmark.
         int_bounds: a user's graph: integer input name -> exclusive upper bound of the ids
             real execution feeds it (given, or read from the graph:
-            :func:`compgraph.inputs.int_inputs`); empty for a benchmark (read when it runs).
+            [`compgraph.inputs.int_inputs`][compgraph.inputs.int_inputs]); empty for a benchmark (read when it runs).
         unbounded_int_inputs: a user's graph: integer inputs whose bound is neither given
             nor in the graph (real execution refuses them).
-        torch_source: a user's PyTorch step: its :class:`compgraph.frontends.TorchSource`, from which
-            real execution captures and builds it again (:mod:`cluster.torch_real`); ``None`` otherwise.
+        torch_source: a user's PyTorch step: its [`compgraph.frontends.TorchSource`][compgraph.frontends.TorchSource], from which
+            real execution captures and builds it again ([`cluster.torch_real`][cluster.torch_real]); ``None`` otherwise.
     """
 
     benchmark: Benchmark | None
@@ -105,7 +105,7 @@ class PreparedGraph:
     def run_params(self) -> dict:
         """MLflow params saying how a user's graph was imported (``import_*``: format, loops
         unrolled, loops kept as one iteration, ops of unknown output size, ops without a FLOPs
-        rule; :func:`cost_coverage`); empty for a benchmark."""
+        rule; [`cost_coverage`][compgraph.prepare.cost_coverage]); empty for a benchmark."""
         keys = ("format", "unrolled_loops", "unrolled_iterations", "one_iteration_loops", "inlined_calls",
                 "ops_unknown_shape", "ops_without_flops_rule")
         return {f"import_{k}": self.import_info[k] for k in keys if k in self.import_info}
@@ -121,7 +121,7 @@ class PreparedGraph:
                 f"(no embedding table, logits or one-hot depth it reaches); give --int-bound {name}=N")
 
     def cost_warning(self) -> str | None:
-        """One line saying what a user's graph's costs miss (:func:`cost_coverage`), or ``None``
+        """One line saying what a user's graph's costs miss ([`cost_coverage`][compgraph.prepare.cost_coverage]), or ``None``
         when nothing is missing (and for a benchmark)."""
         info = self.import_info
         unknown, uncosted = info.get("ops_unknown_shape", 0), info.get("ops_without_flops_rule", 0)
@@ -155,7 +155,7 @@ def cost_coverage(graph: OpGraph) -> dict:
 
 def _int_bounds(graph_def, fetches, given: dict[str, int] | None, source: str) -> tuple[dict, list]:
     """``(bounds, unbounded)`` of a user's step's integer inputs: ``given`` (checked: each name an
-    integer input, each bound >= 1) over what the graph tells (:func:`compgraph.inputs.int_inputs`)."""
+    integer input, each bound >= 1) over what the graph tells ([`compgraph.inputs.int_inputs`][compgraph.inputs.int_inputs])."""
     from compgraph.tf_env import import_tensorflow
     from compgraph.user_graph import UserGraphError
 
@@ -198,7 +198,7 @@ def canonical_control_inputs(graph_def) -> None:
 
 def build_benchmark_graph(bench: Benchmark, config: BaseModel):
     """Build and import a benchmark's training step: ``(graph_def, fetches, OpGraph)``
-    (control inputs in a canonical order: :func:`canonical_control_inputs`); a PyTorch
+    (control inputs in a canonical order: [`canonical_control_inputs`][compgraph.prepare.canonical_control_inputs]); a PyTorch
     benchmark's step is captured directly (``(None, [], OpGraph)``)."""
     if bench.framework == "torch":
         return None, [], bench.build(config)
@@ -219,18 +219,18 @@ def prepare(
     """Build, import and group a benchmark's training step, through the cache if given.
 
     Args:
-        model: a benchmark name (:data:`compgraph.models.BENCHMARKS`).
+        model: a benchmark name ([`compgraph.models.BENCHMARKS`][compgraph.models.BENCHMARKS]).
         size: one of the benchmark's sizes.
-        grouper: a grouper of :data:`compgraph.grouping.GROUPERS`.
+        grouper: a grouper of [`compgraph.grouping.GROUPERS`][compgraph.grouping.GROUPERS].
         num_groups: target number of groups for ``metis``/``fluid``; ``None`` means
-            :data:`compgraph.grouping.DEFAULT_NUM_GROUPS` (256) for them; must be ``None``
+            [`compgraph.grouping.DEFAULT_NUM_GROUPS`][compgraph.grouping.DEFAULT_NUM_GROUPS] (256) for them; must be ``None``
             for ``heuristic`` and ``2017``.
-        cache_dir: a folder for :mod:`compgraph.cache`: a matching entry is read instead of
+        cache_dir: a folder for [`compgraph.cache`][compgraph.cache]: a matching entry is read instead of
             building; otherwise the result is built and written there. ``None``: no cache.
         seed: seed of the automatic groupers.
     Raises:
         ValueError: an unknown model, size or grouper (the message lists the valid ones),
-            or a bad ``num_groups`` (see :func:`compgraph.grouping.group`).
+            or a bad ``num_groups`` (see [`compgraph.grouping.group`][compgraph.grouping.group]).
     """
     if model not in BENCHMARKS:
         raise ValueError(f"unknown model {model!r}; valid: {', '.join(BENCHMARKS)}")
@@ -257,20 +257,20 @@ def prepare(
 def prepare_user_step(load, source: str, name: str, grouper: str = "heuristic", num_groups: int | None = None,
                       seed: int = 0, int_bounds: dict[str, int] | None = None) -> PreparedGraph:
     """Import and group a user's training step (the common part of every user front end,
-    :mod:`compgraph.frontends`): the grouper is checked first, then ``load()`` gives the step
-    (:class:`compgraph.user_graph.UserStep`), which is imported, costed and grouped.
+    [`compgraph.frontends`][compgraph.frontends]): the grouper is checked first, then ``load()`` gives the step
+    ([`compgraph.user_graph.UserStep`][compgraph.user_graph.UserStep]), which is imported, costed and grouped.
 
     Args:
         load: ``() -> UserStep``, the front end's loader.
         source: the text naming the source in error messages (a path, ``keras 'mod:fn'``).
         name: the graph's name.
         grouper: ``heuristic``, ``metis`` or ``fluid`` (a user's graph has no model rule).
-        num_groups: as :func:`prepare` (``None``: 256 for ``metis``/``fluid``).
+        num_groups: as [`prepare`][compgraph.prepare.prepare] (``None``: 256 for ``metis``/``fluid``).
         seed: seed of the automatic groupers.
         int_bounds: integer input name -> exclusive upper bound of its ids for real execution,
             over what the graph tells (the table an input indexes).
     Returns:
-        A :class:`PreparedGraph` with ``benchmark=None``, ``size="user"``, ``config=None`` and
+        A [`PreparedGraph`][compgraph.prepare.PreparedGraph] with ``benchmark=None``, ``size="user"``, ``config=None`` and
         ``import_info`` set.
     Raises:
         ValueError: a bad grouper or ``num_groups`` (``2017`` needs a model rule).

@@ -5,7 +5,7 @@ A ``tf.function`` training step (a ``ConcreteFunction``, a SavedModel signature,
 ``GraphDef``) hides ops in a function library: ``PartitionedCall``/``StatefulPartitionedCall``
 call library functions, ``If``/``Case`` choose a branch function, ``While`` runs a body
 function, and variables are resource placeholders, so the GraphDef cannot run alone in a
-``Session`` nor be placed op by op. :func:`flatten_graph_def` makes it a flat graph whose
+``Session`` nor be placed op by op. [`flatten_graph_def`][compgraph.tf2.flatten_graph_def] makes it a flat graph whose
 every op can be placed:
 
 1. **Calls** (``PartitionedCall``, ``StatefulPartitionedCall``) are inlined in Python: the
@@ -28,10 +28,10 @@ every op can be placed:
    ``function`` optimizer, ``min_graph_nodes=-1``: a private TensorFlow API), which inlines
    what is left and lowers functional control flow to TF1 ``Switch``/``Merge``
    (conditionals) and ``Enter``/``Exit``/``NextIteration`` frames (loops). The importer
-   keeps one iteration of such a loop (:mod:`compgraph.tf_import`); :func:`loop_frames`
+   keeps one iteration of such a loop ([`compgraph.tf_import`][compgraph.tf_import]); [`loop_frames`][compgraph.tf2.loop_frames]
    names them so the graph stats and the run's params can say so.
 
-:func:`materialize_variables` replaces each resource ``Placeholder`` (how a ``tf.function``
+[`materialize_variables`][compgraph.tf2.materialize_variables] replaces each resource ``Placeholder`` (how a ``tf.function``
 graph receives a variable) with a ``VarHandleOp`` of the variable's dtype and shape and
 adds an ``init`` op that fills the variables (random uniform in [0, 0.1) for floats,
 zeros otherwise), so the flat graph runs alone in a v1 ``Session`` (``--env real``).
@@ -64,7 +64,7 @@ MAX_UNROLL = 512
 
 @dataclass
 class FlattenReport:
-    """What :func:`flatten_graph_def` did.
+    """What [`flatten_graph_def`][compgraph.tf2.flatten_graph_def] did.
 
     Attributes:
         inlined_calls: call ops inlined in Python.
@@ -428,7 +428,7 @@ def flatten_graph_def(graph_def, fetches: list[str], max_unroll: int = MAX_UNROL
         max_passes: bound on the Python inlining passes (nesting depth).
     Returns:
         The flat ``GraphDef`` (no library when everything could be inlined) and a
-        :class:`FlattenReport`.
+        [`FlattenReport`][compgraph.tf2.FlattenReport].
     Raises:
         ValueError: call ops remain after grappler (a function TensorFlow cannot inline),
             naming the first.
@@ -591,8 +591,8 @@ def materialize_variables(graph_def, variables: dict | None = None, init_name: s
 @dataclass
 class FlatStep:
     """A TF2 training step made flat: the ``GraphDef``, the op names one step runs, the
-    init op (``None`` when the graph has no variables), the :class:`FlattenReport`, and the
-    resource placeholders that could not be sized (:func:`materialize_variables`)."""
+    init op (``None`` when the graph has no variables), the [`FlattenReport`][compgraph.tf2.FlattenReport], and the
+    resource placeholders that could not be sized ([`materialize_variables`][compgraph.tf2.materialize_variables])."""
 
     graph_def: object
     fetches: list
@@ -610,7 +610,7 @@ def _unique(names: set[str], base: str) -> str:
 
 
 def flatten_step(graph_def, fetches: list[str], variables: dict | None = None, max_unroll: int = MAX_UNROLL) -> FlatStep:
-    """:func:`flatten_graph_def` then :func:`materialize_variables`.
+    """[`flatten_graph_def`][compgraph.tf2.flatten_graph_def] then [`materialize_variables`][compgraph.tf2.materialize_variables].
 
     Fetch names survive flattening (inlined calls keep their name); a fetch that grappler
     removed raises ``ValueError``.
@@ -631,8 +631,8 @@ def concrete_function_step(fn, max_unroll: int = MAX_UNROLL) -> FlatStep:
     The step's fetches are the function's output ops and, when it has side effects (its
     control outputs: variable updates), a ``NoOp`` named ``<function>_side_effects`` that
     depends on them. Its captured variables become ``VarHandleOp`` variables of the
-    captured dtype and shape (:func:`materialize_variables`); its inputs stay
-    ``Placeholder`` nodes. Raises ``ValueError`` as :func:`flatten_graph_def`.
+    captured dtype and shape ([`materialize_variables`][compgraph.tf2.materialize_variables]); its inputs stay
+    ``Placeholder`` nodes. Raises ``ValueError`` as [`flatten_graph_def`][compgraph.tf2.flatten_graph_def].
     """
     tf = import_tensorflow()
     from tensorflow.python.ops import handle_data_util

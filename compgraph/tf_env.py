@@ -5,8 +5,8 @@ turns variables into resource placeholders, so its ``tf.function`` graphs cannot
 placed op by op. The TF1-style path gives a flat, runnable training-step graph:
 legacy Keras (``TF_USE_LEGACY_KERAS=1`` before TensorFlow is imported, for Keras 2's graph
 mode), control flow v1 (``tf.compat.v1.disable_control_flow_v2()``), graphs built inside
-an explicit :class:`tf.Graph` on placeholders. TF2 graphs that users bring are made flat by
-:mod:`compgraph.tf2`.
+an explicit `tf.Graph` on placeholders. TF2 graphs that users bring are made flat by
+[`compgraph.tf2`][compgraph.tf2].
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def import_tensorflow():
     Sets ``TF_USE_LEGACY_KERAS=1`` (``tf.keras`` is then the legacy Keras 2; ``import keras``
     still gives Keras 3, whose backend is set to ``tensorflow`` unless ``KERAS_BACKEND`` is
     set) and quiets TensorFlow's C++ log before the first import
-    (:func:`_import_quietly`), then disables control flow v2 so that loops are unrolled
+    (`_import_quietly`), then disables control flow v2 so that loops are unrolled
     into the graph.
     """
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

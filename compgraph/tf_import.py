@@ -1,10 +1,10 @@
-"""Import a TensorFlow ``GraphDef`` of a training step into the project's :class:`OpGraph`.
+"""Import a TensorFlow ``GraphDef`` of a training step into the project's [`OpGraph`][compgraph.ir.OpGraph].
 
 The GraphDef is imported into a fresh TF1-style graph (so TensorFlow's own shape
 inference fills shapes the GraphDef lacks), pruned to the ops one training step runs
 (the ancestors of the fetches, through data and control inputs), and each op gets:
 type, output shapes and bytes, estimated FLOPs and bytes accessed
-(:mod:`compgraph.costs`), resident parameter bytes (variables), whether TensorFlow's
+([`compgraph.costs`][compgraph.costs]), resident parameter bytes (variables), whether TensorFlow's
 kernel registry has a GPU kernel for its type, and its colocation constraints
 (``op.colocation_groups()`` plus resource-typed inputs, which TensorFlow requires to
 share the variable's device).
@@ -57,11 +57,11 @@ LOOP_BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 
 
 def import_graph_def(graph_def, fetches: list[str], name: str = "graph") -> OpGraph:
-    """Turn a training-step ``GraphDef`` into an :class:`OpGraph`.
+    """Turn a training-step ``GraphDef`` into an [`OpGraph`][compgraph.ir.OpGraph].
 
     Args:
         graph_def: a ``tf.compat.v1.GraphDef`` with no function library (a TF2 graph is
-            flattened first: :func:`compgraph.tf2.flatten_step`).
+            flattened first: [`compgraph.tf2.flatten_step`][compgraph.tf2.flatten_step]).
         fetches: names of the ops one step runs (e.g. the train op and the loss);
             the graph is pruned to their ancestors.
         name: name recorded on the OpGraph.

@@ -1,12 +1,12 @@
 """The PyTorch benchmarks: ResNet-50 and a GPT-style decoder, each a module whose call returns the loss.
 
-* :class:`ResNet`: ResNet-50 in torchvision's layout (``torchvision.models.resnet50``: He et al.,
+* `ResNet`: ResNet-50 in torchvision's layout (``torchvision.models.resnet50``: He et al.,
   CVPR 2016, Table 1, bottleneck blocks [3, 4, 6, 3] with the stride on the 3x3 convolution,
   "ResNet v1.5"), with the same module names (``conv1``, ``bn1``, ``layer1.0.conv2``, ``fc``) and
   parameter count (25,557,032). torchvision itself is not used: its wheels on the package
   registry are CUDA builds whose kernels do not load beside the CPU build the project pins
   (``torch==2.13.0``, ``scripts/setup.sh``), and the model needs none of its kernels.
-* :class:`GPT`: a GPT-2 decoder (Radford et al. 2019: pre-norm blocks, learned positions,
+* `GPT`: a GPT-2 decoder (Radford et al. 2019: pre-norm blocks, learned positions,
   GELU MLP of width 4d, causal self-attention, the output projection tied to the token
   embedding), attention written as matrix products and a softmax (no fused kernel).
   ``gpt2`` is GPT-2 small (12 layers, d 768, 12 heads, vocab 50,257, context 1,024: 124M
@@ -15,7 +15,7 @@
   two moments: 16 bytes a parameter, 107 GB) fits no 80 GB GPU.
 
 Each builder returns ``(module, example_args)`` with the loss as ``module(*example_args)``;
-:func:`build` builds on the ``meta`` device, so nothing of the model's size is allocated.
+`build` builds on the ``meta`` device, so nothing of the model's size is allocated.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from contextvars import ContextVar
 from pydantic import BaseModel, ConfigDict
 
 BUILD_DEVICE: ContextVar[str] = ContextVar("BUILD_DEVICE", default="meta")
-"""The device the builders (:func:`resnet50`, :func:`gpt` and the ``--torch`` specs over them) build
+"""The device the builders ([`resnet50`][compgraph.torch_models.resnet50], [`gpt`][compgraph.torch_models.gpt] and the ``--torch`` specs over them) build
 on: ``meta`` (nothing allocated) unless real execution builds the module for its initial weights
-(:func:`cluster.torch_real.step_tensors` sets ``cpu``)."""
+([`cluster.torch_real.step_tensors`][cluster.torch_real.step_tensors] sets ``cpu``)."""
 
 
 class ResNetConfig(BaseModel):
@@ -168,7 +168,7 @@ Hugging Face's ``GPT2PreTrainedModel._init_weights``: ``initializer_range`` 0.02
 
 
 def gpt2_init(model, layers: int) -> None:
-    """Initialize a :class:`GPT`'s parameters as GPT-2 does, in place: every linear layer's and embedding's
+    """Initialize a `GPT`'s parameters as GPT-2 does, in place: every linear layer's and embedding's
     weight ~ N(0, 0.02), biases 0, layer norms 1 and 0, and the residual projections (``attn.c_proj``,
     the MLP's second layer) ~ N(0, 0.02 / sqrt(2 * layers)) (Radford et al. 2019, Sec. 2.3: "we scale
     the weights of residual layers at initialization by a factor of 1/sqrt(N) where N is the number of
@@ -202,7 +202,7 @@ def gpt2_init(model, layers: int) -> None:
 
 def resnet50(cfg: ResNetConfig | None = None):
     """``(ResNet-50 module, (images [batch, 3, image, image], labels [batch]))`` on the meta device
-    (:data:`BUILD_DEVICE`)."""
+    ([`BUILD_DEVICE`][compgraph.torch_models.BUILD_DEVICE])."""
     import torch
 
     cfg = cfg or RESNET_SIZES["paper"]
@@ -215,7 +215,7 @@ def resnet50(cfg: ResNetConfig | None = None):
 
 def gpt(cfg: GPTConfig | None = None):
     """``(GPT module, (tokens [batch, seq], targets [batch, seq]))`` on the meta device
-    (:data:`BUILD_DEVICE`)."""
+    ([`BUILD_DEVICE`][compgraph.torch_models.BUILD_DEVICE])."""
     import torch
 
     cfg = cfg or GPT_SIZES["gpt2"]
@@ -244,7 +244,7 @@ def resnet50_paper():
 # --- the benchmark registry's hooks (compgraph.models.BENCHMARKS) -------------------------------
 
 def module_path(op_name: str) -> str:
-    """The module an op of a captured step belongs to (:mod:`compgraph.torch_step` names):
+    """The module an op of a captured step belongs to ([`compgraph.torch_step`][compgraph.torch_step] names):
     ``h.3.attn/addmm`` and ``gradients/h.3.attn/mm`` -> ``h.3.attn``; a parameter, its optimizer
     state and its update (``h.3.attn.c_attn.weight``, ``...weight/Adam``,
     ``update/h.3.attn.c_attn.weight/lerp_``) -> ``h.3.attn.c_attn``; ``""`` for the root module."""
@@ -297,7 +297,7 @@ def gpt_expert_layer(op_name: str, cfg: GPTConfig) -> int:
 
 
 def capture_benchmark(name: str, cfg):
-    """The captured training step (:class:`compgraph.torch_step.CapturedStep`) of the PyTorch benchmark
+    """The captured training step ([`compgraph.torch_step.CapturedStep`][compgraph.torch_step.CapturedStep]) of the PyTorch benchmark
     ``name`` (``resnet50_torch``: SGD; ``gpt``: Adam) at ``cfg``."""
     from compgraph.torch_step import capture_training_step
 
@@ -311,10 +311,10 @@ def capture_benchmark(name: str, cfg):
 
 
 def build_resnet(cfg: ResNetConfig):
-    """The captured SGD training step of ResNet-50 at ``cfg`` (an :class:`compgraph.ir.OpGraph`)."""
+    """The captured SGD training step of ResNet-50 at ``cfg`` (an [`compgraph.ir.OpGraph`][compgraph.ir.OpGraph])."""
     return capture_benchmark("resnet50_torch", cfg).graph
 
 
 def build_gpt(cfg: GPTConfig):
-    """The captured Adam training step of the GPT decoder at ``cfg`` (an :class:`compgraph.ir.OpGraph`)."""
+    """The captured Adam training step of the GPT decoder at ``cfg`` (an [`compgraph.ir.OpGraph`][compgraph.ir.OpGraph])."""
     return capture_benchmark("gpt", cfg).graph

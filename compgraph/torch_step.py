@@ -1,6 +1,6 @@
-"""PyTorch front end: a module's whole training step at the ATen level, as an :class:`OpGraph`.
+"""PyTorch front end: a module's whole training step at the ATen level, as an [`OpGraph`][compgraph.ir.OpGraph].
 
-**Capture.** :func:`capture_training_step` moves the module and its example inputs to the
+**Capture.** [`capture_training_step`][compgraph.torch_step.capture_training_step] moves the module and its example inputs to the
 ``meta`` device (shapes and dtypes only: nothing of the model's size is allocated, so a
 6.7B-parameter step is captured on a laptop) and traces one training step with
 ``torch.fx.experimental.proxy_tensor.make_fx``: the forward and the loss
@@ -13,7 +13,7 @@ autograd engine into ATen backward ops) and the optimizer update, written as in-
   ``m.lerp_(g, 1 - b1)``, ``v.mul_(b2).addcmul_(g, g, value=1 - b2)``,
   ``denom = (v.sqrt() / sqrt(bc2)).add_(eps)``, ``p.addcdiv_(m, denom, value=-lr / bc1)``,
   with two state tensors per parameter (``exp_avg``, ``exp_avg_sq``, named ``<param>/Adam`` and
-  ``<param>/Adam_1`` as TensorFlow names its slots, :data:`compgraph.memory.SLOT_MARKERS`).
+  ``<param>/Adam_1`` as TensorFlow names its slots, [`compgraph.memory.SLOT_MARKERS`][compgraph.memory.SLOT_MARKERS]).
 
 **Module paths.** Forward hooks annotate every forward node with the path of the innermost
 module running it (``nn_module_stack``'s last entry, e.g. ``h.3.attn``), and autograd's
@@ -29,12 +29,12 @@ expert numbering. With it, 2.11 and 2.13 capture the same op names (checked on a
 (backward, as TensorFlow's ``gradients/`` scope) and ``update/<parameter>/<node>``; parameters,
 buffers and optimizer state are the placeholders named after them, inputs ``input/<k>``.
 
-**Per op** (:class:`compgraph.ir.Op`): ``type`` is the ATen overload packet (``aten.mm``);
+**Per op** ([`compgraph.ir.Op`][compgraph.ir.Op]): ``type`` is the ATen overload packet (``aten.mm``);
 output shapes and bytes come from the meta tensors, ``dtype`` from its first floating output; FLOPs from
 ``torch.utils.flop_counter``'s formulas (matrix products, convolutions, attention; 2 FLOP per
-multiply-add), else :func:`aten_flops`'s rules (element-wise ops ``n(out)``, reductions
+multiply-add), else [`aten_flops`][compgraph.torch_step.aten_flops]'s rules (element-wise ops ``n(out)``, reductions
 ``n(in)``, softmax ``5 n``, normalization ``5 n`` forward and ``7 n`` backward, pooling
-``n(out) kh kw``), else 0 and reported by name (:func:`step_coverage`); bytes accessed are the
+``n(out) kh kw``), else 0 and reported by name ([`step_coverage`][compgraph.torch_step.step_coverage]); bytes accessed are the
 tensor inputs plus the outputs; new memory is the outputs that alias no input (0 for an in-place
 op); parameters, buffers and optimizer state are resident (``param_bytes``). A view (an op whose
 output aliases its input and writes nothing: ``view``, ``t``, ``expand``, ``split``...) and an
@@ -86,11 +86,11 @@ class CapturedStep:
     """A captured training step: the graph and what its costs miss.
 
     Attributes:
-        graph: the step as an :class:`OpGraph` (ops in the traced order, which is topological).
+        graph: the step as an [`OpGraph`][compgraph.ir.OpGraph] (ops in the traced order, which is topological).
         info: ``format`` (``torch``), ``optimizer``, ``parameters`` (count), ``parameter_bytes``,
             ``ops_unknown_shape``, ``ops_without_flops_rule`` and ``op_types_without_flops_rule``
-            (:func:`step_coverage`).
-        gm: the traced ``torch.fx.GraphModule`` (ATen ops on meta tensors; :func:`placed_module`).
+            ([`step_coverage`][compgraph.torch_step.step_coverage]).
+        gm: the traced ``torch.fx.GraphModule`` (ATen ops on meta tensors; [`placed_module`][compgraph.torch_step.placed_module]).
         holder: fx node name -> the name of the op holding its memory (itself, or for a folded
             view or tuple element the op that allocated it).
     """
@@ -205,17 +205,17 @@ def _to_meta(x):
 
 def capture_training_step(module, example_args, optimizer: str = "adam", name: str = "torch") -> CapturedStep:
     """Capture one training step of ``module`` (forward, loss, backward, optimizer update) as an
-    :class:`OpGraph` (module docstring).
+    [`OpGraph`][compgraph.ir.OpGraph] (module docstring).
 
     Args:
         module: a ``torch.nn.Module`` whose ``module(*example_args)`` returns the scalar training
             loss. It is moved to the ``meta`` device (build a large one under
             ``torch.device("meta")`` so that it is never allocated).
         example_args: a tuple of example inputs (tensors at the training batch's shapes and dtypes).
-        optimizer: ``sgd`` or ``adam`` (:data:`OPTIMIZERS`).
+        optimizer: ``sgd`` or ``adam`` ([`OPTIMIZERS`][compgraph.torch_step.OPTIMIZERS]).
         name: the graph's name.
     Returns:
-        A :class:`CapturedStep`.
+        A [`CapturedStep`][compgraph.torch_step.CapturedStep].
     Raises:
         TorchStepError: not a module, an unknown optimizer, no trainable parameter, the loss is
             not a scalar tensor, or the trace failed (the message names the error).
@@ -295,11 +295,11 @@ def capture_training_step(module, example_args, optimizer: str = "adam", name: s
 
 
 def _to_op_graph(gm, resident_names: list[str], name: str) -> tuple[OpGraph, set[str], dict[str, str]]:
-    """The traced ``GraphModule`` as an :class:`OpGraph` (module docstring), with the op types that
-    no FLOPs rule covers and fx node name -> the op holding its memory (:attr:`CapturedStep.holder`).
+    """The traced ``GraphModule`` as an [`OpGraph`][compgraph.ir.OpGraph] (module docstring), with the op types that
+    no FLOPs rule covers and fx node name -> the op holding its memory ([`CapturedStep.holder`][compgraph.torch_step.CapturedStep.holder]).
     ``resident_names``: the names of the first placeholders (parameters, buffers, optimizer state);
     the rest are the inputs. An op's module path is in its name
-    (:func:`compgraph.torch_models.module_path`)."""
+    ([`compgraph.torch_models.module_path`][compgraph.torch_models.module_path])."""
     import torch
 
     resident = len(resident_names)
@@ -434,7 +434,7 @@ def load_torch_step(spec: str, optimizer: str = "adam") -> CapturedStep:
     ``spec`` is ``"module:function"``, the module imported with the current folder first on
     ``sys.path`` (as ``--keras``). ``function()`` returns ``(module, example_args)``, where
     ``module(*example_args)`` returns the scalar training loss; the step adds the backward
-    and ``optimizer``'s update (:func:`capture_training_step`). Example::
+    and ``optimizer``'s update ([`capture_training_step`][compgraph.torch_step.capture_training_step]). Example::
 
         # mymodel.py; then: placement experiment --torch mymodel:step
         import torch
@@ -451,7 +451,7 @@ def load_torch_step(spec: str, optimizer: str = "adam") -> CapturedStep:
 
     Raises:
         compgraph.user_graph.UserGraphError: the spec, the import, the function, what it
-            returns, or the capture (:class:`TorchStepError`) fails; the message names the spec.
+            returns, or the capture ([`TorchStepError`][compgraph.torch_step.TorchStepError]) fails; the message names the spec.
     """
     from compgraph.user_graph import UserGraphError, resolve_user_function
 
@@ -474,7 +474,7 @@ def load_torch_step(spec: str, optimizer: str = "adam") -> CapturedStep:
 
 def has_aten_rule(op_type: str) -> bool:
     """True if a captured step's op type (``aten.<packet>``, ``Parameter``, ``Input``, ``getitem``)
-    has a FLOPs rule: ``torch.utils.flop_counter``'s registry, :func:`aten_flops`' rules, or the
+    has a FLOPs rule: ``torch.utils.flop_counter``'s registry, [`aten_flops`][compgraph.torch_step.aten_flops]' rules, or the
     pointwise tag of the packet's overloads."""
     if not op_type.startswith("aten."):
         return op_type in ("Parameter", "Input", "getitem")
@@ -495,7 +495,7 @@ def placed_module(step: CapturedStep, devices: dict[str, str]):
     copy (``aten._to_copy``) inserted wherever an op reads a tensor that lives on another device.
 
     Args:
-        step: a :class:`CapturedStep` (with its ``gm``).
+        step: a [`CapturedStep`][compgraph.torch_step.CapturedStep] (with its ``gm``).
         devices: op name -> torch device string (``cuda:1``, ``cpu``) for every op of ``step.graph``.
     Returns:
         ``(module, inputs)``: the module, called with the step's tensors flattened in order
@@ -562,8 +562,8 @@ UNMARKED_WRITES: dict[str, tuple[tuple[str, ...], str | None]] = {
 
 def written_args(target) -> list[int]:
     """Positions of the arguments an ATen op overload writes in place: those its schema marks
-    written, plus :data:`UNMARKED_WRITES`' (whether the condition argument is true is decided per
-    call by :func:`node_writes`)."""
+    written, plus [`UNMARKED_WRITES`][compgraph.torch_step.UNMARKED_WRITES]' (whether the condition argument is true is decided per
+    call by [`node_writes`][compgraph.torch_step.node_writes])."""
     schema = target._schema
     out = [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
     extra = UNMARKED_WRITES.get(target.overloadpacket.__name__)
@@ -573,7 +573,7 @@ def written_args(target) -> list[int]:
 
 
 def node_writes(node) -> list:
-    """The fx argument nodes an fx node of an ATen op writes in place (:func:`written_args`; an
+    """The fx argument nodes an fx node of an ATen op writes in place ([`written_args`][compgraph.torch_step.written_args]; an
     unmarked write counted only when its condition argument, e.g. batch norm's ``training``, is
     true), in schema order; a ``None`` or constant argument is left out."""
     import torch
@@ -604,7 +604,7 @@ def _holds_tensor(node) -> bool:
 
 
 def module_source(module, inputs: list[tuple[str, str]], header: str = "") -> str:
-    """A standalone Python file defining ``PlacedStep`` (the :func:`placed_module` ``module``'s code)
+    """A standalone Python file defining ``PlacedStep`` (the [`placed_module`][compgraph.torch_step.placed_module] ``module``'s code)
     and ``INPUTS`` (``[(op name, device)]``, the order of its arguments); ``header`` is put first
     as comments."""
     lines = [f"# {line}" for line in header.splitlines()]

@@ -1,26 +1,26 @@
 """Users' own graphs: a TensorFlow ``GraphDef`` file or a Keras model, checked and loaded.
 
-Three ways in, each giving a :class:`UserStep` (``graph_def``, ``fetches``, ``info``) for
-:func:`compgraph.tf_import.import_graph_def`:
+Three ways in, each giving a [`UserStep`][compgraph.user_graph.UserStep] (``graph_def``, ``fetches``, ``info``) for
+[`compgraph.tf_import.import_graph_def`][compgraph.tf_import.import_graph_def]:
 
-* :func:`load_graph_def_step`: a ``GraphDef`` saved as ``.pb`` (binary protobuf, e.g.
+* [`load_graph_def_step`][compgraph.user_graph.load_graph_def_step]: a ``GraphDef`` saved as ``.pb`` (binary protobuf, e.g.
   ``tf.io.write_graph(graph_def, dir, "step.pb", as_text=False)``) or ``.pbtxt`` (protobuf
   text format, parsed with ``google.protobuf.text_format``). A flat TF1-style graph is used
   as it is; a TF2 graph with a function library (``tf.function``'s
   ``get_concrete_function(...).graph.as_graph_def()``) is flattened by
-  :func:`compgraph.tf2.flatten_step` (calls inlined, static loops unrolled, ``If``/``Case``
+  [`compgraph.tf2.flatten_step`][compgraph.tf2.flatten_step] (calls inlined, static loops unrolled, ``If``/``Case``
   lowered to ``Switch``/``Merge``, resource placeholders made variables).
-* :func:`load_saved_model_step`: a SavedModel folder and the name of a signature whose
+* [`load_saved_model_step`][compgraph.user_graph.load_saved_model_step]: a SavedModel folder and the name of a signature whose
   function is the training step (``tf.saved_model.save(module, dir, signatures={"train_step":
   module.step.get_concrete_function(...)})``), flattened the same way.
-* :func:`load_keras_step`: ``"module:function"``, the module imported from the current
+* [`load_keras_step`][compgraph.user_graph.load_keras_step]: ``"module:function"``, the module imported from the current
   folder as Python imports a script's modules. The function returns a Keras 3 model
   (``import keras``), ``(keras 3 model, input_specs)``, or ``(legacy tf.keras model,
-  input_specs)``: see :func:`load_keras_step` for the step each gets.
+  input_specs)``: see [`load_keras_step`][compgraph.user_graph.load_keras_step] for the step each gets.
 
-:func:`load_graph_def` and :func:`load_keras` return the ``(graph_def, fetches)`` pair only.
+[`load_graph_def`][compgraph.user_graph.load_graph_def] and [`load_keras`][compgraph.user_graph.load_keras] return the ``(graph_def, fetches)`` pair only.
 
-Every problem with a user's graph raises :class:`UserGraphError` (a ``ValueError``) with
+Every problem with a user's graph raises [`UserGraphError`][compgraph.user_spec.UserGraphError] (a ``ValueError``) with
 a one-line message that names the file (or the Keras spec) and the problem.
 """
 
@@ -50,13 +50,13 @@ _INITIALIZER = re.compile(r"^(init(_\d+)?|save(_\d+)?/.*|report_uninitialized.*)
 
 
 #: Largest GraphDef file or SavedModel folder read, in bytes (parsing takes several times
-#: that in memory); the environment variable :data:`MAX_GRAPH_ENV` (``--max-graph-mb``) raises it.
+#: that in memory); the environment variable [`MAX_GRAPH_ENV`][compgraph.user_graph.MAX_GRAPH_ENV] (``--max-graph-mb``) raises it.
 MAX_GRAPH_BYTES = 1_000_000_000
 MAX_GRAPH_ENV = "PLACEMENT_MAX_GRAPH_BYTES"
 
 
 def max_graph_bytes() -> int:
-    """The size limit of a user's graph in bytes: :data:`MAX_GRAPH_ENV` if set, else :data:`MAX_GRAPH_BYTES`."""
+    """The size limit of a user's graph in bytes: [`MAX_GRAPH_ENV`][compgraph.user_graph.MAX_GRAPH_ENV] if set, else [`MAX_GRAPH_BYTES`][compgraph.user_graph.MAX_GRAPH_BYTES]."""
     value = os.environ.get(MAX_GRAPH_ENV, "")
     return int(value) if value.isdigit() else MAX_GRAPH_BYTES
 
@@ -76,7 +76,7 @@ class UserStep:
         graph_def: a flat ``tf.compat.v1.GraphDef`` (no function library).
         fetches: op names one step runs.
         info: how it was obtained, JSON-able: ``format`` (``tf1``, ``tf2``, ``keras2``,
-            ``keras3``), and for TF2 graphs :meth:`compgraph.tf2.FlattenReport.as_params`
+            ``keras3``), and for TF2 graphs [`compgraph.tf2.FlattenReport.as_params`][compgraph.tf2.FlattenReport.as_params]
             (inlined calls, unrolled loops, loops kept as one iteration) and the ``init_op``.
     """
 
@@ -92,7 +92,7 @@ class UserStep:
 
 
 def _flatten(graph_def, fetches: list[str], source: str, variables: dict | None = None) -> UserStep:
-    """A TF2 graph (function library) made flat by :func:`compgraph.tf2.flatten_step`."""
+    """A TF2 graph (function library) made flat by [`compgraph.tf2.flatten_step`][compgraph.tf2.flatten_step]."""
     from compgraph import tf2
 
     try:
@@ -254,18 +254,18 @@ def _resolve_fetches(graph_def, fetches, source: str) -> list[str]:
 
 def load_graph_def_step(path: str | Path, fetches: list[str] | str | None = None) -> UserStep:
     """Load and check a user's training-step ``GraphDef``; a TF2 graph (function library) is
-    flattened (:func:`compgraph.tf2.flatten_step`).
+    flattened ([`compgraph.tf2.flatten_step`][compgraph.tf2.flatten_step]).
 
     Args:
         path: a ``.pb`` (binary) or ``.pbtxt`` (text format) ``GraphDef`` file.
         fetches: the op (or tensor, ``name:0``) names one step runs; default
-            :func:`default_fetches` of the graph as saved (the graph's sinks, initializers
+            [`default_fetches`][compgraph.user_graph.default_fetches] of the graph as saved (the graph's sinks, initializers
             left out).
     Returns:
-        A :class:`UserStep`.
+        A [`UserStep`][compgraph.user_graph.UserStep].
     Raises:
-        UserGraphError: the file is missing or unreadable, larger than :func:`max_graph_bytes`,
-            has an unknown suffix, does not parse, cannot be flattened, or fails :func:`check_graph_def`; a fetch names no op.
+        UserGraphError: the file is missing or unreadable, larger than [`max_graph_bytes`][compgraph.user_graph.max_graph_bytes],
+            has an unknown suffix, does not parse, cannot be flattened, or fails [`check_graph_def`][compgraph.user_graph.check_graph_def]; a fetch names no op.
     """
     path = Path(path)
     if not path.is_file():
@@ -293,8 +293,8 @@ def load_graph_def_step(path: str | Path, fetches: list[str] | str | None = None
 
 
 def load_graph_def(path: str | Path, fetches: list[str] | str | None = None):
-    """:func:`load_graph_def_step` as ``(graph_def, fetches)``: the flat
-    ``tf.compat.v1.GraphDef`` and a list of op names. Raises as :func:`load_graph_def_step`."""
+    """[`load_graph_def_step`][compgraph.user_graph.load_graph_def_step] as ``(graph_def, fetches)``: the flat
+    ``tf.compat.v1.GraphDef`` and a list of op names. Raises as [`load_graph_def_step`][compgraph.user_graph.load_graph_def_step]."""
     step = load_graph_def_step(path, fetches)
     return step.graph_def, step.fetches
 
@@ -306,12 +306,12 @@ def load_saved_model_step(directory: str | Path, signature: str | None = None) -
         directory: the SavedModel folder (``saved_model.pb`` and ``variables/``).
         signature: the signature's name; ``None`` if the SavedModel has exactly one.
     Returns:
-        A :class:`UserStep` (:func:`compgraph.tf2.concrete_function_step`: the signature's
+        A [`UserStep`][compgraph.user_graph.UserStep] ([`compgraph.tf2.concrete_function_step`][compgraph.tf2.concrete_function_step]: the signature's
         outputs and a ``NoOp`` on its side effects are fetched; its variables become
         ``VarHandleOp`` variables with an ``init`` op, filled with random values, not the
         saved ones).
     Raises:
-        UserGraphError: no such folder, not a SavedModel, larger than :func:`max_graph_bytes`,
+        UserGraphError: no such folder, not a SavedModel, larger than [`max_graph_bytes`][compgraph.user_graph.max_graph_bytes],
             no such signature (the message
             lists them), or the function cannot be flattened.
     """
@@ -350,7 +350,7 @@ def _concrete_step(fn, source: str, fmt: str) -> UserStep:
 def load_concrete_function_step(fn, name: str = "function") -> UserStep:
     """A ``tf.function`` training step given as a ``ConcreteFunction``
     (``step.get_concrete_function(tf.TensorSpec(...), ...)``), flattened as
-    :func:`load_saved_model_step` does. Raises :class:`UserGraphError`."""
+    [`load_saved_model_step`][compgraph.user_graph.load_saved_model_step] does. Raises [`UserGraphError`][compgraph.user_spec.UserGraphError]."""
     return _concrete_step(fn, name, "tf2")
 
 
@@ -425,7 +425,7 @@ def _is_keras3_model(obj) -> bool:
 
 def _keras3_specs(tf, model, spec: str):
     """Input specs ``[(shape, dtype, name)]`` of a Keras 3 model returned alone: its
-    ``inputs`` (batch :data:`KERAS_DEFAULT_BATCH` when not given), then the label: sparse
+    ``inputs`` (batch [`KERAS_DEFAULT_BATCH`][compgraph.user_graph.KERAS_DEFAULT_BATCH] when not given), then the label: sparse
     integer labels of the output's shape without its last axis, or the output's shape for a
     compiled non-sparse loss."""
     inputs = list(getattr(model, "inputs", None) or [])
@@ -520,19 +520,19 @@ def load_keras_step(spec: str) -> UserStep:
 
     * a **Keras 3 model** (``import keras``, ``keras.Model``, functional or sequential with
       known input shapes): inputs from ``model.inputs`` (an unknown batch dimension becomes
-      :data:`KERAS_DEFAULT_BATCH`), sparse integer labels (or labels of the output's shape
+      [`KERAS_DEFAULT_BATCH`][compgraph.user_graph.KERAS_DEFAULT_BATCH]), sparse integer labels (or labels of the output's shape
       for a compiled non-sparse loss). The function is called a second time outside the
       ``tf.Graph`` (eagerly), since Keras 3 builds its variables eagerly.
     * ``(keras 3 model, input_specs)``: the same with the given specs.
     * ``(legacy tf.keras model, input_specs)`` (``TF_USE_LEGACY_KERAS=1`` makes ``tf.keras``
-      the legacy Keras 2; :mod:`compgraph.tf_env`): the TF1 step described below.
+      the legacy Keras 2; [`compgraph.tf_env`][compgraph.tf_env]): the TF1 step described below.
 
     ``input_specs`` lists the model's inputs then the label, each a ``tf.TensorSpec`` or
     ``(shape, dtype)`` with every dimension given.
 
-    Keras 3 step (:func:`_keras3_step`): a ``tf.function`` (forward in training mode, loss,
+    Keras 3 step (`_keras3_step`): a ``tf.function`` (forward in training mode, loss,
     ``GradientTape`` gradients, the optimizer's ``apply``), flattened by
-    :func:`compgraph.tf2.concrete_function_step` (the RNN layers' loops unrolled); inputs
+    [`compgraph.tf2.concrete_function_step`][compgraph.tf2.concrete_function_step] (the RNN layers' loops unrolled); inputs
     are placeholders ``input_0``... and ``label``.
 
     Legacy step: a placeholder per spec (``input_0``..., ``label``), ``model(inputs,
@@ -543,13 +543,13 @@ def load_keras_step(spec: str) -> UserStep:
     gradients colocated with their ops; fetches ``[train op, loss op]``.
 
     Returns:
-        A :class:`UserStep` (``_output_shapes`` on every node of a legacy step).
+        A [`UserStep`][compgraph.user_graph.UserStep] (``_output_shapes`` on every node of a legacy step).
     Raises:
         UserGraphError: the spec is not ``module:function``; the module cannot be imported;
             it has no such function; the function fails or returns something else than the
             accepted shapes; a spec is malformed or has an unknown dimension; the model has
             several outputs; building the step fails; or the graph fails
-            :func:`check_graph_def`.
+            [`check_graph_def`][compgraph.user_graph.check_graph_def].
     """
     if parse_spec(spec) is None:
         resolve_user_function(spec, "keras")  # raises: a malformed spec is refused before TensorFlow loads
@@ -614,6 +614,6 @@ def load_keras_step(spec: str) -> UserStep:
 
 
 def load_keras(spec: str):
-    """:func:`load_keras_step` as ``(graph_def, fetches)``. Raises as :func:`load_keras_step`."""
+    """[`load_keras_step`][compgraph.user_graph.load_keras_step] as ``(graph_def, fetches)``. Raises as [`load_keras_step`][compgraph.user_graph.load_keras_step]."""
     step = load_keras_step(spec)
     return step.graph_def, step.fetches

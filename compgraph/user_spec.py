@@ -1,7 +1,7 @@
 """A user's graph named on the command line: ``module:function`` or ``path/to/file.py:function``, resolved
 to the function (imported as ``python script.py`` would, the current folder first on ``sys.path``), and
 probed in a subprocess first so that a function that ends its process cannot take the command with it.
-:mod:`compgraph.user_graph` builds the step from what the function returns.
+[`compgraph.user_graph`][compgraph.user_graph] builds the step from what the function returns.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ SPEC_FORMS = "'module:function' or 'path/to/file.py:function', e.g. 'mypackage.m
 
 def parse_spec(spec: str | None) -> tuple[str, str, str] | None:
     """``(kind, target, function)`` of a ``--keras``/``--torch`` spec: kind ``file`` (``target`` a
-    ``.py`` path, :data:`FILE_SPEC_PATTERN`, tried first: ``my_cnn.py:cnn`` is a file, not module
-    ``my_cnn.py``) or ``module`` (:data:`SPEC_PATTERN`); ``None`` if it is neither."""
+    ``.py`` path, [`FILE_SPEC_PATTERN`][compgraph.user_spec.FILE_SPEC_PATTERN], tried first: ``my_cnn.py:cnn`` is a file, not module
+    ``my_cnn.py``) or ``module`` ([`SPEC_PATTERN`][compgraph.user_spec.SPEC_PATTERN]); ``None`` if it is neither."""
     for kind, pattern in (("file", FILE_SPEC_PATTERN), ("module", SPEC_PATTERN)):
         m = pattern.fullmatch(spec or "")
         if m is not None:
@@ -103,12 +103,12 @@ def resolve_user_function(spec: str, what: str):
     """``(function, its name)`` named by ``spec``: ``"module:function"``, the module imported with
     the current folder first on ``sys.path`` (as Python resolves a script's modules), or
     ``"path/to/file.py:function"``, the file (relative to the current folder) run as a module of
-    its own (:func:`_import_user_file`).
+    its own (`_import_user_file`).
 
     Args:
         what: the front end's word in error messages (``keras``, ``torch``).
     Raises:
-        UserGraphError: the spec is neither form (:data:`SPEC_FORMS`); the file does not exist; the
+        UserGraphError: the spec is neither form ([`SPEC_FORMS`][compgraph.user_spec.SPEC_FORMS]); the file does not exist; the
             module cannot be imported (or calls ``sys.exit``); it has no such function.
     """
     parsed = parse_spec(spec)
@@ -164,7 +164,7 @@ os._exit(0)
 
 def probe_user_function(spec: str, what: str, meanwhile: Callable[[], object] | None = None) -> None:
     """Import the module of ``spec`` (``"module:function"``) and call the function in a child
-    process (the current folder first on ``sys.path``, as :func:`resolve_user_function`), nothing
+    process (the current folder first on ``sys.path``, as [`resolve_user_function`][compgraph.user_spec.resolve_user_function]), nothing
     else, to learn whether it ends its process (``os._exit``, a signal to itself) instead of
     returning or raising: in-process, that would end the command silently (exit 0, no run).
     ``sys.exit`` and exceptions are left to the in-process call, which reports them.

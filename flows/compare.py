@@ -24,13 +24,13 @@ from tracking.learners import plot_learner_curves, record_comparison
 
 @task(name="plot-learner-curves", cache_policy=NONE)
 def plot(runs: dict, path: Path, title: str) -> Path:
-    """:func:`tracking.learners.plot_learner_curves`."""
+    """[`tracking.learners.plot_learner_curves`][tracking.learners.plot_learner_curves]."""
     return plot_learner_curves(runs, path, title)
 
 
 @task(name="record-comparison", cache_policy=NONE)
 def record(**kwargs) -> str:
-    """:func:`tracking.learners.record_comparison`."""
+    """[`tracking.learners.record_comparison`][tracking.learners.record_comparison]."""
     return record_comparison(**kwargs)
 
 
@@ -49,9 +49,9 @@ def compare_learners(
     tracking_uri: Unset[str] = "",
     cache_dir: Unset[str] = "",
 ) -> dict:
-    """Run every learner of ``learners`` (default: all of :data:`placer.LEARNERS`) once per seed
+    """Run every learner of ``learners`` (default: all of [`placer.LEARNERS`][placer.learner.LEARNERS]) once per seed
     with the same budget in the same kind of environment; returns the per-learner summary
-    (:func:`placer.compare.summarize_runs`), the plot's path and the MLflow run.
+    ([`placer.compare.summarize_runs`][placer.compare.summarize_runs]), the plot's path and the MLflow run.
 
     Args:
         source: the graph, as the experiment's (tasks.config.ExperimentConfig.source): a benchmark (kind benchmark:

@@ -24,7 +24,7 @@ from tracking.progress import chain, say, stage
 
 
 def run_name() -> str:
-    """The flow run's name, in the MLflow parent run's form (:func:`tracking.run_title`:
+    """The flow run's name, in the MLflow parent run's form ([`tracking.run_title`][tracking.run_title]:
     ``<model>-<size>__<cluster>-<env>__<learners>__budget<N>__seed<S>__<time>``; a user graph:
     its file or Keras spec for the model and ``user`` for the size; a spec file: its stem for the
     cluster; no methods given: the default learners)."""
@@ -67,11 +67,11 @@ def placement_experiment(
 ) -> dict:
     """Run every method on one model and cluster, measure all in one environment, log to MLflow.
 
-    The parameters are the fields of :class:`tasks.config.ExperimentConfig` (a test keeps them
+    The parameters are the fields of [`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig] (a test keeps them
     equal), validated together by it before anything runs, unless they are a config handed over
-    already built (:meth:`tasks.config.ExperimentConfig.flow_parameters`: the CLI's, the sweep's),
+    already built ([`tasks.config.ExperimentConfig.flow_parameters`][tasks.config.ExperimentConfig.flow_parameters]: the CLI's, the sweep's),
     which is taken as it is; ``methods`` and ``init_placement`` left empty (the form's plain inputs:
-    :data:`tasks.choices.Unset`) are the config's ``None``.
+    [`tasks.choices.Unset`][tasks.choices.Unset]) are the config's ``None``.
 
     Args:
         source: the graph: a benchmark (kind benchmark: model, size: small for a demo in seconds, paper for
@@ -106,11 +106,11 @@ def placement_experiment(
 
     Returns the result object of ``placement experiment --json`` (see the README).
     The MLflow runs are created at the start and the searches logged as they go
-    (:class:`tracking.live.ExperimentRecorder`); the results are written to the run folder
+    ([`tracking.live.ExperimentRecorder`][tracking.live.ExperimentRecorder]); the results are written to the run folder
     ``<out_dir>/runs/...`` before MLflow.
 
     Raises:
-        pydantic.ValidationError: settings that do not fit together (:class:`tasks.config.ExperimentConfig`).
+        pydantic.ValidationError: settings that do not fit together ([`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig]).
     """
     config = ExperimentConfig.from_flow(source=source, cluster=cluster, env=env, methods=unset(methods), budget=budget,
                                         seed=seed, init_placement=unset(init_placement), train_steps=train_steps,
@@ -119,8 +119,8 @@ def placement_experiment(
 
 
 def run_experiment(config: ExperimentConfig) -> dict:
-    """The body of :func:`placement_experiment` on a validated config (inside its flow run): the
-    config goes down whole (its cluster spec read once: :meth:`tasks.config.ExperimentConfig.spec`)."""
+    """The body of [`placement_experiment`][flows.experiment.placement_experiment] on a validated config (inside its flow run): the
+    config goes down whole (its cluster spec read once: [`tasks.config.ExperimentConfig.spec`][tasks.config.ExperimentConfig.spec])."""
     c, track = config, config.tracking
     methods, flow_run_id = c.resolved_methods, _flow_run_id()
     uri = track.tracking_uri or default_tracking_uri(Path(track.out_dir))

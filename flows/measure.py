@@ -1,15 +1,15 @@
 """The measurement flows: ``placement-calibrate``, ``placement-fidelity``, ``placement-train``.
 
 * ``placement-calibrate``: model -> graph -> per-op seconds per device kind from traced
-  TensorFlow steps (:func:`cluster.calibrate.calibrate`) -> a cost-table JSON file.
+  TensorFlow steps ([`cluster.calibrate.calibrate`][cluster.calibrate.calibrate]) -> a cost-table JSON file.
 * ``placement-fidelity``: a set of placements (seeded random ones, every baseline that
   applies, and the best placement each learner finds in the calibrated simulator) run
   both in the simulator (roofline and calibrated) and for real
-  (:func:`cluster.fidelity.fidelity`) -> Kendall tau and MAPE, logged to MLflow.
+  ([`cluster.fidelity.fidelity`][cluster.fidelity.fidelity]) -> Kendall tau and MAPE, logged to MLflow.
 * ``placement-train``: one method's placement trained for N real steps (or projected from
   the simulated step time) -> per-step time and loss, logged to MLflow.
 
-Each flow only calls tasks (:mod:`tasks`, :mod:`tasks.measure`).
+Each flow only calls tasks ([`tasks`][tasks], [`tasks.measure`][tasks.measure]).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from tracking.progress import say
 FIDELITY_LEARNERS = ("rl", "post")  #: learners whose best placements the fidelity flow adds (as before the registry)
 
 DEFAULT_OUT_DIR = str(placement_home())
-"""The flows' default out-dir: the user-level home when this module was imported (:func:`tracking.placement_home`)."""
+"""The flows' default out-dir: the user-level home when this module was imported ([`tracking.placement_home`][tracking.placement_home])."""
 
 
 def default_cost_table_path(model: str, size: str, cluster: str, out_dir: str | Path | None = None) -> Path:
     """``<out_dir>/cost-tables/<model>-<size>-<cluster>.json`` (``cluster``: the spec's name; ``out_dir``
-    ``None``: the user-level home, :func:`tracking.placement_home`)."""
+    ``None``: the user-level home, [`tracking.placement_home`][tracking.placement_home])."""
     return named_path(out_dir or placement_home(), "cost-tables", model, size, cluster, suffix=".json")
 
 
@@ -108,12 +108,12 @@ def placement_fidelity(
     """Simulated (roofline and calibrated) against real step times on a set of placements, logged to MLflow.
 
     With ``against="grappler"`` the reference is TensorFlow's cost model
-    (:class:`cluster.grappler.GrapplerEnvironment`) instead of real runs: nothing is calibrated
+    ([`cluster.grappler.GrapplerEnvironment`][cluster.grappler.GrapplerEnvironment]) instead of real runs: nothing is calibrated
     unless ``cost_table`` is given (the learners then search in the roofline simulator), and
     ``random`` further random placements split the groups among the GPUs only (``gpu_random_k``).
 
     The placements: ``random`` seeded random ones (``random_k``), every applicable baseline
-    (:func:`tasks.measure.applicable_baselines`), and the best placement of each learner
+    ([`tasks.measure.applicable_baselines`][tasks.measure.applicable_baselines]), and the best placement of each learner
     (``rl``, ``post``) after ``budget`` placements searched in the calibrated simulator.
 
     Args:
@@ -134,7 +134,7 @@ def placement_fidelity(
         ``{"model", "size", "cluster", "ops", "groups", "n", "kendall_tau", "mape",
         "kendall_tau_calibrated", "mape_calibrated", "rows", "cost_table", "coverage",
         "mlflow_run_id", "mlflow_tracking_uri", "prefect_flow_run_id"}``; tau in [-1, 1] and MAPE
-        a fraction, ``None`` where undefined; each row is a :func:`cluster.fidelity.fidelity`
+        a fraction, ``None`` where undefined; each row is a [`cluster.fidelity.fidelity`][cluster.fidelity.fidelity]
         row plus ``kind`` (``random``, ``baseline``, ``learner``).
     """
     cost_table, tracking_uri = unset(cost_table), unset(tracking_uri)
@@ -228,8 +228,8 @@ def placement_train(
     user's GraphDef, SavedModel signature or Keras model (grouped by the heuristic grouper;
     ``expert`` needs a benchmark's layer rules).
 
-    A baseline's placement is built (:data:`baselines.BASELINES`; the op-level placers m_topo,
-    m_etf, m_sct place every op); a learner's (:data:`placer.LEARNERS`) is the best of ``budget``
+    A baseline's placement is built ([`baselines.BASELINES`][baselines.BASELINES]; the op-level placers m_topo,
+    m_etf, m_sct place every op); a learner's ([`placer.LEARNERS`][placer.learner.LEARNERS]) is the best of ``budget``
     placements searched in the simulator over its units (the prepared groups, or the colocation
     units of hierarchical and eagle; calibrated with ``cost_table`` if given, else roofline).
     The sim projection uses the same simulator.
@@ -251,7 +251,7 @@ def placement_train(
             (default: the size of the table it indexes).
 
     Returns:
-        :func:`tasks.measure.train_placement`'s dict plus ``model``, ``size``, ``cluster``,
+        [`tasks.measure.train_placement`][tasks.measure.train_placement]'s dict plus ``model``, ``size``, ``cluster``,
         ``method``, ``env``, ``label`` (``real`` or ``simulated``), ``placement``
         (unit -> device name: groups, colocation units or ops), ``units``, ``mlflow_run_id``, ``mlflow_tracking_uri``, ``prefect_flow_run_id``.
     Raises:

@@ -1,12 +1,12 @@
 """The ``placement-reproduce`` flow: the papers' tables, row by row, beside the papers.
 
-For every row of 2017 Table 2, Post Table 1 and EAGLE Table IV (:mod:`cluster.tables`; one table
+For every row of 2017 Table 2, Post Table 1 and EAGLE Table IV ([`cluster.tables`][cluster.tables]; one table
 or ``all``): the table's baselines on the row's model at the table's settings and on its machine's
-preset (:mod:`cluster.machines`), under the shipped presets and, for 2017 Table 2, under the
+preset ([`cluster.machines`][cluster.machines]), under the shipped presets and, for 2017 Table 2, under the
 presets fitted without that model (the held-out prediction, from ``cluster/presets/k80_fit.json``);
 the learners at ``budget`` placements (none at budget 0). The comparison is
-:func:`cluster.reproduce.reproduce_tables`, logged to MLflow (experiment ``placement-reproduce``,
-:mod:`tracking.reproduce`).
+[`cluster.reproduce.reproduce_tables`][cluster.reproduce.reproduce_tables], logged to MLflow (experiment ``placement-reproduce``,
+[`tracking.reproduce`][tracking.reproduce]).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def select_rows(table: str, models: list[str] | None = None, gpus: list[int] | N
 
 
 def search_learner(method: str, prepared, spec, budget: int, seed: int, log_path: Path) -> OpPlacement:
-    """The best placement one learner (:data:`placer.LEARNERS`) finds in ``budget`` simulated
+    """The best placement one learner ([`placer.LEARNERS`][placer.learner.LEARNERS]) finds in ``budget`` simulated
     placements, through the experiment's search task, as a per-op placement (any learner's units)."""
     from tasks.search import learner_grouping
 
@@ -71,7 +71,7 @@ def placement_reproduce(
     size: Unset[TableSize] = TABLE_SIZE,
 ) -> dict:
     """Run the table's rows and compare them with the paper; returns
-    :func:`cluster.reproduce.reproduce_tables`'s dict plus the run's ids.
+    [`cluster.reproduce.reproduce_tables`][cluster.reproduce.reproduce_tables]'s dict plus the run's ids.
 
     Args:
         table: 2017-table2 (Mirhoseini et al. 2017, Table 2), post-table1 (Post, Table 1),

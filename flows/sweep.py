@@ -2,7 +2,7 @@
 
 Each combination is one ``placement-experiment`` subflow run (so each has its own MLflow
 parent run, nested under the sweep's MLflow run, and its own Prefect flow run); at the end the
-sweep's comparison table (:func:`tracking.live.finish_sweep`: JSON, markdown and a plot) is logged
+sweep's comparison table ([`tracking.live.finish_sweep`][tracking.live.finish_sweep]: JSON, markdown and a plot) is logged
 to the sweep run and published as a Prefect artifact; benchmarks default to their paper sizes, as sweeps
 should, and the preprocessed graphs are shared through the cache in ``<out_dir>/graph-cache``.
 """
@@ -32,7 +32,7 @@ def placement_sweep(
     clusters: list[ClusterName] = ["k80x2", "k80x4"],
     seeds: list[NonNegative] = [0],
 ) -> list[dict]:
-    """Run :func:`flows.experiment.placement_experiment` with ``base`` for every (model, cluster, seed).
+    """Run [`flows.experiment.placement_experiment`][flows.experiment.placement_experiment] with ``base`` for every (model, cluster, seed).
 
     Args:
         base: the experiment every run starts from (tasks.config.ExperimentConfig: the graph's size, methods,

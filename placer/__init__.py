@@ -1,8 +1,8 @@
 """Learners and the one search loop.
 
-:data:`LEARNER_NAMES` lists the learners without importing them (cheap: the CLI checks a typo
-against it before torch loads). The first use of :data:`LEARNERS` (method name ->
-:class:`placer.learner.Learner` class) imports every learner module, which registers itself.
+[`LEARNER_NAMES`][placer.LEARNER_NAMES] lists the learners without importing them (cheap: the CLI checks a typo
+against it before torch loads). The first use of [`LEARNERS`][placer.learner.LEARNERS] (method name ->
+[`placer.learner.Learner`][placer.learner.Learner] class) imports every learner module, which registers itself.
 """
 
 from importlib import import_module
@@ -16,17 +16,17 @@ LEARNER_MODULES = {
     **{f"{name}{WARM_SUFFIX}": "warm_learners" for name in LEARNER_REGISTRY},
 }
 """Learner name -> the module of ``placer`` that registers it (in registration order; read from
-:data:`placer.configs.LEARNER_REGISTRY`): the learners as their papers start them, then their
-warm-started variants (``rl_warm``: :mod:`placer.warm`, in no paper)."""
+[`placer.configs.LEARNER_REGISTRY`][placer.configs.LEARNER_REGISTRY]): the learners as their papers start them, then their
+warm-started variants (``rl_warm``: [`placer.warm`][placer.warm], in no paper)."""
 
 LEARNER_NAMES = tuple(LEARNER_MODULES)
 """Every learner's method name, known without importing torch (``tests/test_learners*`` check it
-against :data:`LEARNERS`)."""
+against [`LEARNERS`][placer.learner.LEARNERS])."""
 
 DEFAULT_LEARNERS = ("rl", "post", "rl_warm", "post_warm")
 """The learners the experiment runs when ``--methods`` is not given: the 2017 placer and Post
 (the two of 2017 Table 2 and Post Table 1) as their papers run them, then the same two started
-from the best baseline's placement (:mod:`placer.warm`; in no paper), so the default run ends with
+from the best baseline's placement ([`placer.warm`][placer.warm]; in no paper), so the default run ends with
 a learned placement at least as good as the best baseline; the others run when named."""
 
 
@@ -46,9 +46,9 @@ def __getattr__(name: str):
 
 def policy_device_problem(methods, device: str) -> str | None:
     """The first learner of ``methods`` that cannot run its policy on ``device`` (its
-    :attr:`placer.learner.Learner.policy_devices`), as one line naming both; ``None`` if every
+    [`placer.learner.Learner.policy_devices`][placer.learner.Learner.policy_devices]), as one line naming both; ``None`` if every
     learner can (always for ``cpu``; other methods are ignored). Checked before a run starts by
-    the CLI, the experiment flow and :func:`placer.distributed.ray_controllers`."""
+    the CLI, the experiment flow and [`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]."""
     if device == "cpu":
         return None
     from placer import LEARNERS

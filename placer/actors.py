@@ -1,16 +1,16 @@
 """The Ray actors of the distributed search (2017 Sec. 3.4) and what they share with the driver.
 
-* :class:`ParameterServer` holds the policy's parameters (:func:`policy_state`): a synchronous
-  round's :func:`merge_parameters`, an asynchronous push's change, the pooled step of a learner
+* [`ParameterServer`][placer.actors.ParameterServer] holds the policy's parameters ([`policy_state`][placer.actors.policy_state]): a synchronous
+  round's [`merge_parameters`][placer.actors.merge_parameters], an asynchronous push's change, the pooled step of a learner
   that has one (Post's cross-entropy).
-* :class:`Controller` holds one learner: it samples from the parameters it pulled and updates
+* [`Controller`][placer.actors.Controller] holds one learner: it samples from the parameters it pulled and updates
   from the measured step times, returning its new parameters (or their change) and its state.
-* :class:`Worker` owns one measurement environment and measures one placement at a time;
-  :class:`WorkerPool` is the driver's view of the workers (one placement per worker at a time,
+* [`Worker`][placer.actors.Worker] owns one measurement environment and measures one placement at a time;
+  [`WorkerPool`][placer.actors.WorkerPool] is the driver's view of the workers (one placement per worker at a time,
   a placement whose worker died measured again elsewhere).
 
-A restarted controller or server refuses calls (:class:`ControllerRestarted`,
-:class:`ServerRestarted`) until the driver restores it (:mod:`placer.distributed`, which
+A restarted controller or server refuses calls ([`ControllerRestarted`][placer.actors.ControllerRestarted],
+[`ServerRestarted`][placer.actors.ServerRestarted]) until the driver restores it ([`placer.distributed`][placer.distributed], which
 creates the actors and drives them). The learners and torch are imported lazily: a worker
 process never loads torch for the simulator.
 """
@@ -39,7 +39,7 @@ def _numpy(value) -> np.ndarray:
 
 
 def policy_state(learner: Learner) -> dict[str, np.ndarray]:
-    """``learner.policy_state()`` as numpy arrays (:meth:`placer.learner.Learner.policy_state`)."""
+    """``learner.policy_state()`` as numpy arrays ([`placer.learner.Learner.policy_state`][placer.learner.Learner.policy_state])."""
     return {k: _numpy(v) for k, v in learner.policy_state().items()}
 
 
@@ -78,7 +78,7 @@ class EnvironmentView:
 def _environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_options: dict, measuring: bool):
     """The workers' environment (``measuring``), or what a learner sees: the same simulated
     environment for ``sim`` (so a learner's failing signal is the in-process one), an
-    :class:`EnvironmentView` otherwise. The one place this module builds environments."""
+    [`EnvironmentView`][placer.actors.EnvironmentView] otherwise. The one place this module builds environments."""
     from cluster.factory import make_environment
 
     if measuring or env_kind == "sim":
@@ -114,7 +114,7 @@ class ParameterServer:
     Args:
         params: the initial parameters (controller 0's learner's, seeded with ``config.seed``).
         learner_cls, config, prepared, spec, env_kind, env_options: a learner with a pooled
-            step, built here (on the CPU) for :meth:`pooled`; ``learner_cls=None``: none.
+            step, built here (on the CPU) for [`pooled`][placer.actors.ParameterServer.pooled]; ``learner_cls=None``: none.
     """
 
     def __init__(self, params: dict[str, np.ndarray], learner_cls=None, config=None, prepared=None, spec=None,
@@ -132,13 +132,13 @@ class ParameterServer:
 
     def state(self) -> dict:
         """``{"params", "version", "learner"}``: everything to continue from (the pooled learner's
-        :meth:`~placer.learner.Learner.state_dict`, or ``None``)."""
+        [`state_dict`][placer.learner.Learner.state_dict], or ``None``)."""
         self._check()
         return {"params": self.params, "version": self.version,
                 "learner": None if self.learner is None else self.learner.state_dict()}
 
     def restore(self, state: dict | None) -> int:
-        """Load a :meth:`state` (``None``: keep the initial one); marks the server usable; returns its pid."""
+        """Load a [`state`][placer.actors.ParameterServer.state] (``None``: keep the initial one); marks the server usable; returns its pid."""
         if state is not None:
             self.params = {k: np.array(v) for k, v in state["params"].items()}
             self.version = int(state["version"])
@@ -153,7 +153,7 @@ class ParameterServer:
         return self.version, self.params
 
     def merge(self, *news: dict[str, np.ndarray]) -> int:
-        """A synchronous round: :func:`merge_parameters` of the controllers' new parameters (the
+        """A synchronous round: [`merge_parameters`][placer.actors.merge_parameters] of the controllers' new parameters (the
         server's parameters are those the round pulled)."""
         self._check()
         self.params = merge_parameters(self.params, list(news))
@@ -194,7 +194,7 @@ class Controller:
 
     Args:
         learner_cls, config: the learner and its settings (``config.seed`` is this controller's seed).
-        prepared, spec, env_kind, env_options: what the learner sees (:func:`_environment`).
+        prepared, spec, env_kind, env_options: what the learner sees (`_environment`).
         device: ``cpu`` or ``cuda`` (the learner's ``to``).
         pooled: the learner's pooled step runs at the server.
     """
@@ -264,11 +264,11 @@ class Worker:
     """Owns one measurement environment and measures one placement at a time; a Ray actor.
 
     Args:
-        prepared, spec, env_kind, env_options: the environment (:func:`_environment`).
+        prepared, spec, env_kind, env_options: the environment (`_environment`).
         delay_s: extra seconds per measurement (a stand-in for real execution in benchmarks and tests).
 
     A worker that asked Ray for no GPU sees none (``CUDA_VISIBLE_DEVICES`` emptied); one that
-    asked for ``G`` sees the ``G`` Ray gave it. The environment is built by :meth:`ready`
+    asked for ``G`` sees the ``G`` Ray gave it. The environment is built by [`ready`][placer.actors.Worker.ready]
     (so its errors reach the caller as their own type, not as Ray's ``ActorDiedError``).
     """
 
@@ -298,7 +298,7 @@ class Worker:
         """Measure one ``[U]`` placement -> ``{"step_time_s" (seconds, None if OOM), "oom"}``.
 
         Raises:
-            ValueError and the environment's errors (e.g. :class:`cluster.real.PlacementError`).
+            ValueError and the environment's errors (e.g. [`cluster.real.PlacementError`][cluster.real.PlacementError]).
         """
         import time
 
@@ -317,7 +317,7 @@ class WorkerPool:
     restarting, waits last).
 
     Args:
-        workers: the :class:`Worker` actors' handles.
+        workers: the [`Worker`][placer.actors.Worker] actors' handles.
         max_attempts: tries of a placement whose workers die (>= 1).
 
     Attributes:

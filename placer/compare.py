@@ -22,7 +22,7 @@ def summarize_runs(runs: dict[str, list[SearchResult]], within: float = 0.05) ->
     (5%) of its own final best, and the search's wall time (seconds).
 
     Args:
-        runs: learner -> one :class:`placer.search.SearchResult` per seed (same budget).
+        runs: learner -> one [`placer.search.SearchResult`][placer.search.SearchResult] per seed (same budget).
     Returns:
         learner -> ``{"best_step_time_s", "placements_to_within_5pct", "wall_time_s"}``,
         each a dict of ``median``, ``min``, ``max``, ``iqr``, ``values`` (``None`` where no

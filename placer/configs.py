@@ -1,7 +1,7 @@
 """The learners' configs: their settings, with the papers' hyperparameters as defaults.
 
 They live here, apart from the learners (which import torch), so that a config can be built and
-validated without torch: the experiment config (:class:`tasks.config.ExperimentConfig`) types each
+validated without torch: the experiment config ([`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig]) types each
 learner's options with them, and the CLI checks a bad option before any model loads. Each learner
 module re-exports its own (``placer.reinforce.ReinforceConfig`` ...). The fields' sources (paper,
 section) are in each class's docstring.
@@ -23,13 +23,13 @@ class LearnerConfig(BaseModel):
         budget: placements sampled (and measured) in all.
         seed: seeds the policy's initialisation and sampling (one seed, one search).
 
-    The warm start (:mod:`placer.warm`; no paper does this), beside each learner's own ``init``
+    The warm start ([`placer.warm`][placer.warm]; no paper does this), beside each learner's own ``init``
     (``uniform``: the paper's start; ``single_gpu``: a device prior; ``best_baseline``; ``placement``):
         init_placement: with ``init="placement"``: the op -> device JSON file to start from
             (``placement export --format json``); read by the experiment into ``init_ops``.
         init_prob: the probability the initial policy gives each unit's start device (0.9).
         init_ops: the start, ``[num_ops]`` device indices (filled in by the experiment:
-            :func:`tasks.search.warm_start_config`); not a setting (not dumped, not logged).
+            [`tasks.search.warm_start_config`][tasks.search.warm_start_config]); not a setting (not dumped, not logged).
         init_source: what the start is (a baseline's name or the file), for labels; not dumped.
 
     Raises:
@@ -57,7 +57,7 @@ class LearnerConfig(BaseModel):
 
 
 WarmInit = Literal["uniform", "single_gpu", "best_baseline", "placement"]
-"""A learner's ``init`` (:mod:`placer.warm`): the paper's start, a device prior (``single_gpu``), or a warm start."""
+"""A learner's ``init`` ([`placer.warm`][placer.warm]): the paper's start, a device prior (``single_gpu``), or a warm start."""
 
 
 # placer.reinforce
@@ -106,15 +106,15 @@ class ReinforceConfig(LearnerConfig):
     samples 28 to 300 all the same OOM placement):
         oom_reward: ``constant`` (the paper) or ``memory_scaled``: the failing signal times
             the placement's static memory load, ``max(1, max_d bytes_d / memory_d)``
-            (:func:`placer.features.static_memory_load`), so that among OOM placements the one that
+            ([`placer.features.static_memory_load`][placer.features.static_memory_load]), so that among OOM placements the one that
             overflows least is the least bad, and an all-OOM batch still has a gradient.
         baseline_samples: ``all`` (the paper: ``B`` moves with the mean reward of every
             sample) or ``ran``: ``B`` moves only with placements that ran (it stays where it
             is after an all-OOM batch), so OOM placements keep a positive ``R - B``.
 
-    Named option for the start (not in the 2017 paper, nor any other; :mod:`placer.warm`):
+    Named option for the start (not in the 2017 paper, nor any other; [`placer.warm`][placer.warm]):
         init: ``uniform`` (the paper: the network's random initialisation), ``single_gpu`` (a device
-            prior: the start is the single-GPU placement, :mod:`placer.warm`), ``best_baseline``
+            prior: the start is the single-GPU placement, [`placer.warm`][placer.warm]), ``best_baseline``
             or ``placement`` (``init_placement``): a constant additive prior on each decoder
             step's logits makes the start placement's device about ``init_prob`` likely, and
             ``B`` starts at the first batch's mean reward instead of the failing signal (whose
@@ -177,13 +177,13 @@ class PostConfig(LearnerConfig):
     learn that away (measured: rnnlm paper k80x2, 84 groups of 253 on the CPU at the start,
     74 after 2,400 placements, best 4.1x expert).
         init: ``uniform`` (the paper) or ``single_gpu`` (every learner's device prior,
-            :mod:`placer.warm`): each group's distribution starts with ``init_prob`` on the
+            [`placer.warm`][placer.warm]): each group's distribution starts with ``init_prob`` on the
             first GPU, the rest uniform, and the single-GPU placement is measured first. The
             local-search reference starts there too. (Before the prior was every learner's, Post's
             ``single_gpu`` was ``(1 - epsilon)`` on that GPU plus ``epsilon`` uniform, 0.92 on
             five devices against 0.9 now, and the start was not measured first.)
             ``best_baseline`` or ``placement`` (``init_placement``; no paper does this,
-            :mod:`placer.warm`): each group's distribution starts with ``init_prob`` on its
+            [`placer.warm`][placer.warm]): each group's distribution starts with ``init_prob`` on its
             device in that placement, the rest uniform.
 
     Named options for the cross-entropy step (not in the Post paper, whose Eq. 10 sets each
@@ -204,7 +204,7 @@ class PostConfig(LearnerConfig):
     2,400 placements OOM):
         oom_reward: ``constant`` (the paper: ``failing_time_s``) or ``memory_scaled``:
             ``failing_time_s`` times the placement's static memory load
-            (:func:`placer.features.static_memory_load`, at least 1), so the placements that
+            ([`placer.features.static_memory_load`][placer.features.static_memory_load], at least 1), so the placements that
             overflow least rank first, as in the 2017 placer's option of the same name and
             the local search's ranking.
     """
@@ -281,9 +281,9 @@ class HierarchicalConfig(LearnerConfig):
         failing_time_s: step time of an OOM placement (the code: 100 s); ``None``: ``10 x
             T_serial`` (every op back to back on the slowest device), the project's rule for
             all learners, since simulated steps range from milliseconds to seconds.
-        input_scaling, unit_pooling: the grouper's inputs (:func:`unit_inputs`): the code's
+        input_scaling, unit_pooling: the grouper's inputs (`unit_inputs`): the code's
             ``raw`` and ``sum``, or the named options ``column_max`` and ``mean`` (the defaults here).
-        threads: torch intra-op threads while sampling and updating (:func:`policy_compute`).
+        threads: torch intra-op threads while sampling and updating (`policy_compute`).
 
     **Defaults that differ from the code** (named options, issue 21; the code's values are
     ``learning_rate=0.1, input_scaling="raw", unit_pooling="sum"``): with raw inputs (op
@@ -292,16 +292,16 @@ class HierarchicalConfig(LearnerConfig):
     small rnnlm, k80x2 (550 units), grouper entropy after 0, 3, 10 and 20 updates: the
     code's settings 5.87, 1.10, 0.13, 0.00 nats (gradient norm 0 from update 20 on);
     ``column_max`` + ``mean`` at 0.1: 2228, 816, 82, 42; at 0.01: 2228, 2204, 2118, 1893.
-    EAGLE's own defaults (:mod:`placer.eagle`) are the same three.
+    EAGLE's own defaults ([`placer.eagle`][placer.eagle]) are the same three.
 
-    Named option for the start (in no paper; :mod:`placer.warm`):
-        init: ``uniform`` (the code's random initialisation), ``single_gpu`` (a device prior, :mod:`placer.warm`),
+    Named option for the start (in no paper; [`placer.warm`][placer.warm]):
+        init: ``uniform`` (the code's random initialisation), ``single_gpu`` (a device prior, [`placer.warm`][placer.warm]),
             ``best_baseline`` or ``placement``
             (``init_placement``): constant additive priors on the grouper's logits (each unit to
             the group of its start device) and the placer's (group ``d`` to device ``d``), each
-            ``sqrt(init_prob)`` likely (:func:`placer.warm.two_level_priors`); the baseline
+            ``sqrt(init_prob)`` likely ([`placer.warm.two_level_priors`][placer.warm.two_level_priors]); the baseline
             starts at the first reward instead of the failing signal (as the 2017 placer's,
-            :class:`ReinforceConfig`).
+            [`ReinforceConfig`][placer.configs.ReinforceConfig]).
     """
 
     k: int = Field(1, ge=1)
@@ -357,14 +357,14 @@ class EagleConfig(LearnerConfig):
         ce_elites: elites per cross-entropy update (5).
         ce_epochs: Adam steps per cross-entropy update (4: ours).
         failing_time_s: step time of an OOM placement; ``None``: ``10 x T_serial``.
-        input_scaling, unit_pooling: the grouper's inputs (:func:`placer.hierarchical.unit_inputs`):
+        input_scaling, unit_pooling: the grouper's inputs ([`placer.hierarchical.unit_inputs`][placer.hierarchical.unit_inputs]):
             ``column_max`` and ``mean`` (ours: the paper says only that EAGLE optimised the
             network inputs; with the grappler's raw ``sum`` the grouper's logits are in the
             thousands and every PPO ratio is clipped); ``raw``/``sum`` is the grappler's.
         threads: torch intra-op threads while sampling and updating
-            (:func:`placer.hierarchical.policy_compute`).
+            ([`placer.hierarchical.policy_compute`][placer.hierarchical.policy_compute]).
         init: ``uniform`` (random initialisation), ``single_gpu`` (a device prior), ``best_baseline`` or ``placement``: as the
-            Hierarchical Planner's (:class:`HierarchicalConfig`; in no paper, :mod:`placer.warm`).
+            Hierarchical Planner's ([`HierarchicalConfig`][placer.configs.HierarchicalConfig]; in no paper, [`placer.warm`][placer.warm]).
     """
 
     k: int = Field(10, ge=1)
@@ -414,7 +414,7 @@ class LocalSearchConfig(LearnerConfig):
         kick: random moves applied to the best placement at a restart.
         seed: seeds the moves.
         init: ``uniform``: start from ``start``; ``single_gpu``: the single-GPU placement; ``best_baseline`` or ``placement``
-            (``init_placement``): start from that placement instead (:mod:`placer.warm`).
+            (``init_placement``): start from that placement instead ([`placer.warm`][placer.warm]).
     """
 
     budget: int = Field(2400, ge=1)
@@ -440,16 +440,16 @@ LEARNER_REGISTRY: dict[str, tuple[str, type[LearnerConfig]]] = {
 }
 """The one place a learner's name is written: method name -> (the module of ``placer`` that defines
 it, its config), in the order the CLI and the tables list them. The learner class takes its name from
-here (:func:`placer.learner.register`); :data:`placer.LEARNER_NAMES`, the CLI's choices and the flows'
+here ([`placer.learner.register`][placer.learner.register]); [`placer.LEARNER_NAMES`][placer.LEARNER_NAMES], the CLI's choices and the flows'
 forms read it, and every entry gets a warm-started variant ``<name>_warm``."""
 
 FAITHFUL_CONFIGS: dict[str, type[LearnerConfig]] = {name: config for name, (_, config) in LEARNER_REGISTRY.items()}
-"""Each learner with its paper's start -> its config (from :data:`LEARNER_REGISTRY`)."""
+"""Each learner with its paper's start -> its config (from [`LEARNER_REGISTRY`][placer.configs.LEARNER_REGISTRY])."""
 
 
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with ``init="best_baseline"`` as its default: the config of the warm-started
-    variant of a learner (``rl_warm``...; :mod:`placer.warm`, in no paper)."""
+    variant of a learner (``rl_warm``...; [`placer.warm`][placer.warm], in no paper)."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
     init: Any = (config.model_fields["init"].annotation, "best_baseline")
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
@@ -461,11 +461,11 @@ CONFIGS: dict[str, type[LearnerConfig]] = {
     **FAITHFUL_CONFIGS, **{f"{m}{WARM_SUFFIX}": warm_config(c) for m, c in FAITHFUL_CONFIGS.items()},
 }
 """Learner name -> its config, known without torch (``tests/test_learners.py`` checks it is each
-learner's :attr:`placer.learner.Learner.Config`): the faithful learners, then their warm-started
+learner's [`placer.learner.Learner.Config`][placer.learner.Learner.Config]): the faithful learners, then their warm-started
 variants (``rl_warm``...)."""
 
 
 def learner_name(config: type) -> str | None:
-    """The registered name of the learner whose config class is ``config`` (:data:`CONFIGS`), ``None``
+    """The registered name of the learner whose config class is ``config`` ([`CONFIGS`][placer.configs.CONFIGS]), ``None``
     for a config outside the registry."""
     return next((name for name, c in CONFIGS.items() if c is config), None)

@@ -6,28 +6,28 @@ measure them (one placement per worker at a time), updates from the running time
 own baseline ("it is more stable to let each controller have its own baseline"), and pushes
 the result to the parameter server.
 
-Here any :class:`placer.learner.Learner` is distributed through its contract: each
-controller (a Ray actor, :mod:`placer.actors`) holds a learner instance and calls its
+Here any [`placer.learner.Learner`][placer.learner.Learner] is distributed through its contract: each
+controller (a Ray actor, [`placer.actors`][placer.actors]) holds a learner instance and calls its
 ``sample`` and ``update`` (so it keeps its own baseline, optimizer state and sampling
-generator); the server holds only the policy's parameters (:func:`placer.actors.policy_state`);
+generator); the server holds only the policy's parameters ([`placer.actors.policy_state`][placer.actors.policy_state]);
 a pool of worker actors, each with its own measurement environment, measures placements one at
 a time; the driver (this process) dispatches placements to free workers, appends each
-measurement to the run's placement log (:class:`placer.search.PlacementLog`) the moment it
+measurement to the run's placement log ([`placer.search.PlacementLog`][placer.search.PlacementLog]) the moment it
 arrives, and only then gives the batch's times to its controller.
 
-The search is the one search of :mod:`placer.search`: :func:`ray_controllers` starts the actors
-and yields :class:`RayControllers` (the update side: the controller actors and the server) and
-:class:`RayEvaluator` (the measuring side: the worker pool), which
-:func:`placer.search.run_search` drives where the in-process search has the learner and the
+The search is the one search of [`placer.search`][placer.search]: [`ray_controllers`][placer.distributed.ray_controllers] starts the actors
+and yields [`RayControllers`][placer.distributed.RayControllers] (the update side: the controller actors and the server) and
+[`RayEvaluator`][placer.distributed.RayEvaluator] (the measuring side: the worker pool), which
+[`placer.search.run_search`][placer.search.run_search] drives where the in-process search has the learner and the
 environment; so the placement log, replay, curve and per-update diagnostics are the same code.
-The experiment's one search task (:func:`tasks.search.learner_search`) does exactly that::
+The experiment's one search task ([`tasks.search.learner_search`][tasks.search.learner_search]) does exactly that::
 
     with ray_controllers("rl", config, prepared, spec, "sim", RaySettings(controllers=2)) as (ctl, ev):
         result = run_search(ctl, ev, log_path, resume=True)
 
 A controller pushes its learner's new parameters (synchronous) or the change it made to
 the parameters it pulled (asynchronous). Controller ``c`` samples with seed
-:func:`controller_seed` ``(config.seed, c)``; controller 0 with ``config.seed``.
+[`controller_seed`][placer.distributed.controller_seed] ``(config.seed, c)``; controller 0 with ``config.seed``.
 
 **Synchronous rounds (default, reproducible).** A round: every controller pulls the same
 parameters and samples ``min(K, placements left)``; the workers measure all of them; the
@@ -35,18 +35,18 @@ batches are recorded in sample-index order; every controller updates; the server
 parameters are controller 0's new parameters plus every other controller's change
 (``new_c - pulled``) -- with one controller exactly controller 0's, so one controller gives
 the in-process search's result for the same seed (``run_search(learner, env)``). The same seed
-and settings give the same :class:`placer.search.SearchResult` whatever the timing, and a
+and settings give the same [`placer.search.SearchResult`][placer.search.SearchResult] whatever the timing, and a
 re-run on an existing log with the same settings replays the logged measurements by sample
 index (resume).
 
 **Asynchronous (``async_updates=True``, 2017's mode, not reproducible).** A mode of the
 controllers (``RayControllers.asynchronous``) that the same search loop drives batch by batch
-(:func:`placer.search.search_loop`): each controller goes on on its own -- pull whatever the
+([`placer.search.search_loop`][placer.search.search_loop]): each controller goes on on its own -- pull whatever the
 server holds, sample, measure, update, push its change, which the server adds on arrival (the
 parameters may have moved meanwhile). The budget is allocated in sample-index order as
 controllers ask; such a log cannot be resumed.
 
-**The learner contract** (:class:`placer.learner.Learner`, each with a default): the
+**The learner contract** ([`placer.learner.Learner`][placer.learner.Learner], each with a default): the
 search distributes every learner, including those that group ops themselves (Hierarchical
 Planner, EAGLE: their controllers and workers see an environment over the colocation units,
 ``grouping``), through
@@ -125,7 +125,7 @@ def controller_seed(seed: int, controller: int) -> int:
 
 
 def resolve_learner(learner: str | type[Learner]) -> type[Learner]:
-    """The learner class of a method name (:data:`placer.learner.LEARNERS`) or the class itself.
+    """The learner class of a method name ([`placer.learner.LEARNERS`][placer.learner.LEARNERS]) or the class itself.
 
     Raises:
         ValueError: an unknown name (lists the valid ones).
@@ -141,8 +141,8 @@ def resolve_learner(learner: str | type[Learner]) -> type[Learner]:
 
 @dataclass(frozen=True)
 class RaySettings:
-    """How a search runs on Ray (:func:`ray_controllers`); the experiment's ``ray`` section
-    (:class:`tasks.config.RayOptions`) gives the first seven.
+    """How a search runs on Ray ([`ray_controllers`][placer.distributed.ray_controllers]); the experiment's ``ray`` section
+    ([`tasks.config.RayOptions`][tasks.config.RayOptions]) gives the first seven.
 
     Attributes:
         controllers: controller actors (the paper: up to 20; >= 1).
@@ -153,7 +153,7 @@ class RaySettings:
         policy_device: where the controllers run the policy (``cuda`` needs the learner's
             ``to(device)`` and a GPU for each controller).
         async_updates: 2017's asynchronous updates (not reproducible); default: synchronous rounds.
-        address: ``None``: a local Ray on 127.0.0.1 (:func:`placer.ray_session.ray_session`; a Ray
+        address: ``None``: a local Ray on 127.0.0.1 ([`placer.ray_session.ray_session`][placer.ray_session.ray_session]; a Ray
             already initialised in this process is used as is); ``"auto"``, ``"ray://host:port"`` or
             ``"host:port"``: a running cluster (``ray start --head``).
         temp_dir: a local Ray's files go under it (``None``: the system temp folder).
@@ -162,7 +162,7 @@ class RaySettings:
         measure_delay_s: seconds each worker sleeps per measurement (a stand-in for real
             execution, for benchmarks and tests).
         max_attempts: tries of a placement whose workers die, of a controller step and of a server call.
-        num_cpus, runtime_env: of a local Ray / the Ray job (:func:`placer.ray_session.ray_session`).
+        num_cpus, runtime_env: of a local Ray / the Ray job ([`placer.ray_session.ray_session`][placer.ray_session.ray_session]).
         start_timeout_s: seconds to wait for all actors to start (e.g. for GPUs to be free).
         on_start: called once all actors are up with ``{"server", "controllers", "workers"}``
             (their Ray handles), e.g. to watch them.
@@ -191,14 +191,14 @@ class RaySettings:
         return 1.0 if self.policy_device == "cuda" else 0.0
 
     def log_header(self) -> dict:
-        """What the placement log's header says of the search on Ray (:func:`placer.search.log_header`)."""
+        """What the placement log's header says of the search on Ray ([`placer.search.log_header`][placer.search.log_header])."""
         return {"distributed": {"controllers": self.controllers, "workers": self.workers,
                                 "async_updates": self.async_updates}}
 
 
 def _check(learner_cls: type[Learner], settings: RaySettings, prepared: PreparedGraph, spec: ClusterSpec,
            env_kind: str, env_options: dict) -> None:
-    """Refuse bad settings before Ray starts (:func:`ray_controllers`' ``ValueError`` list)."""
+    """Refuse bad settings before Ray starts ([`ray_controllers`][placer.distributed.ray_controllers]' ``ValueError`` list)."""
     from cluster.environment import ENVIRONMENTS
 
     if settings.controllers < 1:
@@ -245,26 +245,26 @@ def ray_controllers(
     grouping: Grouping | None = None,
 ) -> Iterator[tuple[RayControllers, RayEvaluator]]:
     """Start a search's actors on Ray (module docstring) and yield ``(controllers, evaluator)`` for
-    :func:`placer.search.run_search`; the actors are killed when the body ends (a local Ray this
+    [`placer.search.run_search`][placer.search.run_search]; the actors are killed when the body ends (a local Ray this
     call started is shut down).
 
     Args:
-        learner: a method name (``rl``, ``post``, ...: :func:`resolve_learner`) or a
-            :class:`placer.learner.Learner` subclass.
+        learner: a method name (``rl``, ``post``, ...: [`resolve_learner`][placer.distributed.resolve_learner]) or a
+            [`placer.learner.Learner`][placer.learner.Learner] subclass.
         config: an instance of the learner's ``Config``; ``config.budget`` counts placements
             over all controllers; ``config.seed`` seeds controller 0 and the server.
-        prepared: the prepared graph (:func:`compgraph.prepare.prepare`); sent by object ref.
+        prepared: the prepared graph ([`compgraph.prepare.prepare`][compgraph.prepare.prepare]); sent by object ref.
         spec: the cluster whose devices the placements use.
         env_kind: the workers' environment (``sim``, ``real`` or ``grappler``).
-        settings: controllers, workers, resources, mode, Ray address (:class:`RaySettings`;
+        settings: controllers, workers, resources, mode, Ray address ([`RaySettings`][placer.distributed.RaySettings];
             ``None``: its defaults).
         env_options: the environment's options (``engine``/``op_times`` for ``sim``; ``steps``,
             ``warmup``, ``soft_placement``, ``seed``, ``devices`` for ``real``).
         grouping: the units the learner places (``None``: ``prepared.grouping``); a learner that
             groups ops itself places the colocation units
-            (:func:`compgraph.grouping.colocation_grouping`), as in-process.
+            ([`compgraph.grouping.colocation_grouping`][compgraph.grouping.colocation_grouping]), as in-process.
     Yields:
-        :class:`RayControllers` and :class:`RayEvaluator`. ``run_search`` with them logs each
+        [`RayControllers`][placer.distributed.RayControllers] and [`RayEvaluator`][placer.distributed.RayEvaluator]. ``run_search`` with them logs each
         measurement as it arrives with ``round``, ``controller``, ``worker`` and ``attempt``
         beside ``index``, ``placement``, ``step_time_s``, ``oom``, under a header with a
         ``distributed`` entry; its result's ``distributed`` holds ``controllers``, ``workers``,
@@ -321,7 +321,7 @@ def ray_controllers(
 
 
 class RayEvaluator:
-    """The measuring side on Ray (:class:`placer.search.Evaluator`): the worker pool, each
+    """The measuring side on Ray ([`placer.search.Evaluator`][placer.search.Evaluator]): the worker pool, each
     measurement passed on the moment it arrives, with its ``round``, ``controller``, ``worker``
     and ``attempt`` for the log.
 
@@ -335,7 +335,7 @@ class RayEvaluator:
 
     @staticmethod
     def arrival(job: Job, worker: int, m: dict) -> list[tuple[Job, Measurement, dict]]:
-        """A worker's measurement as what :meth:`measure` passes on."""
+        """A worker's measurement as what [`measure`][placer.distributed.RayEvaluator.measure] passes on."""
         from cluster.environment import Measurement
 
         return [(job, Measurement(step_time_s=m["step_time_s"], oom=bool(m["oom"])),
@@ -343,7 +343,7 @@ class RayEvaluator:
 
     def submit(self, jobs: list[Job]) -> None:
         """Queue ``jobs`` for the workers without waiting (the asynchronous mode: their
-        measurements come back through :meth:`RayControllers.next_event`)."""
+        measurements come back through [`RayControllers.next_event`][placer.distributed.RayControllers.next_event])."""
         for job in jobs:
             self.pool.submit(job)
 
@@ -395,15 +395,15 @@ def _light_prepared(prepared: PreparedGraph, env_kind: str) -> PreparedGraph:
 
 
 class RayControllers:
-    """The update side on Ray (:class:`placer.search.Controllers`): the controller actors and the
-    parameter server, driven from this process by :func:`placer.search.search_loop`, with their
+    """The update side on Ray ([`placer.search.Controllers`][placer.search.Controllers]): the controller actors and the
+    parameter server, driven from this process by [`placer.search.search_loop`][placer.search.search_loop], with their
     fault recovery (module docstring). Two modes (``asynchronous``): synchronous rounds
-    (:meth:`batch_sizes`, :meth:`sample`, :meth:`update`), or 2017's asynchronous updates, one
-    controller at a time (:class:`placer.search.AsyncControllers`: :meth:`begin_sample`,
-    :meth:`begin_update`, :meth:`next_event`).
+    ([`batch_sizes`][placer.distributed.RayControllers.batch_sizes], [`sample`][placer.distributed.RayControllers.sample], [`update`][placer.distributed.RayControllers.update]), or 2017's asynchronous updates, one
+    controller at a time ([`placer.search.AsyncControllers`][placer.search.AsyncControllers]: [`begin_sample`][placer.distributed.RayControllers.begin_sample],
+    [`begin_update`][placer.distributed.RayControllers.begin_update], [`next_event`][placer.distributed.RayControllers.next_event]).
 
     Args:
-        actors: :func:`_start_actors`' dict.
+        actors: `_start_actors`' dict.
         learner_cls, config: the learner and its settings (the log's ``search``, the budget).
         settings: the Ray settings (``async_updates``: the mode; ``max_attempts``: tries of a
             controller step or a server call).
@@ -447,7 +447,7 @@ class RayControllers:
 
     def _server(self, method: str, *args):
         """``server.<method>(*args)``, waited for; if the server died (or Ray restarted it), it is
-        revived, restored to :attr:`server_state` (the state after the last completed round or
+        revived, restored to [`server_state`][placer.distributed.RayControllers.server_state] (the state after the last completed round or
         push) and asked again. A synchronous search thus gives the same result as without the fault."""
         import ray
 

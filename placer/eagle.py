@@ -3,14 +3,14 @@
 Lan, Chen, Li, *EAGLE: Expedited Device Placement with Automatic Grouping for Large Models*,
 IPDPS 2021, Sec. III and IV-C.
 
-**Units.** As the Hierarchical Planner (:mod:`placer.hierarchical`): the environment's units
+**Units.** As the Hierarchical Planner ([`placer.hierarchical`][placer.hierarchical]): the environment's units
 are the TensorFlow colocation units and each unit gets one group from the product of its
 ops' grouper distributions (exact, since the grouper is linear), so a colocation group is
 never split.
 
 **Grouper** (Sec. III-B, IV-C "a two-layer feed-forward neural network with 64 hidden units
 ... The number of groups is set to 256"): the grappler grouper EAGLE reproduced
-(:class:`placer.hierarchical.LinearGrouper` over the same op inputs), 256 groups, no logit
+([`placer.hierarchical.LinearGrouper`][placer.hierarchical.LinearGrouper] over the same op inputs), 256 groups, no logit
 noise (EAGLE does not mention the grappler's).
 
 **The RNN from grouper to placer** (Abstract: "An extra RNN is introduced to transform
@@ -22,7 +22,7 @@ The placer's input then depends differentiably on the grouper's parameters, so t
 loss trains the grouper too, beside the grouping's own log-probability.
 
 **Group embeddings** (Sec. III-C): counts of op types, output shapes and adjacency of each
-group, aggregated as the Hierarchical Planner (:func:`placer.hierarchical.group_embeddings`).
+group, aggregated as the Hierarchical Planner ([`placer.hierarchical.group_embeddings`][placer.hierarchical.group_embeddings]).
 
 **Placer** (Sec. III-C, Fig. 3a, 4a; IV-C): a bi-directional LSTM encoder (512 wide: 256 per
 direction, as the grappler code), a uni-directional LSTM decoder (512) started from the
@@ -45,7 +45,7 @@ that nearly every advantage was positive on the test graph.) An OOM
 placement gets the step time ``10 x T_serial`` (the paper gives none).
 
 **Speed** (same distribution and updates): the attention scores are
-:func:`placer.attention.additive_scores` (``tanh`` as ``2 sigmoid(2x) - 1``, blocks recomputed
+[`placer.attention.additive_scores`][placer.attention.additive_scores] (``tanh`` as ``2 sigmoid(2x) - 1``, blocks recomputed
 in the backward pass instead of one ``[K, G, H]`` autograd tensor per step); the update's
 ``kl`` diagnostic is the mean ``log pi_old - log pi`` at the last PPO epoch, before its step
 (measuring it after the step decoded the whole batch once more). With the paper's attention
@@ -58,7 +58,7 @@ placements, the 5 best placements sampled so far (all of them, not just the last
 elites and the policy is moved towards them: ``ce_epochs`` (4, our choice: the paper gives
 none) Adam steps minimising ``-mean log pi(elite)``, the neural-policy form of Post's
 cross-entropy minimisation (Post Eq. 10 solves it in closed form for its softmax tables).
-On Ray (:mod:`placer.distributed`; the paper runs one process) each controller keeps the elites
+On Ray ([`placer.distributed`][placer.distributed]; the paper runs one process) each controller keeps the elites
 of the placements it sampled and makes its own CE steps, which the parameter server merges as
 any other update: a choice of ours, not a pooled step as Post's.
 """
@@ -97,7 +97,7 @@ class EaglePlacer(StepPrior):
 
     With attention *after* the decoder the decoder's input at step ``t`` is only the previous
     device's embedding, so scoring given placements is one ``nn.LSTM`` call over the sequence
-    and the attention is batched over all steps (as :class:`placer.hierarchical.HierarchicalPlacer`);
+    and the attention is batched over all steps (as [`placer.hierarchical.HierarchicalPlacer`][placer.hierarchical.HierarchicalPlacer]);
     *before* the decoder, the context at step ``t`` depends on ``h_{t-1}`` and every step runs in turn.
 
     Args:
@@ -215,9 +215,9 @@ class Eagle(Learner):
     Placements are ``[K, U]`` device indices of ``env.grouping``'s colocation units.
     ``Samples.extra``: ``groups`` int64 ``[K, U]``, ``actions`` int64 ``[K, G]``,
     ``embeddings`` float32 ``[K, G, 2G + T + S]`` (without the link RNN's part).
-    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`)
+    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, [`placer.warm`][placer.warm])
     adds constant priors to the grouper's and the placer's logits
-    (:func:`placer.hierarchical.warm_priors`).
+    ([`placer.hierarchical.warm_priors`][placer.hierarchical.warm_priors]).
     """
 
     Config: ClassVar[type[LearnerConfig]] = EagleConfig

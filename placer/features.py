@@ -1,7 +1,7 @@
 """Learner inputs: per-op embeddings (2017), group embeddings (2017 placer, EAGLE), and a
-placement's static memory load (:func:`static_memory_load`, for out-of-memory signals).
+placement's static memory load ([`static_memory_load`][placer.features.static_memory_load], for out-of-memory signals).
 
-**Group features of the current 2017 placer** (:func:`group_features`, :class:`GroupFeatures`).
+**Group features of the current 2017 placer** ([`group_features`][placer.features.group_features], [`GroupFeatures`][placer.features.GroupFeatures]).
 Mirhoseini et al. 2017, Sec. 3.2 embed each operation as the concatenation of (1) a
 tunable embedding of its type, (2) its output shapes concatenated into a fixed-size
 zero-padded list and (3) a one-hot encoding of the operations that are its direct inputs
@@ -17,7 +17,7 @@ and outputs. We place co-location groups, so a group's inputs are:
 * ``adjacency``: float32 ``[num_groups, num_groups]``, 1 where a group is a direct input
   or output of the other.
 
-**Per-op features** (:func:`op_features`, :class:`OpFeatures`), 2017 Sec. 3.2 as laid out
+**Per-op features** ([`op_features`][placer.features.op_features], [`OpFeatures`][placer.features.OpFeatures]), 2017 Sec. 3.2 as laid out
 in the worked example of the reading notes (``shared/papers/004``) and in the Hierarchical
 Planner's code (TensorFlow ``grappler/hierarchical_controller.py``,
 ``create_op_embeddings``). ``N`` = number of ops, ``T`` = number of op types,
@@ -39,10 +39,10 @@ Planner's code (TensorFlow ``grappler/hierarchical_controller.py``,
 * ``adjacency_direction``: int64 ``[N, max_neighbours]``: -1 for an input, +1 for an
   output, 0 for padding (the grappler code's ``[index, +-1]`` pairs).
 * ``adj_indptr`` int64 ``[N + 1]`` and ``adj_indices`` int64 ``[nnz]``: the same
-  neighbours, 0-based, never truncated, as CSR rows; :meth:`OpFeatures.dense_adjacency`
+  neighbours, 0-based, never truncated, as CSR rows; [`OpFeatures.dense_adjacency`][placer.features.OpFeatures.dense_adjacency]
   gives the paper's one-hot form, float32 ``[N, N]`` (only for small graphs).
 
-**EAGLE group embedding** (:func:`eagle_group_features`, :class:`EagleGroupFeatures`;
+**EAGLE group embedding** ([`eagle_group_features`][placer.features.eagle_group_features], [`EagleGroupFeatures`][placer.features.EagleGroupFeatures];
 Lan et al. 2021, Sec. III-C: "the number of operations of each operation type in the
 group, the output shapes, and the adjacency information of the group ... aggregating the
 embedding of operations in the same group in the same way as Hierarchical Planner",
@@ -55,7 +55,7 @@ i.e. ``create_group_embeddings`` of the grappler code). ``G`` = number of groups
 * ``adjacency``: float32 ``[G, 2G]``: ``[D, D^T]`` with ``D[a, b]`` the number of
   op-to-op edges (data or control, each op pair once) from group ``a`` to group ``b``;
   the diagonal counts edges inside a group.
-* :meth:`EagleGroupFeatures.embedding`: float32 ``[G, 2G + T + K]``, the concatenation
+* [`EagleGroupFeatures.embedding`][placer.features.EagleGroupFeatures.embedding]: float32 ``[G, 2G + T + K]``, the concatenation
   ``[adjacency, type_counts, output_shapes]``, each row divided by (its max + 1) as the
   grappler code; ``include_adjacency=False`` gives ``[G, T + K]`` for a GCN placer, which
   takes the adjacency separately (EAGLE Sec. III-C).
@@ -90,7 +90,7 @@ class GroupFeatures:
 
 
 def group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 6, max_rank: int = 4) -> GroupFeatures:
-    """Compute :class:`GroupFeatures` for ``grouping`` of ``graph``."""
+    """Compute [`GroupFeatures`][placer.features.GroupFeatures] for ``grouping`` of ``graph``."""
     types = sorted({op.type for op in graph.ops})
     tindex = {t: i for i, t in enumerate(types)}
     g = grouping.num_groups
@@ -178,7 +178,7 @@ def op_features(graph: OpGraph, max_outputs: int = 6, max_rank: int = 4, max_nei
         max_neighbours: width of ``adjacency``; ``None``: the largest number of neighbours
             of any op (at least 1). Wider rows are truncated (inputs kept first).
     Returns:
-        An :class:`OpFeatures`.
+        An [`OpFeatures`][placer.features.OpFeatures].
     Raises:
         ValueError: ``max_outputs``, ``max_rank`` or ``max_neighbours`` not an integer >= 1.
     """
@@ -265,7 +265,7 @@ def eagle_group_features(graph: OpGraph, grouping: Grouping, max_outputs: int = 
 def oom_values(failing: float, memory_load: Callable[[np.ndarray], np.ndarray] | None, placements: np.ndarray,
                oom: np.ndarray) -> np.ndarray:
     """The failing value of each of ``K`` placements: ``failing`` (a step time in seconds, or a
-    reward), times ``max(1, static memory load)`` (:func:`static_memory_load`) when ``memory_load``
+    reward), times ``max(1, static memory load)`` ([`static_memory_load`][placer.features.static_memory_load]) when ``memory_load``
     is given and a placement ran out of memory (the learners' ``oom_reward="memory_scaled"``).
 
     Args:
@@ -285,7 +285,7 @@ def static_memory_load(env: Environment) -> Callable[[np.ndarray], np.ndarray]:
 
     ``bytes_d`` sums, over the ops that effectively run on device ``d``, their resident
     ``param_bytes`` plus every output's ``alloc_bytes`` (all activations held at once: an
-    upper bound of the simulator's live peak, :mod:`compgraph.memory`). An op without a GPU
+    upper bound of the simulator's live peak, [`compgraph.memory`][compgraph.memory]). An op without a GPU
     kernel whose group is on a GPU counts on the first CPU (soft placement).
     """
     graph, spec = env.graph, env.spec

@@ -6,13 +6,13 @@ ICLR 2018; described in EAGLE (Lan, Chen, Li, IPDPS 2021) Sec. II-C
 ``tensorflow/python/grappler/hierarchical_controller.py`` (``hierarchical_controller_hparams``).
 
 **Units.** ``units = "colocation"``: the environment's grouping is the graph's TensorFlow
-colocation units (:func:`compgraph.grouping.colocation_grouping`), so a colocation group is
+colocation units ([`compgraph.grouping.colocation_grouping`][compgraph.grouping.colocation_grouping]), so a colocation group is
 never split. The grappler code samples a group for every op independently. Its grouper is
 *linear* (``op_embedding @ w_grouping_ff @ w_grouping_softmax``, no bias, no activation), so
 sampling every op's group and keeping only samples where a unit's ops agree gives each
 unit the distribution ``P(unit -> g) ∝ prod_op p_op(g) = softmax(sum_op logits_op)_g``
 = ``softmax((sum_op x_op) @ W1 @ W2)``: we sum the op embeddings of each unit once
-(:func:`unit_inputs`) and sample one group per unit, exactly that conditional
+([`unit_inputs`][placer.hierarchical.unit_inputs]) and sample one group per unit, exactly that conditional
 distribution. A unit of one op gets the grappler's per-op distribution.
 
 **Grouper** (grappler ``create_op_embeddings``, ``make_grouping_predictions``): per-op input
@@ -21,7 +21,7 @@ pairs)]`` (``1 + 25 + 20`` floats, raw values as the code), then ``64`` hidden u
 ``num_groups = min(256, 20 x devices)`` logits. Until update ``stop_noise_step`` (750)
 Gaussian noise of std ``logits_std_noise`` (0.5) x the logits' RMS is added to the logits.
 
-**Group embeddings** (``create_group_embeddings``; :func:`placer.features.eagle_group_features`
+**Group embeddings** (``create_group_embeddings``; [`placer.features.eagle_group_features`][placer.features.eagle_group_features]
 is the same computation for one grouping): per group ``[D, D^T, type counts, summed output
 shapes]`` with ``D[a, b]`` the op-to-op edges from group a to b, each row divided by its
 max + 1; ``[num_groups, 2 num_groups + T + 25]``, no gradient (numpy in the code).
@@ -68,7 +68,7 @@ from placer.features import op_features
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import serial_time
 
-FAILING_FACTOR = 10.0  #: OOM step time = FAILING_FACTOR x T_serial (as :mod:`placer.reinforce`)
+FAILING_FACTOR = 10.0  #: OOM step time = FAILING_FACTOR x T_serial (as [`placer.reinforce`][placer.reinforce])
 
 
 # --------------------------------------------------------------------------------------
@@ -111,16 +111,16 @@ class UnitInputs:
         return 2 * num_groups + self.type_counts.shape[1] + self.shapes.shape[1]
 
 
-INPUT_SCALINGS = ("raw", "column_max")  #: grouper input scalings (:func:`unit_inputs`)
-UNIT_POOLINGS = ("sum", "mean")  #: how a unit's op inputs are pooled (:func:`unit_inputs`)
+INPUT_SCALINGS = ("raw", "column_max")  #: grouper input scalings ([`unit_inputs`][placer.hierarchical.unit_inputs])
+UNIT_POOLINGS = ("sum", "mean")  #: how a unit's op inputs are pooled ([`unit_inputs`][placer.hierarchical.unit_inputs])
 
 
 def unit_inputs(graph: OpGraph, grouping: Grouping, max_outputs: int = 5, max_rank: int = 5,
                 adj_embed_dim: int = 20, scaling: str = "raw", pooling: str = "sum") -> UnitInputs:
-    """:class:`UnitInputs` of ``grouping``'s units (grappler ``create_op_embeddings``).
+    """[`UnitInputs`][placer.hierarchical.UnitInputs] of ``grouping``'s units (grappler ``create_op_embeddings``).
 
     Per op: ``[type index, output shapes, adjacency]`` with the shapes as
-    :func:`placer.features.op_features` (unknown dims -1, padding 0; the code pads with -1)
+    [`placer.features.op_features`][placer.features.op_features] (unknown dims -1, padding 0; the code pads with -1)
     and the adjacency the first ``adj_embed_dim / 2`` neighbours (inputs, then outputs) as
     ``[op index, -1 input / +1 output]`` pairs, zero-padded.
 
@@ -218,7 +218,7 @@ class LinearGrouper(nn.Module):
 
 class StepPrior(nn.Module):
     """A placer whose step ``i`` logits get a constant log-prior ``prior[i]`` (``[G, D]``): a warm
-    start (:mod:`placer.warm`; in no paper). ``None`` (the default): the paper's placer. A
+    start ([`placer.warm`][placer.warm]; in no paper). ``None`` (the default): the paper's placer. A
     non-persistent buffer: it moves with the module, and is not in the state dict (rebuilt from
     the config)."""
 
@@ -229,7 +229,7 @@ class StepPrior(nn.Module):
         self.register_buffer("prior", None, persistent=False)
 
     def set_prior(self, log_prior) -> None:
-        """Set the prior, float ``[num_groups, num_devices]`` (e.g. :func:`placer.warm.two_level_priors`'s second).
+        """Set the prior, float ``[num_groups, num_devices]`` (e.g. [`placer.warm.two_level_priors`][placer.warm.two_level_priors]'s second).
 
         Raises:
             ValueError: not ``[G, num_devices]``.
@@ -258,9 +258,9 @@ def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, 
 
 def warm_priors(start: np.ndarray | None, num_groups: int, num_devices: int, prob: float,
                 placer: StepPrior) -> torch.Tensor | None:
-    """A grouper + placer learner's warm start (:mod:`placer.warm`; in no paper): sets the placer's
+    """A grouper + placer learner's warm start ([`placer.warm`][placer.warm]; in no paper): sets the placer's
     step prior and returns the grouper's (float32 ``[U, G]``, added to its logits), from the unit
-    placement ``start`` (:func:`placer.warm.two_level_priors`); ``None`` and nothing set without one."""
+    placement ``start`` ([`placer.warm.two_level_priors`][placer.warm.two_level_priors]); ``None`` and nothing set without one."""
     if start is None:
         return None
     from placer.warm import two_level_priors
@@ -429,8 +429,8 @@ class HierarchicalPlanner(Learner):
     ``Samples.extra``: ``groups`` int64 ``[K, U]`` (each unit's group), ``actions`` int64
     ``[K, G]`` (each group's device), ``group_noise`` ``[K, U, G]`` and ``place_noise``
     ``[K, G, D]`` (the logit noise the samples were drawn with, re-used to score them).
-    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`)
-    adds constant priors to the grouper's and the placer's logits (:func:`warm_priors`).
+    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, [`placer.warm`][placer.warm])
+    adds constant priors to the grouper's and the placer's logits ([`warm_priors`][placer.hierarchical.warm_priors]).
     """
 
     Config: ClassVar[type[LearnerConfig]] = HierarchicalConfig

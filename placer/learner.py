@@ -2,26 +2,26 @@
 
 A *learner* is a placement policy plus its update rule (the 2017 seq2seq placer with
 REINFORCE, Post, the Hierarchical Planner, EAGLE, ...). It never measures anything: the
-one search loop (:func:`placer.search.run_search`) asks it for ``K`` placements, measures
-each through the :class:`cluster.environment.Environment`, writes each to the placement
-log, and only then hands the measured step times back to :meth:`Learner.update`. So every
+one search loop ([`placer.search.run_search`][placer.search.run_search]) asks it for ``K`` placements, measures
+each through the [`cluster.environment.Environment`][cluster.environment.Environment], writes each to the placement
+log, and only then hands the measured step times back to [`Learner.update`][placer.learner.Learner.update]. So every
 learner gets the same logging, resume, best-keeping, learning curve and checkpoints.
 
 Placements are over the environment's *units*: the groups of ``env.grouping``. A learner
-whose :attr:`Learner.units` is ``"groups"`` places the co-location groups it is given (the
-2017 placer, Post and its ablations). A learner whose :attr:`Learner.units` is
+whose [`Learner.units`][placer.learner.Learner.units] is ``"groups"`` places the co-location groups it is given (the
+2017 placer, Post and its ablations). A learner whose [`Learner.units`][placer.learner.Learner.units] is
 ``"colocation"`` groups ops itself (Hierarchical Planner, EAGLE): the search gives it an
 environment whose grouping is the graph's TensorFlow colocation units
-(:func:`compgraph.grouping.colocation_units`: the finest grouping that never splits a
+([`compgraph.grouping.colocation_units`][compgraph.grouping.colocation_units]: the finest grouping that never splits a
 colocation group), and its placements are over those units.
 
 Adding a learner: its pydantic config (defaults = the paper's, with an ``init`` field: ``WarmInit``)
-in :mod:`placer.configs`, and its one entry in :data:`placer.configs.LEARNER_REGISTRY` (name ->
+in [`placer.configs`][placer.configs], and its one entry in [`placer.configs.LEARNER_REGISTRY`][placer.configs.LEARNER_REGISTRY] (name ->
 module, config): the only place its name is written; one module under ``placer/`` with a
-``Learner`` subclass decorated with :func:`register` (which names it from its config) whose policy
-starts concentrated on :attr:`Learner.start` when there is one (a warm start, :mod:`placer.warm`).
+``Learner`` subclass decorated with [`register`][placer.learner.register] (which names it from its config) whose policy
+starts concentrated on [`Learner.start`][placer.learner.Learner.start] when there is one (a warm start, [`placer.warm`][placer.warm]).
 The CLI's choices, the flows' forms, ``placer.LEARNER_NAMES`` and the warm-started variant
-``<name>_warm`` (:mod:`placer.warm_learners`) are read from the registry.
+``<name>_warm`` ([`placer.warm_learners`][placer.warm_learners]) are read from the registry.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Learner(ABC):
         config: an instance of ``Config``.
     Raises:
         ValueError: a warm start (``config.init`` ``best_baseline`` or ``placement``) without
-            its ``init_ops``, or with ``init_ops`` of the wrong shape (:func:`placer.warm.start_units`).
+            its ``init_ops``, or with ``init_ops`` of the wrong shape ([`placer.warm.start_units`][placer.warm.start_units]).
     """
 
     name: ClassVar[str]
@@ -74,25 +74,25 @@ class Learner(ABC):
     paper: ClassVar[str] = ""
     units: ClassVar[Literal["groups", "colocation"]] = "groups"
     #: Where the policy can run (``policy_device`` of the distributed search): every learner on
-    #: ``cpu``; a learner that implements :meth:`to` for a GPU lists ``cuda`` too.
+    #: ``cpu``; a learner that implements [`to`][placer.learner.Learner.to] for a GPU lists ``cuda`` too.
     policy_devices: ClassVar[tuple[str, ...]] = ("cpu",)
-    #: True for a learner with a pooled step (:meth:`pooled_update`, e.g. Post's cross-entropy
+    #: True for a learner with a pooled step ([`pooled_update`][placer.learner.Learner.pooled_update], e.g. Post's cross-entropy
     #: step over every controller's placements), run at the parameter server when distributed.
     pools: ClassVar[bool] = False
     #: The learner's failing signal (its stand-in for an OOM placement), ``None`` if it has none.
     failing_signal: float | None = None
     #: The policy's parameters as one module, for learners that have one (the default
-    #: :meth:`policy_state` reads it); set in ``__init__``.
+    #: [`policy_state`][placer.learner.Learner.policy_state] reads it); set in ``__init__``.
     policy: Any
 
     def __init__(self, env: Environment, config: LearnerConfig) -> None:
         self.env, self.config = env, config
-        #: Set by the distributed search on a learner with :attr:`pools`: :meth:`update` then
+        #: Set by the distributed search on a learner with [`pools`][placer.learner.Learner.pools]: [`update`][placer.learner.Learner.update] then
         #: makes only its own step, and the pooled one runs at the parameter server.
         self.pooled = False
         from placer.warm import prior_units, start_units
 
-        #: The warm start or device prior (:mod:`placer.warm`): int64 ``[num_units]`` device indices
+        #: The warm start or device prior ([`placer.warm`][placer.warm]): int64 ``[num_units]`` device indices
         #: of ``env``'s units, ``None`` for the paper's start. The subclass biases its policy towards
         #: it; the search loop measures it first and keeps it as the incumbent.
         self.start: np.ndarray | None = start_units(config, env.grouping, len(env.spec.devices), self.name)
@@ -114,7 +114,7 @@ class Learner(ABC):
         """Learn from the measured samples.
 
         Args:
-            samples: what :meth:`sample` returned.
+            samples: what [`sample`][placer.learner.Learner.sample] returned.
             step_times_s: float64 ``[K]`` measured seconds per step (``nan`` where OOM).
             oom: bool ``[K]``: the placement ran out of memory (the learner applies its own
                 failing signal).
@@ -131,7 +131,7 @@ class Learner(ABC):
 
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what [`state_dict`][placer.learner.Learner.state_dict] returned."""
 
     # -- what the distributed search (placer.distributed, 2017 Sec. 3.4) needs; defaults for all --
 
@@ -152,7 +152,7 @@ class Learner(ABC):
         return {k: v.detach().cpu().numpy().copy() for k, v in policy.state_dict().items()}
 
     def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
-        """Put :meth:`policy_state`'s parameters into the policy, in place (an optimizer keeps its
+        """Put [`policy_state`][placer.learner.Learner.policy_state]'s parameters into the policy, in place (an optimizer keeps its
         references), on the device the policy is on."""
         import torch
 
@@ -161,7 +161,7 @@ class Learner(ABC):
 
     @classmethod
     def policy_device_problem(cls, device: str) -> str | None:
-        """Why the policy cannot run on ``device`` (not in :attr:`policy_devices`), as one line
+        """Why the policy cannot run on ``device`` (not in [`policy_devices`][placer.learner.Learner.policy_devices]), as one line
         naming the learners that can; ``None`` if it can."""
         if device in cls.policy_devices:
             return None
@@ -173,7 +173,7 @@ class Learner(ABC):
         """Run the policy on ``device`` (``cpu`` or ``cuda``); returns ``self``.
 
         Raises:
-            ValueError: ``device`` is not in :attr:`policy_devices` (:meth:`policy_device_problem`;
+            ValueError: ``device`` is not in [`policy_devices`][placer.learner.Learner.policy_devices] ([`policy_device_problem`][placer.learner.Learner.policy_device_problem];
                 the default learner runs on the CPU only).
         """
         problem = self.policy_device_problem(device)
@@ -193,13 +193,13 @@ class Learner(ABC):
 
 
 LEARNERS: dict[str, type[Learner]] = {}
-"""Method name -> learner class, filled by :func:`register` when ``placer`` is imported."""
+"""Method name -> learner class, filled by [`register`][placer.learner.register] when ``placer`` is imported."""
 
 
 def register(cls: type[Learner]) -> type[Learner]:
-    """Class decorator: name ``cls`` from its config's entry in :data:`placer.configs.LEARNER_REGISTRY`
-    (:func:`placer.configs.learner_name`; a learner outside the registry, e.g. a plugin's, gives its own
-    ``name``) and add it to :data:`LEARNERS` under that name.
+    """Class decorator: name ``cls`` from its config's entry in [`placer.configs.LEARNER_REGISTRY`][placer.configs.LEARNER_REGISTRY]
+    ([`placer.configs.learner_name`][placer.configs.learner_name]; a learner outside the registry, e.g. a plugin's, gives its own
+    ``name``) and add it to [`LEARNERS`][placer.learner.LEARNERS] under that name.
 
     Raises:
         ValueError: another learner already has that name; a class whose own ``name`` differs from its

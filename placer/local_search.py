@@ -3,7 +3,7 @@
 None of the papers compares its learner with a simple search given the same number of
 measured placements (2017 Sec. 4, Post Sec. 4, EAGLE Sec. IV compare with baselines that
 measure one placement each). This method (``local_search``) is that comparison: it runs
-through the same search loop (:func:`placer.search.run_search`), the same environment and
+through the same search loop ([`placer.search.run_search`][placer.search.run_search]), the same environment and
 the same budget counted in placements as the learners, so its curve and theirs are drawn
 on one axis.
 
@@ -18,7 +18,7 @@ drawn with the search's own seeded generator:
 replaces the current placement when it is faster (first-improvement hill climbing over
 batches; ties keep the current one). A placement that runs out of memory is worse than any
 that ran; among those that do not run, the one with the lower static memory load
-(:func:`placer.features.static_memory_load`) is better, so a start that does not fit
+([`placer.features.static_memory_load`][placer.features.static_memory_load]) is better, so a start that does not fit
 (one GPU for NMT) climbs toward placements that do.
 
 **Restarts** (iterated local search, Lourenço, Martin and Stützle, *Iterated Local
@@ -29,7 +29,7 @@ placement is measured first and becomes the current one whatever its time.
 
 **Start.** ``start="single_gpu"`` (default): every group on the first GPU (ops without a
 GPU kernel fall back to the CPU, as TensorFlow's soft placement does); ``"random"``: a
-uniform random placement. With ``init`` ``best_baseline`` or ``placement`` (:mod:`placer.warm`)
+uniform random placement. With ``init`` ``best_baseline`` or ``placement`` ([`placer.warm`][placer.warm])
 it starts from that placement instead. The start is the first placement measured, so the result
 is never worse than the start.
 """
@@ -49,7 +49,7 @@ from placer.features import static_memory_load
 
 @register
 class LocalSearch(Learner):
-    """The hill climber of the module docstring as a :class:`placer.learner.Learner` (method ``local_search``).
+    """The hill climber of the module docstring as a [`placer.learner.Learner`][placer.learner.Learner] (method ``local_search``).
 
     State: ``current`` int64 ``[G]`` and its score ``(oom, step time s or static memory load)``,
     and the numpy generator seeded by ``seed``.
@@ -140,7 +140,7 @@ class LocalSearch(Learner):
         return {}
 
     def load_policy_state(self, state: dict[str, np.ndarray]) -> None:
-        """Nothing to load (:meth:`policy_state`)."""
+        """Nothing to load ([`policy_state`][placer.local_search.LocalSearch.policy_state])."""
 
     def state_dict(self) -> dict[str, Any]:
         return {"current": self.current.copy(), "score": None if self.score is None else list(self.score),

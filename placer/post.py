@@ -30,11 +30,11 @@ named option, not in the paper) uses ``(b - T) / b`` instead; measured on the de
 (small rnnlm, k80x2, 1,000 placements, seed 0) it found 0.01103 s against 0.00946 s for
 the paper's seconds.
 
-The learner :class:`PostLearner` (method ``post``) runs through the one search loop
-(:func:`placer.search.run_search`: placement log, resume, curve, checkpoints). Its update
-rules are switches of :class:`PostConfig` (``cross_entropy``, ``policy_update``), so Post's
+The learner [`PostLearner`][placer.post.PostLearner] (method ``post``) runs through the one search loop
+([`placer.search.run_search`][placer.search.run_search]: placement log, resume, curve, checkpoints). Its update
+rules are switches of [`PostConfig`][placer.configs.PostConfig] (``cross_entropy``, ``policy_update``), so Post's
 ablations (Sec. 4, Fig. 2: PPO alone, CE alone, policy gradient) are the same code with
-other defaults (:mod:`placer.post_ablations`: ``ppo``, ``ce``, ``pg``).
+other defaults ([`placer.post_ablations`][placer.post_ablations]: ``ppo``, ``ce``, ``pg``).
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
 
 @register
 class PostLearner(Learner):
-    """Post (Algorithm 1) as a :class:`placer.learner.Learner` (method ``post``; module docstring).
+    """Post (Algorithm 1) as a [`placer.learner.Learner`][placer.learner.Learner] (method ``post``; module docstring).
 
-    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`)
+    A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, [`placer.warm`][placer.warm])
     sets ``u`` to the log of ``init_prob`` on each group's start device, the rest uniform.
 
     State: the logits ``u`` float64 ``[G, D]``, the KL coefficient ``beta``, the

@@ -10,7 +10,7 @@ is compared against, on Post's softmax placement distributions (Sec. 3.2, Eq. 2-
   rate ``ppo_learning_rate`` (1, the paper's SGA rate) on ``1/K sum_n A_n log f(d_n)``,
   ``A_n = b - T(d_n)``, after every ``k`` placements.
 
-Each is :class:`placer.post.PostLearner` with other defaults of its switches
+Each is [`placer.post.PostLearner`][placer.post.PostLearner] with other defaults of its switches
 (``cross_entropy``, ``policy_update``); every other setting is Post's.
 """
 

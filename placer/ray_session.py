@@ -1,5 +1,5 @@
-"""Ray plumbing of the distributed search (:mod:`placer.distributed`): a local Ray bound to
-127.0.0.1 or a running cluster (:func:`ray_session`), the address check, the actors' resource
+"""Ray plumbing of the distributed search ([`placer.distributed`][placer.distributed]): a local Ray bound to
+127.0.0.1 or a running cluster ([`ray_session`][placer.ray_session.ray_session]), the address check, the actors' resource
 options and ``ray.get`` with the actors' own exception types. No placement logic lives here.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-#: Environment of a local Ray started by :func:`ray_session`: no auth token written to ~/.ray
+#: Environment of a local Ray started by [`ray_session`][placer.ray_session.ray_session]: no auth token written to ~/.ray
 #: (``RAY_AUTH_MODE=disabled``), listening on 127.0.0.1 only (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``:
 #: measured, ``_node_ip_address`` alone is overridden and Ray listens on 0.0.0.0), no usage statistics.
 LOCAL_RAY_ENV = {
@@ -59,7 +59,7 @@ def check_ray_address(address: str) -> tuple[str, int] | None:
 
 @contextlib.contextmanager
 def _loopback_only() -> Iterator[None]:
-    """Set :data:`LOCAL_RAY_ENV` (inherited by the processes Ray starts meanwhile) and Ray's own
+    """Set [`LOCAL_RAY_ENV`][placer.ray_session.LOCAL_RAY_ENV] (inherited by the processes Ray starts meanwhile) and Ray's own
     flag for it: Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when imported, and with it
     off takes 127.0.0.1 as this node's address, so a local Ray's servers listen there only and a
     driver joins a cluster on 127.0.0.1 by that address. Restores both afterwards."""
@@ -93,11 +93,11 @@ def ray_session(
 
     * ``address=None`` and Ray already initialised in this process (e.g. by a test
       fixture, or an outer ``ray_session``): the body uses it, nothing is shut down.
-    * ``address=None`` otherwise: starts a local Ray with :data:`LOCAL_RAY_ENV` (listening
+    * ``address=None`` otherwise: starts a local Ray with [`LOCAL_RAY_ENV`][placer.ray_session.LOCAL_RAY_ENV] (listening
       on 127.0.0.1 only, no dashboard), ``num_cpus`` CPUs (``None``: all), its files under
       a fresh folder in ``temp_dir`` (``None`` or a path too long for Ray's unix sockets:
       the system temp folder; that folder is deleted afterwards), and shuts it down after.
-    * ``address`` given (:func:`check_ray_address`): connects to that cluster and
+    * ``address`` given ([`check_ray_address`][placer.ray_session.check_ray_address]): connects to that cluster and
       disconnects after. Its nodes must be able to import this project (install it there,
       or pass ``runtime_env={"working_dir": ...}``).
 

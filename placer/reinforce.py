@@ -11,8 +11,8 @@ runs out of memory), which "results in more exploration". After
 ``valid_only_after`` updates (5,000 in the paper), an update uses only the placements
 that ran.
 
-The learner :class:`ReinforceLearner` (method ``rl``) runs through the one search loop
-(:func:`placer.search.run_search`): every sampled placement and its measurement is
+The learner [`ReinforceLearner`][placer.reinforce.ReinforceLearner] (method ``rl``) runs through the one search loop
+([`placer.search.run_search`][placer.search.run_search]): every sampled placement and its measurement is
 appended to the search's log *before* the policy uses it, so an interrupted search
 resumes where it stopped (same seed and settings: same result).
 """
@@ -72,18 +72,18 @@ FAILING_FACTOR = 10.0
 
 
 def default_failing_signal(env: Environment) -> float:
-    """``sqrt(10 * T_serial)`` (:func:`serial_time`): the reward of a placement that ran out of memory."""
+    """``sqrt(10 * T_serial)`` ([`serial_time`][placer.search.serial_time]): the reward of a placement that ran out of memory."""
     return float(math.sqrt(FAILING_FACTOR * serial_time(env)))
 
 
 @register
 class ReinforceLearner(Learner):
-    """The 2017 placer as a :class:`placer.learner.Learner` (method ``rl``; module docstring).
+    """The 2017 placer as a [`placer.learner.Learner`][placer.learner.Learner] (method ``rl``; module docstring).
 
-    Policy: :class:`placer.seq2seq.Seq2SeqPlacer` over ``env``'s groups, initialised from
+    Policy: [`placer.seq2seq.Seq2SeqPlacer`][placer.seq2seq.Seq2SeqPlacer] over ``env``'s groups, initialised from
     ``torch.manual_seed(seed)``, sampling with its own generator seeded by ``seed``. Update:
     Eq. 3 with the moving-average baseline (or the named PPO option), Adam. With a warm start
-    (``init`` ``best_baseline`` or ``placement``; in no paper, :mod:`placer.warm`) the decoder's
+    (``init`` ``best_baseline`` or ``placement``; in no paper, [`placer.warm`][placer.warm]) the decoder's
     logits get a constant prior that makes the start about ``init_prob`` likely per group.
     """
 

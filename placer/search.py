@@ -1,21 +1,21 @@
 """The one search loop every learner runs through, in-process and on Ray, its placement log and its result.
 
-:func:`run_search` runs :func:`search_loop`, split as 2017 Sec. 3.4 splits the work: the
-*controllers* (:class:`Controllers`) sample placements and update the policy, an *evaluator*
-(:class:`Evaluator`) measures them. In-process, one learner is the controller
-(:class:`LocalController`) and the environment the evaluator (:class:`EnvironmentEvaluator`,
+[`run_search`][placer.search.run_search] runs [`search_loop`][placer.search.search_loop], split as 2017 Sec. 3.4 splits the work: the
+*controllers* ([`Controllers`][placer.search.Controllers]) sample placements and update the policy, an *evaluator*
+([`Evaluator`][placer.search.Evaluator]) measures them. In-process, one learner is the controller
+([`LocalController`][placer.search.LocalController]) and the environment the evaluator ([`EnvironmentEvaluator`][placer.search.EnvironmentEvaluator],
 one ``measure_batch`` call where the environment has it); on Ray they are C controller actors
-with a parameter server and a pool of worker actors (:func:`placer.distributed.ray_controllers`).
+with a parameter server and a pool of worker actors ([`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]).
 Either way the loop, each round: asks the controllers for their batches (``min(K, budget
 left)`` each), replays the samples the placement log already holds (resume) and has the
 evaluator measure the rest, appends each measurement to the placement log (JSON lines, fsynced)
-*before* any learner sees it (:class:`SearchLedger`), keeps the fastest, hands the batches'
+*before* any learner sees it ([`SearchLedger`][placer.search.SearchLedger]), keeps the fastest, hands the batches'
 times to the controllers' update, records the learning curve (best-so-far and sample mean
 against placements and wall seconds, with each update's diagnostics: loss, entropy, KL,
 baseline) and checkpoints a local learner (``torch.save`` of its
-:meth:`~placer.learner.Learner.state_dict`, read back with ``weights_only=True``; the search's
+[`state_dict`][placer.learner.Learner.state_dict], read back with ``weights_only=True``; the search's
 bookkeeping as JSON beside it). Asynchronous controllers (2017's mode on Ray,
-:class:`AsyncControllers`) have no rounds: the loop goes batch by batch, each controller on its own.
+[`AsyncControllers`][placer.search.AsyncControllers]) have no rounds: the loop goes batch by batch, each controller on its own.
 
 Resume: with ``resume=True`` an existing log with the same settings is replayed: the learner
 runs again from its seed (or from the last checkpoint, whose RNG states make the continuation
@@ -63,10 +63,10 @@ class SearchResult:
         learner: the learner's name; ``settings``: its settings; ``wall_time_s``: seconds
             the search took (summed over resumed runs); ``measured``: placements measured
             by this run (the rest were replayed from the log).
-        distributed: a search on Ray (:func:`placer.distributed.ray_controllers`): ``controllers``,
+        distributed: a search on Ray ([`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]): ``controllers``,
             ``workers``, ``async_updates``, ``worker_retries``, ``controller_restarts``,
             ``server_restarts``; ``None`` in-process.
-        start: a warm-started search's start (:mod:`placer.warm`), placement 0 of the search:
+        start: a warm-started search's start ([`placer.warm`][placer.warm]), placement 0 of the search:
             ``{"step_time_s": seconds or None, "oom": bool}``; ``None`` without a warm start.
     """
 
@@ -139,7 +139,7 @@ class PlacementLog:
         fresh: start a new log even if one exists (``False``: read and continue it).
 
     The log is locked (``flock`` on ``<log>.lock``, which holds the owner's pid) from opening to
-    :meth:`close`, so two runs with the same settings never write one log at their own offsets;
+    [`close`][placer.search.PlacementLog.close], so two runs with the same settings never write one log at their own offsets;
     the lock goes with the process, so a killed run leaves none behind.
 
     Raises:
@@ -239,7 +239,7 @@ def _busy_message(path: Path, owner: str) -> str:
 
 
 def placement_log_busy(path: str | Path) -> str | None:
-    """Before a run starts: :class:`PlacementLogBusy`'s line if another process holds the lock of the
+    """Before a run starts: [`PlacementLogBusy`][placer.search.PlacementLogBusy]'s line if another process holds the lock of the
     placement log ``path`` now, else ``None``. Tries the lock and releases it at once; creates
     nothing (no lock file: nobody holds it)."""
     import fcntl
@@ -273,7 +273,7 @@ def serial_time(env: Environment) -> float:
     """``T_serial`` (seconds): every op of ``env``'s graph run back to back on the slowest device.
 
     Uses the environment's op-time matrix (``env.simulator.op_times``) when it has one,
-    else the roofline estimate of :func:`cluster.cost_model.op_time_matrix`.
+    else the roofline estimate of [`cluster.cost_model.op_time_matrix`][cluster.cost_model.op_time_matrix].
     """
     sim = getattr(env, "simulator", None)
     times = getattr(sim, "op_times", None)
@@ -302,8 +302,8 @@ Arrived = Callable[[list[tuple[Job, Measurement, dict]]], None]
 
 
 class Evaluator(Protocol):
-    """The measuring side of a search: the environment in-process (:class:`EnvironmentEvaluator`),
-    or a pool of Ray workers (:class:`placer.distributed.RayEvaluator`).
+    """The measuring side of a search: the environment in-process ([`EnvironmentEvaluator`][placer.search.EnvironmentEvaluator]),
+    or a pool of Ray workers ([`placer.distributed.RayEvaluator`][placer.distributed.RayEvaluator]).
 
     Attributes:
         env: what it measures (``kind``, ``graph``, ``grouping``: the units, ``spec``), for the
@@ -324,15 +324,15 @@ class Evaluator(Protocol):
 
 @runtime_checkable
 class Controllers(Protocol):
-    """The update side of a search: one learner in-process (:class:`LocalController`), or C Ray
-    controllers and a parameter server (:class:`placer.distributed.RayControllers`).
+    """The update side of a search: one learner in-process ([`LocalController`][placer.search.LocalController]), or C Ray
+    controllers and a parameter server ([`placer.distributed.RayControllers`][placer.distributed.RayControllers]).
 
     Attributes:
         name, settings: the learner's name and settings (the log header's ``search``).
         budget: placements in all, over every controller.
         start: the warm start, ``[num_units]`` device indices (``None``: none).
-        asynchronous: the mode: ``False``, rounds (:meth:`batch_sizes`, :meth:`sample`,
-            :meth:`update`); ``True``, each controller on its own (:class:`AsyncControllers`).
+        asynchronous: the mode: ``False``, rounds ([`batch_sizes`][placer.search.Controllers.batch_sizes], [`sample`][placer.search.Controllers.sample],
+            [`update`][placer.search.Controllers.update]); ``True``, each controller on its own ([`AsyncControllers`][placer.search.AsyncControllers]).
         header: what else the placement log's header holds (Ray: ``distributed``).
     """
 
@@ -366,7 +366,7 @@ class Controllers(Protocol):
         ...
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore [`state_dict`][placer.search.Controllers.state_dict]."""
         ...
 
     def summary(self) -> dict | None:
@@ -376,7 +376,7 @@ class Controllers(Protocol):
 
 @dataclass
 class Event:
-    """What asynchronous controllers wait for (:meth:`AsyncControllers.next_event`): ``controller``
+    """What asynchronous controllers wait for ([`AsyncControllers.next_event`][placer.search.AsyncControllers.next_event]): ``controller``
     ``"sampled"`` its batch (``samples``), one of its placements was ``"measured"`` (``arrived``:
     as an evaluator passes it on), or it ``"updated"`` (its ``diagnostics``)."""
 
@@ -390,7 +390,7 @@ class Event:
 class AsyncControllers(Controllers, Protocol):
     """Controllers in the asynchronous mode (2017 Sec. 3.4): each of ``count`` controllers samples
     ``batch_size`` (K), has them measured and updates on its own; the search loop starts their
-    steps and reacts to :meth:`next_event` (:func:`_each_on_its_own`)."""
+    steps and reacts to [`next_event`][placer.search.AsyncControllers.next_event] (`_each_on_its_own`)."""
 
     count: int
     batch_size: int
@@ -411,7 +411,7 @@ class AsyncControllers(Controllers, Protocol):
 
 
 class LocalController:
-    """One learner, in this process: the controller of :func:`run_search` (synchronous rounds of
+    """One learner, in this process: the controller of [`run_search`][placer.search.run_search] (synchronous rounds of
     one batch)."""
 
     asynchronous = False
@@ -463,7 +463,7 @@ class EnvironmentEvaluator:
 
 def log_fields(m: Measurement) -> dict:
     """What the placement log keeps of a measurement beside its step time and OOM flag: a real
-    PyTorch measurement's spread, count, threads and failure (:meth:`cluster.torch_real.TorchMeasurement.log_fields`);
+    PyTorch measurement's spread, count, threads and failure ([`cluster.torch_real.TorchMeasurement.log_fields`][cluster.torch_real.TorchMeasurement.log_fields]);
     nothing for the others."""
     fields = getattr(m, "log_fields", None)
     return fields() if callable(fields) else {}
@@ -535,7 +535,7 @@ def log_header(env: Environment, search: dict) -> dict:
 
 def run_name(model: str, size: str, cluster: str, grouper: str, learner: str, seed: int, budget: int) -> str:
     """The file stem of a run's placement log and checkpoint, named by its settings (not the clock);
-    each setting reduced to a safe path component (:func:`compgraph.paths.slug`)."""
+    each setting reduced to a safe path component ([`compgraph.paths.slug`][compgraph.paths.slug])."""
     from compgraph.paths import slug
 
     parts = [model, size, cluster, grouper or "none", learner, f"seed{seed}", f"budget{budget}"]
@@ -582,13 +582,13 @@ def run_search(
     on_update: Callable[[dict], None] | None = None,
     checkpoint_every_s: float = 30.0,
 ) -> SearchResult:
-    """Run a search for its budget of placements (:func:`search_loop`): in this process (a learner
-    and its environment, :class:`LocalController` and :class:`EnvironmentEvaluator`), or on Ray
-    (the controllers and evaluator of :func:`placer.distributed.ray_controllers`).
+    """Run a search for its budget of placements ([`search_loop`][placer.search.search_loop]): in this process (a learner
+    and its environment, [`LocalController`][placer.search.LocalController] and [`EnvironmentEvaluator`][placer.search.EnvironmentEvaluator]), or on Ray
+    (the controllers and evaluator of [`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]).
 
     Args:
         learner: the learner (built on ``env``; its ``config.budget`` placements), or controllers
-            (:class:`Controllers`, told apart by their protocol's members).
+            ([`Controllers`][placer.search.Controllers], told apart by their protocol's members).
         env: the learner's measurement environment (its grouping's groups are the learner's
             units), or the controllers' evaluator.
         log_path: the placement log (JSON lines); ``None``: no log.
@@ -600,7 +600,7 @@ def run_search(
         on_update: called with each learning-curve point, the update's diagnostics under ``"update"``.
         checkpoint_every_s: seconds between checkpoints (0: after every update).
     Returns:
-        A :class:`SearchResult`; the same learner settings and seed give the same result,
+        A [`SearchResult`][placer.search.SearchResult]; the same learner settings and seed give the same result,
         interrupted and resumed or not (``wall_s`` and ``wall_time_s`` aside), in-process or on
         Ray with one controller (synchronous). A warm-started learner's (``learner.start``) first
         placement is its start, so the result is never slower than the start.
@@ -642,20 +642,20 @@ def search_loop(
     checkpoint_every_s: float = 30.0,
 ) -> SearchResult:
     """The search loop (module docstring) until ``controllers.budget`` placements are recorded: in
-    rounds, or batch by batch for asynchronous controllers (:func:`_each_on_its_own`).
+    rounds, or batch by batch for asynchronous controllers (`_each_on_its_own`).
 
-    A warm start (``controllers.start``, :mod:`placer.warm`; in no paper) is placement 0: measured
+    A warm start (``controllers.start``, [`placer.warm`][placer.warm]; in no paper) is placement 0: measured
     (or replayed) first, written to the log (marked ``"start": true``) and recorded before the
     controllers sample anything, its own learning-curve point; it is the incumbent, so the result
     is never slower than it. It counts in the budget and is not handed to the controllers' update.
 
     Args:
-        controllers: sample and update (:class:`LocalController`, or Ray's).
-        evaluator: measures (:class:`EnvironmentEvaluator`, or Ray's worker pool); its
+        controllers: sample and update ([`LocalController`][placer.search.LocalController], or Ray's).
+        evaluator: measures ([`EnvironmentEvaluator`][placer.search.EnvironmentEvaluator], or Ray's worker pool); its
             ``env.grouping`` expands the best placement to ops (``best_op_placement``).
         result: the result to fill (its ``settings`` name the checkpoint's search).
         log: the open placement log (the caller closes it); its records are replayed by index.
-        checkpoint_path, resume, checkpoint_every_s: as :func:`run_search` (only controllers
+        checkpoint_path, resume, checkpoint_every_s: as [`run_search`][placer.search.run_search] (only controllers
             whose ``state_dict`` is not ``None`` are checkpointed).
         on_update: called with each learning-curve point (one per controller batch), the
             update's diagnostics under ``"update"``.

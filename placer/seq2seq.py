@@ -1,7 +1,7 @@
 """The 2017 placer: an attentional sequence-to-sequence policy over co-location groups.
 
 Mirhoseini et al. 2017, Sec. 3.2 (Fig. 2): an LSTM encoder reads the groups' embeddings
-(tunable type embedding, output shapes, adjacency: :mod:`placer.features`); an LSTM
+(tunable type embedding, output shapes, adjacency: [`placer.features`][placer.features]); an LSTM
 decoder with content-based attention (Bahdanau et al. 2015) runs one step per group and
 outputs that group's device; each device has a tunable embedding that is fed to the next
 decoder step. Our decoder's input at step ``i`` is the previous device's embedding
@@ -21,7 +21,7 @@ plain step-by-step implementation):
   sequence and the attention and output layers are batched over all steps. The per-step
   Python and autograd work of the old single pass (about 60% of its time on nmt paper) is gone.
 - The additive attention scores ``v . tanh(W_e enc_j + W_d dec_i)``
-  (:func:`placer.attention.additive_scores`) use ``tanh(x) = 2 sigmoid(2x) - 1`` (torch's CPU
+  ([`placer.attention.additive_scores`][placer.attention.additive_scores]) use ``tanh(x) = 2 sigmoid(2x) - 1`` (torch's CPU
   sigmoid is ~6x faster than its tanh), keep only their inputs and recompute the
   ``[rows, G, A]`` term in blocks in the backward pass (a whole ``[K, G, G, A]`` tensor would
   be 2 GB on nmt paper).
@@ -87,8 +87,8 @@ class Seq2SeqPlacer(nn.Module):
 
     def set_prior(self, log_prior) -> None:
         """Add the constant ``log_prior`` (float ``[num_groups, num_devices]``, e.g.
-        :func:`placer.warm.start_log_probs`) to the logits of group ``i``'s step, in sampling and
-        scoring alike: a warm start (:mod:`placer.warm`; in no paper). Not a parameter (not
+        [`placer.warm.start_log_probs`][placer.warm.start_log_probs]) to the logits of group ``i``'s step, in sampling and
+        scoring alike: a warm start ([`placer.warm`][placer.warm]; in no paper). Not a parameter (not
         learned, not in the state dict: rebuilt from the config).
 
         Raises:
@@ -140,7 +140,7 @@ class Seq2SeqPlacer(nn.Module):
 
         Returns:
             ``(placements [K, G] int64, attention scores [K, G, G])``: the scores each step
-            attended with, which :meth:`score` re-uses as its forward values.
+            attended with, which [`score`][placer.seq2seq.Seq2SeqPlacer.score] re-uses as its forward values.
         """
         enc = self.encode()  # [G, H]
         g, h = enc.shape
@@ -173,7 +173,7 @@ class Seq2SeqPlacer(nn.Module):
     def score(self, actions: torch.Tensor, scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced ``(log p [K, G], entropy [K, G])`` per decision of ``actions [K, G]``.
 
-        ``scores``: the attention scores ``[K, G, G]`` :meth:`sample` drew ``actions`` with, used
+        ``scores``: the attention scores ``[K, G, G]`` [`sample`][placer.seq2seq.Seq2SeqPlacer.sample] drew ``actions`` with, used
         as the forward values of the attention (computing them again is a third of the
         attention's cost); ``None``: computed here.
         """

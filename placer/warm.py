@@ -3,7 +3,7 @@
 **Not in any paper.** The 2017 placer, Post, the Hierarchical Planner and EAGLE all start from
 an uninformed policy (random initial weights, Post's uniform distributions). A user who already
 has a good placement (the best baseline, a heuristic of their own) wants a learner that starts
-there and improves on it. Every learner has the named option ``init`` (its config, :mod:`placer.configs`):
+there and improves on it. Every learner has the named option ``init`` (its config, [`placer.configs`][placer.configs]):
 
 * ``uniform``: the paper's start (the default; for ``local_search`` its own ``start``);
 * ``best_baseline``: the placement of the fastest baseline the experiment measured;
@@ -16,18 +16,18 @@ there and improves on it. Every learner has the named option ``init`` (its confi
   local-search reference starts from the same placement, so the two compare on equal terms.
 
 The start is an op placement (``init_ops``, ``[num_ops]`` device indices, filled in by the
-experiment: :func:`tasks.search.warm_start_config`); each learner maps it onto the units it
-places (:func:`units_of_ops`: a unit's device is the one most of its ops are on) and biases its
+experiment: [`tasks.search.warm_start_config`][tasks.search.warm_start_config]); each learner maps it onto the units it
+places ([`units_of_ops`][placer.warm.units_of_ops]: a unit's device is the one most of its ops are on) and biases its
 policy so that each unit's start device has probability about ``init_prob`` (0.9):
 
 * softmax tables (Post and its ablations): the logits are ``log`` of that distribution
-  (:func:`start_log_probs`), exactly;
+  ([`start_log_probs`][placer.warm.start_log_probs]), exactly;
 * seq2seq decoders (the 2017 placer): a constant additive prior ``log p`` on the output
-  layer's logits of each step (:func:`start_log_probs`), so the initial distribution is about
+  layer's logits of each step ([`start_log_probs`][placer.warm.start_log_probs]), so the initial distribution is about
   ``init_prob`` on the start device (the network's own initial logits are small, not zero);
   learning then proceeds as the paper's algorithm (the prior is a constant, not a parameter);
 * grouper + placer (Hierarchical Planner, EAGLE): unit ``u`` is biased to group ``start[u]``
-  and group ``d < D`` to device ``d`` (:func:`two_level_priors`), each with probability
+  and group ``d < D`` to device ``d`` ([`two_level_priors`][placer.warm.two_level_priors]), each with probability
   ``sqrt(init_prob)``, so a unit lands on its start device with probability about ``init_prob``;
 * the hill climber (``local_search``): its current placement starts as the start.
 
@@ -37,7 +37,7 @@ Planner): a warm start starts it at its first batch's mean reward, as Post and E
 theirs, since exploring away from the start undid it (the 2017 placer on small rnnlm, seed 1:
 every sample on the CPU after 100 placements).
 
-The search loop (:func:`placer.search.search_loop`) measures the start first, as placement 0 of
+The search loop ([`placer.search.search_loop`][placer.search.search_loop]) measures the start first, as placement 0 of
 the budget, and writes it to the placement log before anything else happens with it; it is the
 incumbent, so a warm-started learner never returns a placement worse than its start.
 
@@ -57,21 +57,21 @@ INITS = ("uniform", "single_gpu", "best_baseline", "placement")
 PRIOR_INITS = ("single_gpu",)
 """The ``init`` values that start from a placement the learner builds itself, no outside placement:
 ``single_gpu`` (a device prior that keeps the CPU out unless it pays: every unit on the first GPU,
-where the local-search reference starts too; :func:`prior_units`)."""
+where the local-search reference starts too; [`prior_units`][placer.warm.prior_units])."""
 
 WARM_INITS = ("best_baseline", "placement")
 """The ``init`` values that start from a given placement."""
 
 WARM_SUFFIX = "_warm"
 """A warm-started learner's method name: the learner's name and this (``rl_warm``: ``rl`` with
-``init="best_baseline"``); :data:`placer.LEARNER_NAMES` lists one for every learner."""
+``init="best_baseline"``); [`placer.LEARNER_NAMES`][placer.LEARNER_NAMES] lists one for every learner."""
 
 DEFAULT_INIT_PROB = 0.9
 """The probability the initial policy gives each unit's start device (``init_prob``)."""
 
 
 def is_warm(config) -> bool:
-    """True if ``config`` (a learner config) starts from a given placement (``init`` in :data:`WARM_INITS`)."""
+    """True if ``config`` (a learner config) starts from a given placement (``init`` in [`WARM_INITS`][placer.warm.WARM_INITS])."""
     return getattr(config, "init", "uniform") in WARM_INITS
 
 
@@ -98,7 +98,7 @@ def units_of_ops(ops, grouping, num_devices: int) -> np.ndarray:
 
     Args:
         ops: ``[num_ops]`` device indices.
-        grouping: a :class:`compgraph.ir.Grouping` of the same ops (``op_group`` ``[num_ops]``).
+        grouping: a [`compgraph.ir.Grouping`][compgraph.ir.Grouping] of the same ops (``op_group`` ``[num_ops]``).
         num_devices: ``D``.
     Returns:
         int64 ``[num_units]`` device indices (a unit without ops: device 0).
@@ -169,7 +169,7 @@ def two_level_priors(start: np.ndarray, num_groups: int, num_devices: int, prob:
     Returns:
         ``(grouper prior [U, G], placer prior [G, D])``, float64 log-probabilities.
     Raises:
-        ValueError: fewer groups than devices (names ``num_groups``); see :func:`start_log_probs`.
+        ValueError: fewer groups than devices (names ``num_groups``); see [`start_log_probs`][placer.warm.start_log_probs].
     """
     if num_groups < num_devices:
         raise ValueError(f"num_groups: {num_groups}, fewer than the {num_devices} devices; a warm start puts the "
@@ -182,7 +182,7 @@ def two_level_priors(start: np.ndarray, num_groups: int, num_devices: int, prob:
 
 
 def prior_units(init: str, num_units: int, gpu_indices) -> np.ndarray | None:
-    """The start of a device prior (:data:`PRIOR_INITS`) over ``num_units`` units, or ``None``
+    """The start of a device prior ([`PRIOR_INITS`][placer.warm.PRIOR_INITS]) over ``num_units`` units, or ``None``
     (another ``init``, or a cluster without a GPU: the paper's start then).
 
     Args:
@@ -199,7 +199,7 @@ def prior_units(init: str, num_units: int, gpu_indices) -> np.ndarray | None:
 
 def start_units(config, grouping, num_devices: int, learner: str = "learner") -> np.ndarray | None:
     """The warm start of a learner over ``grouping``'s units, or ``None`` for a learner that is not
-    warm-started (:func:`is_warm`).
+    warm-started ([`is_warm`][placer.warm.is_warm]).
 
     Raises:
         ValueError: a warm start without its op placement ``init_ops`` (names the learner and

@@ -1,6 +1,6 @@
 """Parameter types of the flows, so that the Prefect UI form shows dropdowns: ``Literal`` types built
 from the registries (benchmarks, sizes, preset clusters, environments, groupers), so a name added to
-a registry appears in the form without an edit here; and :data:`Unset`, an option whose ``None``
+a registry appears in the form without an edit here; and [`Unset`][tasks.choices.Unset], an option whose ``None``
 means "the default", shown as a plain input."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from compgraph.grouping import GROUPERS
 from compgraph.models import BENCHMARKS
 
 ModelName = Literal[tuple(BENCHMARKS)]  # type: ignore[valid-type]
-"""A benchmark of :data:`compgraph.models.BENCHMARKS` (``placement models``)."""
+"""A benchmark of [`compgraph.models.BENCHMARKS`][compgraph.models.BENCHMARKS] (``placement models``)."""
 
 SizeName = Literal[tuple(dict.fromkeys(s for b in BENCHMARKS.values() for s in b.sizes))]  # type: ignore[valid-type]
 """A benchmark size (``small`` for demos, ``paper`` for the 2017 sizes; not every model has every size)."""
@@ -29,16 +29,16 @@ ClusterName = Union[Annotated[Literal[tuple(preset_names())], Field(title="prese
 choices, by these titles)."""
 
 EnvName = Literal[tuple(ENVIRONMENTS)]  # type: ignore[valid-type]
-"""A measurement environment of :data:`cluster.environment.ENVIRONMENTS`."""
+"""A measurement environment of [`cluster.environment.ENVIRONMENTS`][cluster.environment.ENVIRONMENTS]."""
 
 GrouperName = Literal[tuple(GROUPERS)]  # type: ignore[valid-type]
-"""A grouper of :data:`compgraph.grouping.GROUPERS`."""
+"""A grouper of [`compgraph.grouping.GROUPERS`][compgraph.grouping.GROUPERS]."""
 
 AUTO = "auto"
 """The choice of a form's dropdown that means "the default" (``None`` in Python)."""
 
 GrouperChoice = Literal[(AUTO, *GROUPERS)]  # type: ignore[valid-type]
-"""A grouper of :data:`compgraph.grouping.GROUPERS`, or ``auto``: 2017 for benchmarks, heuristic
+"""A grouper of [`compgraph.grouping.GROUPERS`][compgraph.grouping.GROUPERS], or ``auto``: 2017 for benchmarks, heuristic
 for users' graphs (``None``)."""
 
 
@@ -50,7 +50,7 @@ def _method_names() -> tuple[str, ...]:
 
 
 MethodName = Literal[_method_names()]  # type: ignore[valid-type]
-"""A baseline of :data:`baselines.BASELINES` or a learner of :data:`placer.LEARNERS`."""
+"""A baseline of [`baselines.BASELINES`][baselines.BASELINES] or a learner of [`placer.LEARNERS`][placer.learner.LEARNERS]."""
 
 
 def _learner_names() -> tuple[str, ...]:
@@ -60,20 +60,20 @@ def _learner_names() -> tuple[str, ...]:
 
 
 LearnerName = Literal[_learner_names()]  # type: ignore[valid-type]
-"""A learner of :data:`placer.LEARNERS`."""
+"""A learner of [`placer.LEARNERS`][placer.learner.LEARNERS]."""
 
 AgainstName = Literal[AGAINST]  # type: ignore[valid-type]
-"""The reference of a fidelity measurement (:data:`cluster.fidelity.AGAINST`): real runs or grappler's cost model."""
+"""The reference of a fidelity measurement ([`cluster.fidelity.AGAINST`][cluster.fidelity.AGAINST]): real runs or grappler's cost model."""
 
 TABLES = (*PAPER_TABLES, "all")
-"""The paper tables ``placement-reproduce`` reproduces (:data:`cluster.tables.TABLES`), or ``all``."""
+"""The paper tables ``placement-reproduce`` reproduces ([`cluster.tables.TABLES`][cluster.tables.TABLES]), or ``all``."""
 
 TableName = Literal[TABLES]  # type: ignore[valid-type]
-"""A paper table of :data:`TABLES`."""
+"""A paper table of [`TABLES`][tasks.choices.TABLES]."""
 
 TABLE_MODELS = tuple(dict.fromkeys(r.model for r in ROWS))
 TableModel = Literal[TABLE_MODELS]  # type: ignore[valid-type]
-"""A model of a row of the papers' tables (:data:`cluster.tables.ROWS`)."""
+"""A model of a row of the papers' tables ([`cluster.tables.ROWS`][cluster.tables.ROWS])."""
 
 TABLE_SIZE = "table"
 """The choice of ``placement-reproduce``'s size dropdown that means each row's own size (``None``)."""
@@ -95,7 +95,7 @@ TABLE_METHODS = _table_methods()
 """The learners a ``placement-reproduce`` row can search (beside the table's baselines, which always run)."""
 
 TableMethod = Literal[TABLE_METHODS]  # type: ignore[valid-type]
-"""A learner of :data:`TABLE_METHODS`."""
+"""A learner of [`TABLE_METHODS`][tasks.choices.TABLE_METHODS]."""
 
 
 Count = Annotated[int, Field(ge=1)]
@@ -132,14 +132,14 @@ class _NoNullChoice:
 Unset = Annotated[Optional[T], _NoNullChoice()]
 """``X | None`` for a flow parameter whose ``None`` means "unset: use the default": the form shows
 X's plain input (no "None" toggle). The parameter's default is X's empty value (``""``, ``[]``,
-``{}``), which the flow turns into ``None`` with :func:`unset`; Python callers (the CLI, the sweep)
+``{}``), which the flow turns into ``None`` with [`unset`][tasks.choices.unset]; Python callers (the CLI, the sweep)
 may still pass ``None``. (The config models' optional fields need no marker: their form drops the
-null choice itself, :func:`compgraph.frontends.form_schema`.)"""
+null choice itself, [`compgraph.frontends.form_schema`][compgraph.frontends.form_schema].)"""
 
 
 def unset(value: Any, default: str | None = None) -> Any:
-    """``None`` for a form's empty value (``""``, ``[]``, ``{}``: an :data:`Unset` parameter left
-    empty) or for the dropdown's choice ``default`` that means it (:data:`AUTO`, :data:`TABLE_SIZE`),
+    """``None`` for a form's empty value (``""``, ``[]``, ``{}``: an [`Unset`][tasks.choices.Unset] parameter left
+    empty) or for the dropdown's choice ``default`` that means it ([`AUTO`][tasks.choices.AUTO], [`TABLE_SIZE`][tasks.choices.TABLE_SIZE]),
     else ``value``."""
     if value is None or (isinstance(value, (str, list, tuple, dict)) and not value):
         return None

@@ -1,13 +1,13 @@
 """The experiment's configuration: one typed model for the CLI, the flows, the sweep and the tasks.
 
-:class:`ExperimentConfig` says everything one experiment needs: the graph (``source``, a
-:data:`compgraph.frontends.GraphSource`), the machine (``cluster``), where placements are measured
+[`ExperimentConfig`][tasks.config.ExperimentConfig] says everything one experiment needs: the graph (``source``, a
+[`compgraph.frontends.GraphSource`][compgraph.frontends.GraphSource]), the machine (``cluster``), where placements are measured
 (``env``), the ``methods``, ``budget``, ``seed`` and the end-to-end ``train_steps``, and five
 sections: ``grouping``, ``learners`` (each learner's own options, typed by its config in
-:mod:`placer.configs`), ``ray`` (the distributed search), ``real`` (real execution) and
+[`placer.configs`][placer.configs]), ``ray`` (the distributed search), ``real`` (real execution) and
 ``tracking`` (where results go). Every check of these settings is a validator here, written
 once: the ``placement experiment`` CLI builds this model from its flags and shows the first
-error in one line (its flags map onto the fields: :data:`cli.main.EXPERIMENT_FLAGS`), the
+error in one line (its flags map onto the fields: [`cli.main.EXPERIMENT_FLAGS`][cli.main.EXPERIMENT_FLAGS]), the
 ``placement-experiment`` flow takes its top-level fields as its parameters (so the Prefect form
 shows one section per nested model), and the ``placement-sweep`` flow takes one as its base.
 
@@ -29,7 +29,7 @@ from tracking import placement_home
 
 
 class _FormModel(BaseModel):
-    """A model the Prefect form shows (:func:`compgraph.frontends.form_schema`): an optional field
+    """A model the Prefect form shows ([`compgraph.frontends.form_schema`][compgraph.frontends.form_schema]): an optional field
     whose default ``None`` means "unset" is a plain input there, and is left out of the model's dump
     while unset, so the form's defaults hold no ``null`` for it (validating the dump gives the same
     model)."""
@@ -85,7 +85,7 @@ class RayOptions(_Section):
 
     def distributes(self, method: str) -> bool:
         """True if ``method`` searches on Ray: ``controllers > 0`` and it is a learner (every
-        learner runs on Ray, over its own units: :func:`tasks.search.learner_grouping`)."""
+        learner runs on Ray, over its own units: [`tasks.search.learner_grouping`][tasks.search.learner_grouping])."""
         return self.controllers > 0 and method in LEARNER_OPTIONS
 
 
@@ -106,7 +106,7 @@ class RealOptions(_Section):
                                                                  "placement fails (empty: 300)")
 
     def env_options(self) -> dict:
-        """The options of :func:`cluster.factory.make_environment` for ``env: real`` (only those given)."""
+        """The options of [`cluster.factory.make_environment`][cluster.factory.make_environment] for ``env: real`` (only those given)."""
         out: dict = {"soft_placement": True} if self.soft_placement else {}
         for name in ("repeats", "warmup", "threads", "time_limit_s"):
             if getattr(self, name) is not None:
@@ -153,8 +153,8 @@ LEARNER_OPTIONS: dict[str, type[BaseModel]] = {m: _options_model(m, c) for m, c 
 
 
 def learner_overrides(options: BaseModel, methods: list[str]) -> dict[str, dict]:
-    """Per learner of ``methods``, its fields in ``options`` (a :data:`LearnerOptions`) that differ
-    from the paper defaults (the overrides :func:`tasks.search.learner_config` applies; learners
+    """Per learner of ``methods``, its fields in ``options`` (a [`LearnerOptions`][tasks.config.LearnerOptions]) that differ
+    from the paper defaults (the overrides [`tasks.search.learner_config`][tasks.search.learner_config] applies; learners
     without any left out)."""
     return {m: o for m in methods if m in LEARNER_OPTIONS and (o := getattr(options, m).model_dump(exclude_defaults=True))}
 
@@ -169,13 +169,13 @@ class ExperimentConfig(_FormModel):
     """One experiment: every method on one graph and cluster, measured in one environment.
 
     Attributes:
-        source: the graph (:data:`compgraph.frontends.GraphSource`).
+        source: the graph ([`compgraph.frontends.GraphSource`][compgraph.frontends.GraphSource]).
         cluster: a preset (``placement clusters``) or the path of a YAML cluster spec.
-        env: where placements are measured (:data:`cluster.environment.ENVIRONMENTS`).
+        env: where placements are measured ([`cluster.environment.ENVIRONMENTS`][cluster.environment.ENVIRONMENTS]).
         methods: baselines and learners; ``None``: every baseline that applies but the optimum,
-            then rl and post, then rl_warm and post_warm (:attr:`resolved_methods` after validation).
+            then rl and post, then rl_warm and post_warm ([`resolved_methods`][tasks.config.ExperimentConfig.resolved_methods] after validation).
         init_placement: the warm-started learners start from this placement file instead of the best
-            baseline (:mod:`placer.warm`).
+            baseline ([`placer.warm`][placer.warm]).
         budget: placements each learner samples (>= 1).
         seed: the searches' seed (>= 0).
         train_steps: steps of the end-to-end training evaluation of the best placements (0: none).
@@ -284,7 +284,7 @@ class ExperimentConfig(_FormModel):
         return self
 
     def spec(self):
-        """The :class:`cluster.spec.ClusterSpec` of ``cluster`` (read from its preset or file once
+        """The [`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec] of ``cluster`` (read from its preset or file once
         per config)."""
         if self._spec is None or self._spec[0] != self.cluster:
             from cluster.spec import load_cluster
@@ -298,7 +298,7 @@ class ExperimentConfig(_FormModel):
         default, ``seed``, ``env``, ``cluster``: the spec's name, ``learner_options``: compact JSON with
         sorted keys so that runs of equal settings carry equal strings, ``source``: its JSON, so that
         ``placement export`` can prepare the same graph again). The prepared graph's parameters (model,
-        size, ops, groups, grouper) are :func:`tasks.experiment.graph_params`'."""
+        size, ops, groups, grouper) are [`tasks.experiment.graph_params`][tasks.experiment.graph_params]'."""
         import json
 
         options = self.learner_options
@@ -312,7 +312,7 @@ class ExperimentConfig(_FormModel):
     def run_settings(self) -> dict:
         """Every setting that names the run (graph source, cluster, env, methods, budget, seed,
         grouping, learner options, a user graph's integer bounds): runs of equal settings share their
-        hash (:class:`tracking.live.ExperimentRecorder`'s ``settings``)."""
+        hash ([`tracking.live.ExperimentRecorder`][tracking.live.ExperimentRecorder]'s ``settings``)."""
         return {"source": self.source.model_dump(), "cluster": self.cluster, "methods": self.resolved_methods,
                 "budget": self.budget, "seed": self.seed, "env": self.env, "grouper": self.grouping.grouper,
                 "num_groups": self.grouping.num_groups, "learner_options": self.learner_options,
@@ -320,13 +320,13 @@ class ExperimentConfig(_FormModel):
 
     @property
     def env_options(self) -> dict:
-        """The options of :func:`cluster.factory.make_environment` (:meth:`RealOptions.env_options`
+        """The options of [`cluster.factory.make_environment`][cluster.factory.make_environment] ([`RealOptions.env_options`][tasks.config.RealOptions.env_options]
         with ``env: real``; none in the other environments)."""
         return self.real.env_options() if self.env == "real" else {}
 
     def flow_parameters(self) -> dict:
         """This config as the ``placement-experiment`` flow's parameters (its top-level fields), handed
-        over: the flow takes this very config back (:meth:`from_flow`) instead of validating its
+        over: the flow takes this very config back ([`from_flow`][tasks.config.ExperimentConfig.from_flow]) instead of validating its
         fields again (which reads the cluster's file and a warm start's placement file once more)."""
         _HANDED[self._handover_key(dict(self))] = self
         while len(_HANDED) > 8:  # a sweep hands one per run: keep the last few
@@ -336,7 +336,7 @@ class ExperimentConfig(_FormModel):
     @classmethod
     def from_flow(cls, **fields) -> "ExperimentConfig":
         """The config of the flow's parameters: the config handed over with these very values
-        (:meth:`flow_parameters`, e.g. by the CLI or the sweep, already validated), else one built
+        ([`flow_parameters`][tasks.config.ExperimentConfig.flow_parameters], e.g. by the CLI or the sweep, already validated), else one built
         and validated from them (a run from the Prefect UI or a deployment).
 
         Raises:
@@ -355,7 +355,7 @@ class ExperimentConfig(_FormModel):
     @property
     def resolved_methods(self) -> list[str]:
         """``methods``, or the default ones: every baseline that applies to this graph and cluster
-        but the optimum (:func:`baselines.applicable_baselines`), then :data:`placer.DEFAULT_LEARNERS`
+        but the optimum ([`baselines.applicable_baselines`][baselines.applicable_baselines]), then [`placer.DEFAULT_LEARNERS`][placer.DEFAULT_LEARNERS]
         (rl and post, then rl_warm and post_warm)."""
         if self.methods is not None:
             return list(self.methods)
@@ -367,8 +367,8 @@ class ExperimentConfig(_FormModel):
     @property
     def learner_options(self) -> dict[str, dict]:
         """Per learner of the methods, its options that differ from the paper defaults
-        (:func:`learner_overrides`); with ``init_placement``, each warm-started learner's
-        ``init`` is ``placement`` from that file (:mod:`placer.warm`)."""
+        ([`learner_overrides`][tasks.config.learner_overrides]); with ``init_placement``, each warm-started learner's
+        ``init`` is ``placement`` from that file ([`placer.warm`][placer.warm])."""
         out = learner_overrides(self.learners, self.resolved_methods)
         if self.init_placement is not None:
             for m in self.warm_methods:
@@ -378,7 +378,7 @@ class ExperimentConfig(_FormModel):
     @property
     def warm_methods(self) -> list[str]:
         """The learners of the methods that start from a given placement (``init`` ``best_baseline`` or
-        ``placement``: :mod:`placer.warm`), e.g. ``rl_warm``."""
+        ``placement``: [`placer.warm`][placer.warm]), e.g. ``rl_warm``."""
         from placer.warm import WARM_INITS
 
         options = learner_overrides(self.learners, self.resolved_methods)
@@ -395,12 +395,12 @@ class ExperimentConfig(_FormModel):
 
 
 _HANDED: dict[str, ExperimentConfig] = {}
-"""Configs handed to the flow in this process (:meth:`ExperimentConfig.flow_parameters`), by their
+"""Configs handed to the flow in this process ([`ExperimentConfig.flow_parameters`][tasks.config.ExperimentConfig.flow_parameters]), by their
 JSON: the flow takes them back without validating them again."""
 
 
 def init_placement_error(exc: Exception, path: str) -> str:
-    """A placement file's error (:mod:`tracking.evaluate`, worded for ``--placement``) as the warm
+    """A placement file's error ([`tracking.evaluate`][tracking.evaluate], worded for ``--placement``) as the warm
     start's: ``init_placement: '<path>': <what is wrong>``."""
     text = str(exc)
     for prefix in (f"--placement {path}", "--placement"):
@@ -410,7 +410,7 @@ def init_placement_error(exc: Exception, path: str) -> str:
 
 
 def experiment_fields() -> list[str]:
-    """Every leaf setting of :class:`ExperimentConfig` as a dotted path (``ray.workers``...), the
+    """Every leaf setting of [`ExperimentConfig`][tasks.config.ExperimentConfig] as a dotted path (``ray.workers``...), the
     sources' fields as ``source.<field>`` (over every kind: ``source.model``, ``source.path``...)
     and the learners' as ``learners.*`` (any learner's field): what the CLI's flags, the flow's form and the
     sweep must all cover."""

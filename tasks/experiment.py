@@ -1,5 +1,5 @@
 """The experiment flow's bookkeeping, kept out of the flow: its MLflow parameters, the
-assembly of the record (what :func:`tracking.record_experiment` logs and the run folder keeps)
+assembly of the record (what [`tracking.record_experiment`][tracking.record_experiment] logs and the run folder keeps)
 and of the result object (``placement experiment --json``), and the record stage (run folder,
 MLflow, Prefect artifacts). Plain functions; the Prefect tasks they call keep their names."""
 
@@ -18,9 +18,9 @@ from tasks.search import LearnerSearches
 
 
 def open_recorder(config: ExperimentConfig, tracking_uri: str, flow_run_id: str | None, started: str):
-    """The experiment's live MLflow runs (:class:`tracking.live.ExperimentRecorder`), created now with
-    :meth:`tasks.config.ExperimentConfig.mlflow_params`, one nested run per method, the run settings'
-    hash (:meth:`tasks.config.ExperimentConfig.run_settings`) and the config's tracking section
+    """The experiment's live MLflow runs ([`tracking.live.ExperimentRecorder`][tracking.live.ExperimentRecorder]), created now with
+    [`tasks.config.ExperimentConfig.mlflow_params`][tasks.config.ExperimentConfig.mlflow_params], one nested run per method, the run settings'
+    hash ([`tasks.config.ExperimentConfig.run_settings`][tasks.config.ExperimentConfig.run_settings]) and the config's tracking section
     (spool, parent run, resume); ``started``: the run folder's time stamp."""
     from tracking import artifact_root
     from tracking.live import ExperimentRecorder
@@ -37,7 +37,7 @@ def graph_params(prepared: PreparedGraph, config: ExperimentConfig) -> dict:
     graph), op count, grouper, the grouper's target number of groups (``num_groups_target``: the
     config's ``grouping.num_groups``, else the grouper's default; ``none`` for a grouper that sets
     its own), the groups it formed (``groups``), and how a user's graph was imported
-    (:meth:`compgraph.prepare.PreparedGraph.run_params`)."""
+    ([`compgraph.prepare.PreparedGraph.run_params`][compgraph.prepare.PreparedGraph.run_params])."""
     from compgraph.grouping import default_num_groups
 
     num_groups = config.grouping.num_groups
@@ -53,13 +53,13 @@ def experiment_outcome(config: ExperimentConfig, prepared: PreparedGraph, spec: 
     """``(record, result)`` of one experiment.
 
     Args:
-        config: the experiment (its MLflow parameters: :meth:`tasks.config.ExperimentConfig.mlflow_params`).
-        searches: the learners' searches (:func:`tasks.search.learner_searches`).
-        results, summary: :func:`tasks.search.evaluate`'s pair (``results`` gets the ratio columns).
-        refs: :func:`baselines.report.reference_points`'s dict (lower bound, optimum).
-        training: :func:`tasks.measure.train_best`'s dict (method -> training result).
+        config: the experiment (its MLflow parameters: [`tasks.config.ExperimentConfig.mlflow_params`][tasks.config.ExperimentConfig.mlflow_params]).
+        searches: the learners' searches ([`tasks.search.learner_searches`][tasks.search.learner_searches]).
+        results, summary: [`tasks.search.evaluate`][tasks.search.evaluate]'s pair (``results`` gets the ratio columns).
+        refs: [`baselines.report.reference_points`][baselines.report.reference_points]'s dict (lower bound, optimum).
+        training: [`tasks.measure.train_best`][tasks.measure.train_best]'s dict (method -> training result).
     Returns:
-        ``record``: the keyword arguments of :func:`tracking.record_experiment` but the store
+        ``record``: the keyword arguments of [`tracking.record_experiment`][tracking.record_experiment] but the store
         (params, results, summary with the reference metrics, method_params, curves,
         prefect_flow_run_id, extra_artifacts); ``result``: the flow's result object (the README's
         ``--json`` shape, with ``labels``: method -> table label of each warm-started learner, e.g.
@@ -102,13 +102,13 @@ def experiment_outcome(config: ExperimentConfig, prepared: PreparedGraph, spec: 
 def save_and_record(config: ExperimentConfig, stamp: str, record: dict, result: dict, prepared: PreparedGraph,
                     spec: ClusterSpec, tracking_uri: str, recorder) -> dict:
     """The experiment's record stage, in this order: the run folder
-    ``<out>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (:func:`tracking.live.save_run_folder`:
+    ``<out>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` ([`tracking.live.save_run_folder`][tracking.live.save_run_folder]:
     results.json, table.md, placements.json, plots/), then MLflow (task ``record-mlflow``, unless
     ``spool``: ``placement log-run`` logs the folder later), then the recorder's runs closed
-    (:class:`tracking.live.ExperimentRecorder`) and the Prefect artifacts published.
+    ([`tracking.live.ExperimentRecorder`][tracking.live.ExperimentRecorder]) and the Prefect artifacts published.
 
     Returns:
-        ``result`` with ``run_dir``, ``recommendation`` (:func:`tracking.advice.recommendation`) and
+        ``result`` with ``run_dir``, ``recommendation`` ([`tracking.advice.recommendation`][tracking.advice.recommendation]) and
         ``mlflow_run_id`` (``None`` when spooled or if MLflow failed) set.
     """
     from tasks import stages

@@ -1,6 +1,6 @@
 """Prefect tasks of the measurement flows (calibration, fidelity, training): thin wrappers
-around :mod:`cluster.calibrate`, :mod:`cluster.fidelity`, :mod:`cluster.training`, the
-searches and :mod:`tracking.measure`."""
+around [`cluster.calibrate`][cluster.calibrate], [`cluster.fidelity`][cluster.fidelity], [`cluster.training`][cluster.training], the
+searches and [`tracking.measure`][tracking.measure]."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tracking.measure import record_fidelity, record_training
 
 def applicable_baselines(prepared: PreparedGraph, spec: ClusterSpec, group_level: bool = False) -> list[str]:
     """The baselines that apply to ``prepared`` on ``spec``, not the optimum
-    (:func:`baselines.applicable_baselines`); ``group_level``: group placements only."""
+    ([`baselines.applicable_baselines`][baselines.applicable_baselines]); ``group_level``: group placements only."""
     return baselines_for(spec, prepared.benchmark is None, optimum=False, group_level=group_level)
 
 
@@ -41,7 +41,7 @@ def _simulated_env(prepared: PreparedGraph, spec: ClusterSpec, cost_table: CostT
 
 def named_placement(prepared: PreparedGraph, spec: ClusterSpec, placement, grouping: Grouping | None = None) -> dict[str, str]:
     """A placement as unit name -> device name: group names of ``grouping`` (default the prepared
-    groups) for ``[num_groups]`` device indices, op names for an :class:`cluster.op_placement.OpPlacement`."""
+    groups) for ``[num_groups]`` device indices, op names for an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement]."""
     names = spec.device_names
     if is_op_placement(placement):
         return {op.name: names[int(d)] for op, d in zip(prepared.graph.ops, placement.ops)}
@@ -50,11 +50,11 @@ def named_placement(prepared: PreparedGraph, spec: ClusterSpec, placement, group
 
 @task(name="calibrate-costs", cache_policy=NONE)
 def calibrate_costs(prepared: PreparedGraph, spec: ClusterSpec, steps: int, seed: int, out_path: Path) -> CostTable:
-    """Measure every op's seconds per device kind from traced steps (:func:`cluster.calibrate.calibrate`)
+    """Measure every op's seconds per device kind from traced steps ([`cluster.calibrate.calibrate`][cluster.calibrate.calibrate])
     and save the table as JSON to ``out_path`` (folders created).
 
     Raises:
-        ValueError: ``steps < 2``; cluster.real.PlacementError: see :func:`cluster.calibrate.calibrate`.
+        ValueError: ``steps < 2``; cluster.real.PlacementError: see [`cluster.calibrate.calibrate`][cluster.calibrate.calibrate].
     """
     table = calibrate(prepared, spec, steps=steps, seed=seed)
     out_path = Path(out_path)
@@ -65,14 +65,14 @@ def calibrate_costs(prepared: PreparedGraph, spec: ClusterSpec, steps: int, seed
 
 @task(name="load-cost-table", cache_policy=NONE)
 def load_cost_table(path: Path) -> CostTable:
-    """A saved cost table (:meth:`cluster.calibrate.CostTable.load`; ValueError names the file and field)."""
+    """A saved cost table ([`cluster.calibrate.CostTable.load`][cluster.calibrate.CostTable.load]; ValueError names the file and field)."""
     return CostTable.load(path)
 
 
 @task(name="random-placements", cache_policy=NONE)
 def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, seed: int,
                          gpu_only: bool = False) -> dict[str, np.ndarray]:
-    """``n`` seeded uniformly random group placements (:func:`cluster.fidelity.random_placements`);
+    """``n`` seeded uniformly random group placements ([`cluster.fidelity.random_placements`][cluster.fidelity.random_placements]);
     ``gpu_only``: among the GPUs only, named ``gpu_random_k``."""
     if gpu_only:
         return random_placements(prepared.grouping.num_groups, len(spec.devices), n, seed=seed,
@@ -83,8 +83,8 @@ def random_placement_set(prepared: PreparedGraph, spec: ClusterSpec, n: int, see
 @task(name="simulated-search", cache_policy=NONE)
 def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, budget: int, seed: int,
                      cost_table: CostTable | None, log_path: Path | None) -> SearchResult:
-    """A learner's search (:data:`placer.LEARNERS`, :func:`placer.search.run_search`) in the
-    simulator over its units (:func:`tasks.search.learner_grouping`: the prepared groups, or the
+    """A learner's search ([`placer.LEARNERS`][placer.learner.LEARNERS], [`placer.search.run_search`][placer.search.run_search]) in the
+    simulator over its units ([`tasks.search.learner_grouping`][tasks.search.learner_grouping]: the prepared groups, or the
     colocation units of a learner that groups ops itself): calibrated with ``cost_table``, else roofline.
 
     Raises:
@@ -106,7 +106,7 @@ def simulated_search(prepared: PreparedGraph, spec: ClusterSpec, learner: str, b
 def measure_fidelity(prepared: PreparedGraph, spec: ClusterSpec, placements: dict[str, np.ndarray],
                      cost_table: CostTable | None, steps: int, seed: int, against: str = "real") -> dict:
     """Simulated (roofline, calibrated) against real (or grappler's, ``against``) step times of ``placements``
-    (:func:`cluster.fidelity.fidelity`)."""
+    ([`cluster.fidelity.fidelity`][cluster.fidelity.fidelity])."""
     return fidelity(prepared, spec, placements, cost_table=cost_table, steps=steps, seed=seed, against=against)
 
 
@@ -116,13 +116,13 @@ def train_placement(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, g
     """Train ``steps`` steps with a placement, for real or simulated.
 
     The placement: ``[num_groups]`` device indices over ``grouping`` (default the prepared
-    groups; e.g. the colocation units of hierarchical and eagle, :func:`tasks.search.learner_grouping`),
-    or an :class:`cluster.op_placement.OpPlacement` (``[num_ops]``, Baechi's m_topo / m_etf / m_sct).
-    ``env_kind="real"``: :func:`cluster.training.train` (synthetic inputs from ``seed``, units
+    groups; e.g. the colocation units of hierarchical and eagle, [`tasks.search.learner_grouping`][tasks.search.learner_grouping]),
+    or an [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement] (``[num_ops]``, Baechi's m_topo / m_etf / m_sct).
+    ``env_kind="real"``: [`cluster.training.train`][cluster.training.train] (synthetic inputs from ``seed``, units
     with no kernel on their device moved to the first CPU as the simulator does).
-    ``env_kind="sim"``: :func:`cluster.training.projected_training` of the simulated step time
+    ``env_kind="sim"``: [`cluster.training.projected_training`][cluster.training.projected_training] of the simulated step time
     (calibrated with ``cost_table`` if given, else roofline; measured in an environment over the
-    placement's own units as :func:`tasks.search.evaluate` does, so the step time is the evaluated one;
+    placement's own units as [`tasks.search.evaluate`][tasks.search.evaluate] does, so the step time is the evaluated one;
     the step time is used even if the simulator reports OOM, flagged by ``oom``);
     ``env_kind="grappler"``: the same from grappler's estimate.
 
@@ -163,12 +163,12 @@ def train_best(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, summar
                groupings: dict[str, Grouping] | None, steps: int, seed: int) -> dict:
     """The experiment's end-to-end training evaluation (2017 Sec. 4.3): the best learned and the best
     baseline placement (``summary["best_learned"]``, ``summary["best_baseline"]``) trained for
-    ``steps`` steps with :func:`train_placement` (for real with ``env_kind="real"``, projected from
+    ``steps`` steps with [`train_placement`][tasks.measure.train_placement] (for real with ``env_kind="real"``, projected from
     the simulated step time otherwise), whatever their units: the prepared groups, a learner's own
     units (``groupings[method]``) or an op-level placement.
 
     Returns:
-        method -> :func:`train_placement`'s dict; empty with ``steps == 0`` or no placement (all OOM).
+        method -> [`train_placement`][tasks.measure.train_placement]'s dict; empty with ``steps == 0`` or no placement (all OOM).
     """
     training: dict = {}
     if steps <= 0:
@@ -183,11 +183,11 @@ def train_best(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, summar
 
 @task(name="record-fidelity", cache_policy=NONE)
 def record_fidelity_run(**kwargs) -> str:
-    """Log a fidelity measurement to MLflow (:func:`tracking.measure.record_fidelity`); returns the run id."""
+    """Log a fidelity measurement to MLflow ([`tracking.measure.record_fidelity`][tracking.measure.record_fidelity]); returns the run id."""
     return record_fidelity(**kwargs)
 
 
 @task(name="record-training", cache_policy=NONE)
 def record_training_run(**kwargs) -> str:
-    """Log a training run to MLflow (:func:`tracking.measure.record_training`); returns the run id."""
+    """Log a training run to MLflow ([`tracking.measure.record_training`][tracking.measure.record_training]); returns the run id."""
     return record_training(**kwargs)

@@ -37,7 +37,7 @@ def tag_flow_run(*tags: str) -> None:
 
 def mlflow_run_link(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
     """The MLflow UI address of a run: on the tracking server itself for ``http(s)`` URIs,
-    else on ``mlflow ui``'s default ``http://127.0.0.1:5000`` (see :func:`tracking.ui_command`)."""
+    else on ``mlflow ui``'s default ``http://127.0.0.1:5000`` (see [`tracking.ui_command`][tracking.ui_command])."""
     base = tracking_uri.rstrip("/") if tracking_uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
     return f"{base}/#/experiments/{experiment_id or 0}/runs/{run_id}?workflowType=machine_learning"
 
@@ -83,8 +83,8 @@ def plot_urls(result: dict, tracking_uri: str, run_id: str | None) -> dict[str, 
     """Plot name -> an image URL for each PNG in the run folder's ``plots/``: a link to the MLflow
     artifact (``/get-artifact?path=plots/<name>&run_uuid=<run>``) on the tracking server for an
     ``http(s)`` URI, else on the address of the printed ``mlflow ui`` command
-    (:func:`tracking.ui_command`, 127.0.0.1:5000: the image shows while that UI runs); only a run not
-    logged to MLflow gets ``data:image/png;base64`` URLs (files over :data:`MAX_INLINE_IMAGE_BYTES` are
+    ([`tracking.ui_command`][tracking.ui_command], 127.0.0.1:5000: the image shows while that UI runs); only a run not
+    logged to MLflow gets ``data:image/png;base64`` URLs (files over [`MAX_INLINE_IMAGE_BYTES`][tasks.publish.MAX_INLINE_IMAGE_BYTES] are
     left out)."""
     import base64
     from pathlib import Path
@@ -122,7 +122,7 @@ def results_table_rows(result: dict) -> list[dict]:
 @task(name="publish-artifacts", cache_policy=NONE)
 def publish_experiment(result: dict) -> None:
     """Artifacts of the experiment: a table artifact (one row per method, fastest first), an image
-    artifact per plot (:func:`plot_urls`), a markdown artifact with the 2017 Table 2 shape (with the
+    artifact per plot ([`plot_urls`][tasks.publish.plot_urls]), a markdown artifact with the 2017 Table 2 shape (with the
     lower bound when the result has one) and a link artifact to its MLflow parent run."""
     key = _key(f"placement-{result['model']}-{result['size']}-{result['cluster']}")
     uri, run_id = result.get("mlflow_tracking_uri") or "", result.get("mlflow_run_id")
@@ -157,7 +157,7 @@ def publish_experiment(result: dict) -> None:
 
 @task(name="publish-sweep-table", cache_policy=NONE)
 def publish_sweep(rows: list[dict], tracking_uri: str, sweep_run_id: str | None) -> None:
-    """A markdown artifact with the sweep's comparison table (:func:`tracking.compare.compare_markdown`)."""
+    """A markdown artifact with the sweep's comparison table ([`tracking.compare.compare_markdown`][tracking.compare.compare_markdown])."""
     create_markdown_artifact(
         key="placement-sweep",
         markdown=f"# Sweep comparison\n\n{compare_markdown(rows)}\n\nMLflow sweep run `{sweep_run_id}` in `{tracking_uri}`.\n",

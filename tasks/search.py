@@ -1,5 +1,5 @@
 """Prefect tasks of the learner searches: one environment helper, one search task for every
-learner of :data:`placer.LEARNERS` (no per-learner dispatch), the placement evaluation."""
+learner of [`placer.LEARNERS`][placer.learner.LEARNERS] (no per-learner dispatch), the placement evaluation."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
 
 @dataclass
 class WarmStart:
-    """A warm start (:mod:`placer.warm`; in no paper): the op placement a learner starts from.
+    """A warm start ([`placer.warm`][placer.warm]; in no paper): the op placement a learner starts from.
 
     Attributes:
         source: the best baseline's method name, or the placement file's path.
@@ -79,14 +79,14 @@ class WarmStart:
     oom: bool = False
 
     def label(self, method: str) -> str:
-        """``method``'s label in the results table: ``rl (warm: expert)`` (:func:`placer.warm.warm_label`)."""
+        """``method``'s label in the results table: ``rl (warm: expert)`` ([`placer.warm.warm_label`][placer.warm.warm_label])."""
         return warm_label(method, self.source)
 
 
 def _measure(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placements: dict,
              env_options: dict | None) -> dict:
-    """``placements`` (group placements over the prepared groups, or :class:`cluster.op_placement.OpPlacement`)
-    measured as :func:`evaluate` measures them: method -> its row (:func:`cluster.evaluation.evaluate_placements`)."""
+    """``placements`` (group placements over the prepared groups, or [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement])
+    measured as [`evaluate`][tasks.search.evaluate] measures them: method -> its row ([`cluster.evaluation.evaluate_placements`][cluster.evaluation.evaluate_placements])."""
     placements, groupings = unit_placements(prepared, env_kind, placements, None)
     env = environment(prepared, spec, env_kind, env_options)
     others = {m: environment(prepared, spec, env_kind, env_options, g) for m, g in groupings.items()}
@@ -95,7 +95,7 @@ def _measure(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, placemen
 
 def op_devices_of(prepared: PreparedGraph, placement) -> np.ndarray:
     """A baseline's placement (``[num_groups]`` over the prepared groups, or an
-    :class:`cluster.op_placement.OpPlacement`) as int64 ``[num_ops]`` device indices."""
+    [`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement]) as int64 ``[num_ops]`` device indices."""
     from cluster.op_placement import is_op_placement
 
     return placement.ops.copy() if is_op_placement(placement) else prepared.grouping.expand(placement)
@@ -105,12 +105,12 @@ def best_baseline_start(prepared: PreparedGraph, spec: ClusterSpec, env_kind: st
                         baselines: dict | None = None) -> WarmStart:
     """The best baseline as a warm start: the baseline placement with the lowest step time in
     ``env_kind`` (ties: the first name in alphabetical order, as the report's best baseline,
-    :func:`baselines.report.run_baselines`' ``best_baseline``); if every one runs out of memory, the first.
+    [`baselines.report.run_baselines`][baselines.report.run_baselines]' ``best_baseline``); if every one runs out of memory, the first.
 
     Args:
         baselines: method -> placement of the baselines the experiment ran (reference methods such as
             the optimum are left out); ``None`` or empty: every baseline that applies to the graph
-            and cluster but the optimum (:func:`baselines.applicable_baselines`), run here.
+            and cluster but the optimum ([`baselines.applicable_baselines`][baselines.applicable_baselines]), run here.
     Raises:
         ValueError: no baseline applies (names the cluster).
     """
@@ -136,7 +136,7 @@ def best_baseline_start(prepared: PreparedGraph, spec: ClusterSpec, env_kind: st
 def file_start(path: str, prepared: PreparedGraph, spec: ClusterSpec, env_kind: str,
                env_options: dict | None = None) -> WarmStart:
     """The placement file ``path`` (``{"devices": {op name: device name}}``, what ``placement export
-    --format json`` writes; :func:`tracking.evaluate.load_placement_file`) as a warm start, measured
+    --format json`` writes; [`tracking.evaluate.load_placement_file`][tracking.evaluate.load_placement_file]) as a warm start, measured
     in ``env_kind``.
 
     Raises:
@@ -160,15 +160,15 @@ def file_start(path: str, prepared: PreparedGraph, spec: ClusterSpec, env_kind: 
 def warm_start_config(method: str, config: LearnerConfig, prepared: PreparedGraph, spec: ClusterSpec, env_kind: str,
                       env_options: dict | None = None, baselines: dict | None = None,
                       cache: dict | None = None) -> tuple[LearnerConfig, WarmStart | None]:
-    """``config`` with its warm start filled in (``init_ops``, ``init_source``; :mod:`placer.warm`),
+    """``config`` with its warm start filled in (``init_ops``, ``init_source``; [`placer.warm`][placer.warm]),
     and the start; ``(config, None)`` for a learner with its paper's start.
 
-    ``init="best_baseline"``: :func:`best_baseline_start` (over ``baselines``, the run's baseline
-    placements, else every baseline that applies); ``init="placement"``: :func:`file_start` of
+    ``init="best_baseline"``: [`best_baseline_start`][tasks.search.best_baseline_start] (over ``baselines``, the run's baseline
+    placements, else every baseline that applies); ``init="placement"``: [`file_start`][tasks.search.file_start] of
     ``config.init_placement``. ``cache`` (a dict the caller keeps): starts already resolved, by source.
 
     Raises:
-        ValueError: see :func:`best_baseline_start` and :func:`file_start`.
+        ValueError: see [`best_baseline_start`][tasks.search.best_baseline_start] and [`file_start`][tasks.search.file_start].
     """
     if not is_warm(config):
         return config, None
@@ -184,7 +184,7 @@ def warm_start_config(method: str, config: LearnerConfig, prepared: PreparedGrap
 
 def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, method: str, seed: int,
               budget: int) -> tuple[Path, Path]:
-    """``(placement log, checkpoint)`` of a run, named by its settings (:func:`placer.search.run_name`)."""
+    """``(placement log, checkpoint)`` of a run, named by its settings ([`placer.search.run_name`][placer.search.run_name])."""
     from compgraph.paths import inside
 
     name = run_name(model, size, cluster, grouper, method, seed, budget)
@@ -194,7 +194,7 @@ def run_paths(out: Path, model: str, size: str, cluster: str, grouper: str, meth
 
 
 def log_names(config: ExperimentConfig, prepared: PreparedGraph | None = None) -> tuple[str, str, str, str]:
-    """``(model, size, cluster, grouper)`` that name the run's placement logs (:func:`run_paths`):
+    """``(model, size, cluster, grouper)`` that name the run's placement logs ([`run_paths`][tasks.search.run_paths]):
     the prepared graph's, else (a benchmark, before it is prepared) the config's model and size, its
     cluster's name and its grouper (default ``2017``)."""
     if prepared is not None:
@@ -207,11 +207,11 @@ def log_names(config: ExperimentConfig, prepared: PreparedGraph | None = None) -
 
 def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> str | None:
     """Before a ``--resume`` starts: the first learner of ``config``'s methods whose placement log
-    (named by ``names``: :func:`log_names`) exists but was written with other learner settings, as one line naming the setting (:func:`placer.search.settings_difference`);
+    (named by ``names``: [`log_names`][tasks.search.log_names]) exists but was written with other learner settings, as one line naming the setting ([`placer.search.settings_difference`][placer.search.settings_difference]);
     ``None`` if every existing log matches (a learner with no log starts afresh).
 
     Raises:
-        ValueError: a learner option its config refuses (as :func:`learner_config`).
+        ValueError: a learner option its config refuses (as [`learner_config`][tasks.search.learner_config]).
     """
     import json
 
@@ -240,8 +240,8 @@ def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -
 
 def busy_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> str | None:
     """Before a run starts (the CLI, before Prefect): the first learner whose placement log another run
-    holds now (the same settings, at once), as :class:`placer.search.PlacementLogBusy`'s line; ``None``
-    if none is held. ``names``: the logs' names (:func:`log_names`). Each log is named as :func:`learner_searches` names it (``-ray<N>`` on Ray)."""
+    holds now (the same settings, at once), as [`placer.search.PlacementLogBusy`][placer.search.PlacementLogBusy]'s line; ``None``
+    if none is held. ``names``: the logs' names ([`log_names`][tasks.search.log_names]). Each log is named as [`learner_searches`][tasks.search.learner_searches] names it (``-ray<N>`` on Ray)."""
     from placer import LEARNER_NAMES
     from placer.search import placement_log_busy
 
@@ -261,8 +261,8 @@ def busy_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> 
 
 def ray_settings(ray: RayOptions | RaySettings | None, method: str, log_path: Path | None = None) -> RaySettings | None:
     """How ``method`` searches on Ray: ``None`` in-process (no ``ray``, or the experiment's ``ray``
-    section does not distribute it: :meth:`tasks.config.RayOptions.distributes`), else the
-    :class:`placer.distributed.RaySettings` of the section (or ``ray`` itself), with a local Ray's
+    section does not distribute it: [`tasks.config.RayOptions.distributes`][tasks.config.RayOptions.distributes]), else the
+    [`placer.distributed.RaySettings`][placer.distributed.RaySettings] of the section (or ``ray`` itself), with a local Ray's
     files in the placement log's folder unless ``temp_dir`` says otherwise."""
     if isinstance(ray, RayOptions):
         if not ray.distributes(method):
@@ -294,11 +294,11 @@ def learner_search(
     on_update=None,
     ray: RayOptions | RaySettings | None = None,
 ) -> SearchResult:
-    """One learner's search (:data:`placer.LEARNERS`) over its units (:func:`learner_grouping`),
-    in this process or on Ray: :func:`placer.search.run_search` with the learner and its
-    environment, or with the controllers and workers of :func:`placer.distributed.ray_controllers`
-    (:func:`ray_settings`; task run ``search-<method>-ray``). A warm start whose ``init_ops`` the
-    caller did not fill in is resolved here (:func:`warm_start_config`: the best of every baseline
+    """One learner's search ([`placer.LEARNERS`][placer.learner.LEARNERS]) over its units ([`learner_grouping`][tasks.search.learner_grouping]),
+    in this process or on Ray: [`placer.search.run_search`][placer.search.run_search] with the learner and its
+    environment, or with the controllers and workers of [`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]
+    ([`ray_settings`][tasks.search.ray_settings]; task run ``search-<method>-ray``). A warm start whose ``init_ops`` the
+    caller did not fill in is resolved here ([`warm_start_config`][tasks.search.warm_start_config]: the best of every baseline
     that applies, or the ``init_placement`` file).
 
     Args:
@@ -307,14 +307,14 @@ def learner_search(
         log_path: the placement log (``None``: none); ``resume``: replay it (and the checkpoint)
             instead of starting afresh.
         checkpoint_path: the learner's checkpoint in-process (a search on Ray has none: its log is replayed).
-        on_update: called with each learning-curve point (:func:`placer.search.run_search`).
-        ray: the experiment's ``ray`` section, or :class:`placer.distributed.RaySettings`
+        on_update: called with each learning-curve point ([`placer.search.run_search`][placer.search.run_search]).
+        ray: the experiment's ``ray`` section, or [`placer.distributed.RaySettings`][placer.distributed.RaySettings]
             (tests, benchmarks: fault and delay knobs); ``None``: in-process.
     Returns:
-        The :class:`placer.search.SearchResult`; with one synchronous controller on Ray the
+        The [`placer.search.SearchResult`][placer.search.SearchResult]; with one synchronous controller on Ray the
         in-process search's, for the same seed (``distributed`` aside).
     Raises:
-        ValueError: an unknown learner; bad Ray settings (:func:`placer.distributed.ray_controllers`);
+        ValueError: an unknown learner; bad Ray settings ([`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]);
             a warm start that cannot be resolved; a placement log of other settings.
     """
     if method not in LEARNERS:
@@ -335,7 +335,7 @@ def learner_search(
 def unit_placements(prepared: PreparedGraph, env_kind: str, placements: dict,
                     groupings: dict[str, Grouping] | None) -> tuple[dict, dict[str, Grouping]]:
     """For an environment that measures group placements only (``real``, ``grappler``): every op-level
-    placement (:class:`cluster.op_placement.OpPlacement`, e.g. Scotch or m-ETF) that splits the
+    placement ([`cluster.op_placement.OpPlacement`][cluster.op_placement.OpPlacement], e.g. Scotch or m-ETF) that splits the
     prepared groups but keeps each TensorFlow colocation unit whole is handed over as a placement of
     the colocation units (``[num_units]``, with the units' grouping in the returned ``groupings``);
     everything else unchanged. The simulator measures op placements directly."""
@@ -366,7 +366,7 @@ def evaluate(
     (method -> the grouping its placement is over, e.g. a colocation learner's units): those
     are measured in an environment of the same kind over their own grouping. Every
     environment simulates (or runs) the same op graph, each op on its unit's device, so the
-    step times compare. The summary's learners are the methods of :data:`placer.LEARNERS`.
+    step times compare. The summary's learners are the methods of [`placer.LEARNERS`][placer.learner.LEARNERS].
     """
     placements, groupings = unit_placements(prepared, env_kind, placements, groupings)
     env = environment(prepared, spec, env_kind, env_options)
@@ -384,12 +384,12 @@ class LearnerSearches:
     Attributes:
         placements: method -> best placement (``[num_units]`` device indices over ``groupings[method]``;
             ``None`` if every sampled placement ran out of memory).
-        curves: method -> learning curve (:attr:`placer.search.SearchResult.curve`).
+        curves: method -> learning curve ([`placer.search.SearchResult.curve`][placer.search.SearchResult.curve]).
         method_params: method -> its settings for MLflow (config, paper, units, controllers, Ray settings).
-        groupings: method -> the grouping its placement is over (:func:`learner_grouping`).
+        groupings: method -> the grouping its placement is over ([`learner_grouping`][tasks.search.learner_grouping]).
         extra_artifacts: ``placement-logs/<method>`` -> the path of its placement log.
         labels: method -> its label in the results table, for the warm-started learners only
-            (``rl (warm: expert)``: :mod:`placer.warm`).
+            (``rl (warm: expert)``: [`placer.warm`][placer.warm]).
     """
 
     placements: dict = field(default_factory=dict)
@@ -402,29 +402,29 @@ class LearnerSearches:
 
 def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: ClusterSpec, progress=None,
                      baselines: dict | None = None) -> LearnerSearches:
-    """Every learner of the config's methods (those in :data:`placer.LEARNERS`, in order) searches
-    the config's ``budget`` placements with the one search task (:func:`learner_search`): in-process (task run
-    ``search-<method>``) or on Ray (``search-<method>-ray``, see :class:`tasks.config.RayOptions`), with its
-    placement log and checkpoint under ``tracking.out_dir`` named by the run's settings (:func:`run_paths`;
+    """Every learner of the config's methods (those in [`placer.LEARNERS`][placer.learner.LEARNERS], in order) searches
+    the config's ``budget`` placements with the one search task ([`learner_search`][tasks.search.learner_search]): in-process (task run
+    ``search-<method>``) or on Ray (``search-<method>-ray``, see [`tasks.config.RayOptions`][tasks.config.RayOptions]), with its
+    placement log and checkpoint under ``tracking.out_dir`` named by the run's settings ([`run_paths`][tasks.search.run_paths];
     ``-ray<N>`` in the log's name on Ray), resumed from them with ``tracking.resume``.
 
     Args:
-        config: the experiment (:class:`tasks.config.ExperimentConfig`): its methods, budget, seed,
+        config: the experiment ([`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig]): its methods, budget, seed,
             env (and ``env_options``), each learner's options overriding the paper defaults
-            (``learner_options``: :func:`learner_config`), ``ray`` and ``tracking``.
+            (``learner_options``: [`learner_config`][tasks.search.learner_config]), ``ray`` and ``tracking``.
         prepared: the graph (its ``size`` names the logs: ``user`` for a user's graph).
-        spec: the cluster (:meth:`tasks.config.ExperimentConfig.spec`).
+        spec: the cluster ([`tasks.config.ExperimentConfig.spec`][tasks.config.ExperimentConfig.spec]).
         progress: ``progress(method, budget) -> on_update`` callback factory (e.g.
-            :meth:`tracking.live.ExperimentRecorder.callback`), or ``None``.
+            [`tracking.live.ExperimentRecorder.callback`][tracking.live.ExperimentRecorder.callback]), or ``None``.
         baselines: method -> placement of the baselines the experiment ran: a warm-started
-            learner (:mod:`placer.warm`) starts from the fastest of them (:func:`warm_start_config`;
+            learner ([`placer.warm`][placer.warm]) starts from the fastest of them ([`warm_start_config`][tasks.search.warm_start_config];
             none given: from the fastest baseline that applies, run for that purpose). Its start is
             placement 0 of its search; when the start splits the learner's units (an op-level
             baseline) and nothing the learner sampled beats it, the start itself (op-level) is the
             learner's placement, so a warm-started learner's row is never slower than its start.
     Raises:
-        ValueError: an option a learner's config refuses (:func:`learner_config`); a warm start
-            that cannot be resolved (:func:`warm_start_config`).
+        ValueError: an option a learner's config refuses ([`learner_config`][tasks.search.learner_config]); a warm start
+            that cannot be resolved ([`warm_start_config`][tasks.search.warm_start_config]).
     """
     methods, budget, seed, env_kind, env_options = (config.resolved_methods, config.budget, config.seed, config.env,
                                                      config.env_options)

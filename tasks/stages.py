@@ -19,26 +19,26 @@ def preprocess(source: GraphSource, grouper: str | None = None, num_groups: int 
                cache_dir: str | None = None, seed: int = 0, int_bounds: dict[str, int] | None = None) -> PreparedGraph:
     """Build (or read from the cache), import and group the training step of ``source`` (a
     benchmark, or a user's GraphDef / SavedModel / Keras model) with its front end
-    (:func:`compgraph.frontends.prepare_source`)."""
+    ([`compgraph.frontends.prepare_source`][compgraph.frontends.prepare_source])."""
     return prepare_source(source, grouper, num_groups, seed, cache_dir, int_bounds)
 
 
 @task(name="load-cluster", cache_policy=NONE)
 def load_cluster_spec(cluster: str) -> ClusterSpec:
-    """The cluster spec (:func:`cluster.spec.load_cluster`)."""
+    """The cluster spec ([`cluster.spec.load_cluster`][cluster.spec.load_cluster])."""
     return load_cluster(cluster)
 
 
 @task(name="baseline-placement", task_run_name="baseline-{method}", cache_policy=NONE)
 def baseline_placement(method: str, prepared: PreparedGraph, spec: ClusterSpec) -> np.ndarray:
-    """One baseline's group placement (:data:`baselines.BASELINES`)."""
+    """One baseline's group placement ([`baselines.BASELINES`][baselines.BASELINES])."""
     ctx = BaselineContext(prepared.graph, prepared.grouping, spec, prepared.benchmark, prepared.config)
     return BASELINES[method](ctx)
 
 
 def baseline_placements(methods: list[str], prepared: PreparedGraph, spec: ClusterSpec) -> dict:
     """The placement of every baseline of ``methods`` (one task ``baseline-<method>`` each, in
-    order); learners and reference methods (the optimum: :func:`reference_points`) are skipped."""
+    order); learners and reference methods (the optimum: [`reference_points`][tasks.stages.reference_points]) are skipped."""
     return {m: baseline_placement(m, quote(prepared), spec) for m in methods
             if m in BASELINES and not BASELINES[m].reference}
 
@@ -46,8 +46,8 @@ def baseline_placements(methods: list[str], prepared: PreparedGraph, spec: Clust
 @task(name="reference-points", cache_policy=NONE)
 def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, methods: list[str]) -> dict:
     """The lower bound and the reference methods among ``methods`` (the optimum), with ``placements``
-    as the optimum's candidates (:func:`baselines.report.reference_points`); the returned
-    ``"placements"`` holds the reference methods' placements (:func:`baselines.report.reference_placements`)."""
+    as the optimum's candidates ([`baselines.report.reference_points`][baselines.report.reference_points]); the returned
+    ``"placements"`` holds the reference methods' placements ([`baselines.report.reference_placements`][baselines.report.reference_placements])."""
     from baselines.report import reference_placements, wants_optimum
     from baselines.report import reference_points as compute
 
@@ -57,7 +57,7 @@ def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dic
 
 @task(name="record-mlflow", cache_policy=NONE)
 def record(**kwargs) -> str | None:
-    """Log the experiment to MLflow (:func:`tracking.record_experiment`); returns the parent run id,
+    """Log the experiment to MLflow ([`tracking.record_experiment`][tracking.record_experiment]); returns the parent run id,
     or ``None`` if MLflow failed (the run folder ``kwargs["run_dir"]`` keeps the results: ``placement log-run DIR``)."""
     try:
         return record_experiment(**kwargs)

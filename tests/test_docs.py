@@ -102,3 +102,14 @@ def test_the_xref_conversion_resolves_as_sphinx_would():
     assert convert(":data:`~placer.LEARNERS`", "tasks.search", index) == "[`LEARNERS`][placer.learner.LEARNERS]"
     assert convert(":func:`_fail`", "cli.main", index) == "`_fail`"  # private: not on the site, plain code
     assert convert(":class:`torch.nn.Module`", "cli.main", index) == "`torch.nn.Module`"  # another library's
+
+
+def test_docstrings_use_the_sites_cross_references_not_sphinx_roles():
+    """Every docstring names other objects as the site renders them (``[`title`][target]``); a Sphinx
+    role (``:class:`x.Y```) is refused here: ``python scripts/convert_xrefs.py --write`` converts it."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "convert_xrefs.py"), "--check"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "would rewrite 0 roles" in r.stdout

@@ -28,16 +28,16 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 EXPERIMENT_NAME = "placement-experiment"
 
 HOME_ENV = "PLACEMENT_HOME"
-"""The environment variable naming the user-level folder of every run (:func:`placement_home`)."""
+"""The environment variable naming the user-level folder of every run ([`placement_home`][tracking.placement_home])."""
 APP_NAME = "device-placement"
-"""The application's name in the platform's user data folder (:func:`placement_home`)."""
+"""The application's name in the platform's user data folder ([`placement_home`][tracking.placement_home])."""
 
 
 def placement_home() -> Path:
     """The folder every command writes to when no ``--out-dir`` is given, so that runs started
     from any folder land in one MLflow store (``<home>/mlflow.db``) that ``placement compare``
     and the printed MLflow UI command read: ``$PLACEMENT_HOME`` (``~`` expanded, made absolute)
-    when set and not empty, else the user data folder of :data:`APP_NAME` by the platform's
+    when set and not empty, else the user data folder of [`APP_NAME`][tracking.APP_NAME] by the platform's
     conventions (``platformdirs.user_data_path``: ``$XDG_DATA_HOME/device-placement`` or
     ``~/.local/share/device-placement`` on Linux, ``~/Library/Application Support/device-placement``
     on macOS, ``%LOCALAPPDATA%\\device-placement`` on Windows). Nothing is created here."""
@@ -68,7 +68,7 @@ def runs_page(tracking_uri: str, run_id: str) -> str | None:
     """The MLflow UI page of the runs table of ``run_id``'s experiment, in the "Model training"
     view (``workflowType=machine_learning``: MLflow 3.17's UI otherwise opens the GenAI overview,
     whatever the experiment's kind tag); on the tracking server for ``http(s)`` URIs, else on
-    :func:`ui_command`'s address. ``None`` if the run cannot be read."""
+    [`ui_command`][tracking.ui_command]'s address. ``None`` if the run cannot be read."""
     from mlflow.tracking import MlflowClient
 
     try:
@@ -80,9 +80,9 @@ def runs_page(tracking_uri: str, run_id: str) -> str | None:
 
 
 RUNS_VIEW = "placement-key-metrics"
-"""The id of the runs-table view every experiment carries (:func:`runs_view_tag`) and :func:`runs_page` opens."""
+"""The id of the runs-table view every experiment carries ([`runs_view_tag`][tracking.runs_view_tag]) and [`runs_page`][tracking.runs_page] opens."""
 KEY_METRICS = ("best_step_time_s", "step_time_s", "x_best_baseline", "speedup_over_best_baseline")
-"""The metrics shown as columns of the runs table (:func:`runs_view_tag`): on an experiment's parent run the
+"""The metrics shown as columns of the runs table ([`runs_view_tag`][tracking.runs_view_tag]): on an experiment's parent run the
 step time of its best placement, that over the best baseline's and the best learner's speedup; on a method's
 nested run its own step time, that over the best baseline's and (a learner) its best step time."""
 KEY_TAGS = ("placement.recommended",)
@@ -96,9 +96,9 @@ def runs_view_tag() -> tuple[str, str]:
     its "Share" button is an experiment tag ``mlflow.sharedViewState.<id>`` whose value is the
     page's state, opened by the URL parameter ``viewStateShareKey=<id>`` (read from the UI's
     bundle: ``mlflow/server/js``, ``viewStateShareKey`` and ``mlflow.sharedViewState.``; a saved
-    view's envelope ``{name, createdAt, updatedAt, state}``). This one selects :data:`KEY_METRICS`
-    and :data:`KEY_TAGS` (canonical keys ``metrics.`name``` and ``tags.`name```), so the link of
-    :func:`runs_page` opens the runs table with them as columns."""
+    view's envelope ``{name, createdAt, updatedAt, state}``). This one selects [`KEY_METRICS`][tracking.KEY_METRICS]
+    and [`KEY_TAGS`][tracking.KEY_TAGS] (canonical keys ``metrics.`name``` and ``tags.`name```), so the link of
+    [`runs_page`][tracking.runs_page] opens the runs table with them as columns."""
     import json
 
     columns = [*(f"metrics.`{m}`" for m in KEY_METRICS), *(f"tags.`{t}`" for t in KEY_TAGS)]
@@ -126,8 +126,8 @@ def experiment_id(client, name: str, artifact_location: str) -> str:
 
     The experiment carries ``mlflow.experimentKind = custom_model_development`` (a model-training
     experiment, not a GenAI one). MLflow 3.17's UI still opens on the GenAI overview unless the
-    page asks for the "Model training" view: :func:`runs_page` gives that link. It also carries
-    the runs-table view of the key metrics (:func:`runs_view_tag`), which that link opens.
+    page asks for the "Model training" view: [`runs_page`][tracking.runs_page] gives that link. It also carries
+    the runs-table view of the key metrics ([`runs_view_tag`][tracking.runs_view_tag]), which that link opens.
     """
     with _sqlite_lock(client.tracking_uri):
         exp = client.get_experiment_by_name(name)
@@ -196,9 +196,9 @@ def run_title(params: dict, started: str | None = None) -> str:
         rnnlm-small__k80x2-sim__rl,post__budget200__seed0__20261126-101500
 
     ``learners``: the methods of ``params["methods"]`` (comma-separated) that are not baselines
-    (:data:`baselines.BASELINES`), else all of them; a user's graph named by a path keeps its
+    ([`baselines.BASELINES`][baselines.BASELINES]), else all of them; a user's graph named by a path keeps its
     last component (``nets/my_cnn.py:cnn`` -> ``my_cnn.py:cnn``); ``started``: the run's start,
-    :data:`STAMP_FORMAT`. A part whose fields are all missing is left out.
+    [`STAMP_FORMAT`][tracking.STAMP_FORMAT]. A part whose fields are all missing is left out.
     """
     def given(key):
         value = params.get(key)
@@ -220,8 +220,8 @@ def run_title(params: dict, started: str | None = None) -> str:
 
 
 def run_stamp(run_dir: str | Path | None = None, start_time_ms: int | None = None) -> str | None:
-    """A run's :data:`STAMP_FORMAT` time stamp: the one that opens its run folder's name
-    (``<stamp>-<model>-...``, :func:`tracking.live.run_folder`), else its MLflow ``start_time``
+    """A run's [`STAMP_FORMAT`][tracking.STAMP_FORMAT] time stamp: the one that opens its run folder's name
+    (``<stamp>-<model>-...``, [`tracking.live.run_folder`][tracking.live.run_folder]), else its MLflow ``start_time``
     (milliseconds); ``None`` when neither is known."""
     import re
 
@@ -235,12 +235,12 @@ def run_stamp(run_dir: str | Path | None = None, start_time_ms: int | None = Non
 
 
 def new_run(client, exp_id: str, run_name: str, tags: dict | None = None):
-    """``client.create_run`` with :func:`code_version_tags` added to ``tags``."""
+    """``client.create_run`` with [`code_version_tags`][tracking.code_version_tags] added to ``tags``."""
     return client.create_run(exp_id, run_name=run_name, tags={**code_version_tags(), **(tags or {})})
 
 
 def mlflow_client(tracking_uri: str):
-    """``MlflowClient(tracking_uri)``, created under the SQLite store's lock (see :func:`experiment_id`):
+    """``MlflowClient(tracking_uri)``, created under the SQLite store's lock (see [`experiment_id`][tracking.experiment_id]):
     the constructor creates and migrates a new database."""
     from mlflow.tracking import MlflowClient
 
@@ -278,14 +278,14 @@ def record_experiment(
         tracking_uri: MLflow tracking URI (SQLite file or server).
         artifact_location: where the experiment's artifacts go (used when the experiment is created).
         params: the experiment's parameters (model, cluster, budget, seed...).
-        results: method -> evaluation row (see :func:`cluster.evaluation.evaluate_placements`).
+        results: method -> evaluation row (see [`cluster.evaluation.evaluate_placements`][cluster.evaluation.evaluate_placements]).
         summary: best baseline and speedups.
         method_params: method -> its own parameters.
         curves: method -> learning-curve points (``placements``, ``best_step_time_s``, ``sample_mean_step_time_s``).
         prefect_flow_run_id: tagged on the parent run.
         extra_artifacts: artifact path -> local file to upload into the parent run.
         run_ids: ``{"parent": id, "children": {method: id}}`` of runs created at the start
-            (:class:`tracking.live.ExperimentRecorder`): they are completed instead of new runs
+            ([`tracking.live.ExperimentRecorder`][tracking.live.ExperimentRecorder]): they are completed instead of new runs
             created, and the curves, already logged as the search went, are not logged again.
         run_dir: the experiment's run folder; its ``table.md``, ``plots/`` and ``export.json`` are logged to
             the parent run.

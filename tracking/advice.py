@@ -1,8 +1,8 @@
 """What an experiment's results say to do next: the placement to use and why, the command that
 writes it, how far to trust the figures, and which learners lost to a baseline.
 
-:func:`recommendation` reads the experiment's result object (``placement experiment --json``;
-:func:`tasks.experiment.save_and_record` adds it as ``recommendation``) and :func:`next_steps`
+[`recommendation`][tracking.advice.recommendation] reads the experiment's result object (``placement experiment --json``;
+[`tasks.experiment.save_and_record`][tasks.experiment.save_and_record] adds it as ``recommendation``) and [`next_steps`][tracking.advice.next_steps]
 turns it into the lines the CLI prints after the table. Plain functions of plain data: no
 MLflow, no Prefect.
 """
@@ -16,7 +16,7 @@ ENV_WORDS = {
     "real": "measured: each step run on this machine's devices ({where})",
     "grappler": "estimated by TensorFlow's cost model, grappler ({where}), not measured on hardware",
 }
-"""How each measurement environment's figures are said; ``{where}`` is :func:`cluster_words`."""
+"""How each measurement environment's figures are said; ``{where}`` is [`cluster_words`][tracking.advice.cluster_words]."""
 
 
 def best_placement(results: dict[str, dict], best_baseline: str | None = None) -> dict | None:
@@ -25,7 +25,7 @@ def best_placement(results: dict[str, dict], best_baseline: str | None = None) -
 
     Args:
         results: method -> row with ``step_time_s`` and ``oom`` (the result object's ``methods``, or
-            :func:`cluster.evaluation.evaluate_placements`' rows).
+            [`cluster.evaluation.evaluate_placements`][cluster.evaluation.evaluate_placements]' rows).
         best_baseline: the best baseline's method, for ``x_best_baseline``.
     Returns:
         ``{"method", "step_time_s", "x_best_baseline", "measured", "runner_up", "runner_up_s"}``
@@ -72,7 +72,7 @@ def _versus(t: float, base_s: float) -> str:
 def learner_verdicts(result: dict, budget: int | None = None) -> list[str]:
     """One plain line per learner of ``result`` (its ``speedups``) that ended worse than the best
     baseline, or with no placement that ran, saying what to try: the learner's warm-started
-    variant (``<learner>_warm`` of :data:`placer.LEARNER_NAMES`, started from the best baseline's
+    variant (``<learner>_warm`` of [`placer.LEARNER_NAMES`][placer.LEARNER_NAMES], started from the best baseline's
     placement) when it exists and was not in the run (how it did when it was), and a larger
     ``--budget``."""
     from placer import LEARNER_NAMES
@@ -109,7 +109,7 @@ def recommendation(result: dict, budget: int | None = None) -> dict | None:
         "export_command", "learners_behind"}``: ``why`` one sentence; ``figures`` whether the step
         times are simulated, measured or estimated, and on which preset or cluster spec;
         ``export_command`` the ``placement export`` command of the run folder (``None`` before
-        the run folder is written); ``learners_behind`` :func:`learner_verdicts`' lines.
+        the run folder is written); ``learners_behind`` [`learner_verdicts`][tracking.advice.learner_verdicts]' lines.
     """
     best = best_placement(result.get("methods") or {}, result.get("best_baseline"))
     if best is None:
@@ -134,7 +134,7 @@ def recommendation(result: dict, budget: int | None = None) -> dict | None:
 
 
 def next_steps(rec: dict | None) -> list[str]:
-    """The lines printed after the results table for a :func:`recommendation` (none for ``None``)."""
+    """The lines printed after the results table for a [`recommendation`][tracking.advice.recommendation] (none for ``None``)."""
     if rec is None:
         return ["no placement ran (every method ran out of memory or found none): nothing to recommend"]
     lines = [f"recommended placement: {rec['method']}, {rec['why']}",

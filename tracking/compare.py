@@ -81,9 +81,9 @@ def experiment_runs(tracking_uri: str, experiment: str = "placement-experiment",
 
 
 def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]:
-    """Methods per group of settings over seeds, from experiment runs (:func:`experiment_runs`'s DataFrame).
+    """Methods per group of settings over seeds, from experiment runs ([`experiment_runs`][tracking.compare.experiment_runs]'s DataFrame).
 
-    Runs are grouped by the parent-run parameters ``by`` (default :data:`GROUP_BY`: every setting
+    Runs are grouped by the parent-run parameters ``by`` (default [`GROUP_BY`][tracking.compare.GROUP_BY]: every setting
     that changes a result); in a group, each seed counts once (its newest run). Each run contributes
     its metrics ``<method>.step_time_s``, its tags ``placement.best_baseline`` and
     ``placement.learners`` and, if logged, its metric ``lower_bound_s``.
@@ -158,7 +158,7 @@ def group_label(row: dict, by: tuple[str, ...] | list[str] = GROUP_BY) -> str:
 
 
 def compare_markdown(rows: list[dict]) -> str:
-    """:func:`compare_rows` as a markdown table."""
+    """[`compare_rows`][tracking.compare.compare_rows] as a markdown table."""
     with_bound = any(r["x_lower_bound_median"] is not None for r in rows)
     head = ["task", "settings", "method", "seeds", "step time (s), median [min, max]", "x best baseline, median [min, max]"]
     if with_bound:

@@ -1,13 +1,13 @@
 """One given placement measured: what ``placement evaluate`` computes.
 
 A placement comes from outside the project's runs: an op -> device JSON file as ``placement export
---format json`` writes it (:mod:`tracking.export`: ``{"model", "method", "cluster", "step_time_s",
+--format json`` writes it ([`tracking.export`][tracking.export]: ``{"model", "method", "cluster", "step_time_s",
 "devices": {op name: device}}``; only ``devices`` is read), or ``single:DEVICE`` (every op on one
-device). :func:`op_devices` checks it against the prepared graph and the cluster (every op placed,
-no unknown op, no unknown device), :func:`unit_placement` turns it into a placement of the
-TensorFlow colocation units (:func:`compgraph.grouping.colocation_grouping`; a placement that splits
-a unit is refused: TensorFlow would not run it) and :func:`evaluate_placement` measures that in one
-environment (:func:`cluster.factory.make_environment`). Every environment simulates or runs the
+device). [`op_devices`][tracking.evaluate.op_devices] checks it against the prepared graph and the cluster (every op placed,
+no unknown op, no unknown device), [`unit_placement`][tracking.evaluate.unit_placement] turns it into a placement of the
+TensorFlow colocation units ([`compgraph.grouping.colocation_grouping`][compgraph.grouping.colocation_grouping]; a placement that splits
+a unit is refused: TensorFlow would not run it) and [`evaluate_placement`][tracking.evaluate.evaluate_placement] measures that in one
+environment ([`cluster.factory.make_environment`][cluster.factory.make_environment]). Every environment simulates or runs the
 op graph with each op on its unit's device, so the step time equals the one an experiment reports
 for the same op placement.
 """
@@ -91,11 +91,11 @@ def load_placement_file(path: str | Path, max_bytes: int = MAX_PLACEMENT_BYTES) 
 
 
 def read_placement(placement: str) -> dict[str, str] | str:
-    """``--placement``: the op -> device map of a file (:func:`load_placement_file`), or the device name of
+    """``--placement``: the op -> device map of a file ([`load_placement_file`][tracking.evaluate.load_placement_file]), or the device name of
     ``single:DEVICE``.
 
     Raises:
-        EvaluateError: ``single:`` without a device; those of :func:`load_placement_file`.
+        EvaluateError: ``single:`` without a device; those of [`load_placement_file`][tracking.evaluate.load_placement_file].
     """
     if placement.startswith(SINGLE_PREFIX):
         device = placement[len(SINGLE_PREFIX):].strip()
@@ -186,8 +186,8 @@ def _plain(value):
 
 
 def measurement_fields(measurement, device_names: list[str]) -> dict:
-    """Every field of a :class:`cluster.environment.Measurement` (or a subclass: a real environment's step
-    times and spread) as JSON-ready values; :data:`PER_DEVICE_FIELDS` as ``{device name: value}``."""
+    """Every field of a [`cluster.environment.Measurement`][cluster.environment.Measurement] (or a subclass: a real environment's step
+    times and spread) as JSON-ready values; [`PER_DEVICE_FIELDS`][tracking.evaluate.PER_DEVICE_FIELDS] as ``{device name: value}``."""
     if dataclasses.is_dataclass(measurement) and not isinstance(measurement, type):
         fields = dataclasses.asdict(measurement)
     else:
@@ -206,19 +206,19 @@ def evaluate_placement(prepared, spec, env_kind: str, placement: dict[str, str] 
     """Measure one op placement of ``prepared`` on ``spec`` in the environment ``env_kind``.
 
     Args:
-        prepared: a :class:`compgraph.prepare.PreparedGraph`.
-        spec: the cluster (:class:`cluster.spec.ClusterSpec`).
-        env_kind: ``sim``, ``real`` or ``grappler`` (:data:`cluster.environment.ENVIRONMENTS`).
+        prepared: a [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph].
+        spec: the cluster ([`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec]).
+        env_kind: ``sim``, ``real`` or ``grappler`` ([`cluster.environment.ENVIRONMENTS`][cluster.environment.ENVIRONMENTS]).
         placement: op name -> device name (every op of the graph), or one device name for every op.
-        options: :class:`cluster.environment.EnvOptions` fields, passed as given (``None``: the defaults).
+        options: [`cluster.environment.EnvOptions`][cluster.environment.EnvOptions] fields, passed as given (``None``: the defaults).
     Returns:
-        the measurement's fields (:func:`measurement_fields`: ``step_time_s`` in seconds or ``None`` on
+        the measurement's fields ([`measurement_fields`][tracking.evaluate.measurement_fields]: ``step_time_s`` in seconds or ``None`` on
         OOM, ``oom``, ``peak_memory_bytes``, ``compute_s`` and ``transfer_s`` per device name, and a
         real environment's step times and spread), then ``ops``, ``units`` (colocation units),
         ``devices_used`` (how many devices hold an op), ``ops_per_device`` and ``measure_seconds``
         (wall-clock seconds the measurement took).
     Raises:
-        EvaluateError: see :func:`op_devices` and :func:`unit_placement`.
+        EvaluateError: see [`op_devices`][tracking.evaluate.op_devices] and [`unit_placement`][tracking.evaluate.unit_placement].
         ValueError: the environment refuses its options, the graph or the placement (one line).
     """
     from cluster.factory import make_environment

@@ -3,21 +3,21 @@
 A run is a record, not a program: export never imports or calls anything a run record names.
 
 * An experiment writes, beside ``results.json`` in its run folder and as its MLflow parent run's
-  artifact, ``export.json`` (:func:`export_record`, :class:`ExportRecord`): the op names, a hash of
-  the captured graph (:func:`graph_hash`: op names and output shapes), the cluster spec itself
+  artifact, ``export.json`` ([`export_record`][tracking.export.export_record], [`ExportRecord`][tracking.export.ExportRecord]): the op names, a hash of
+  the captured graph ([`graph_hash`][tracking.export.graph_hash]: op names and output shapes), the cluster spec itself
   (``spec.model_dump(mode="json")`` and its sha256) and every method's op-level placement.
-* :func:`load_record` reads it, from a run folder or by MLflow run id (an existing store only), at
-  most :data:`MAX_RECORD_BYTES`, and checks it (lengths, device indices, the spec and its hash).
+* [`load_record`][tracking.export.load_record] reads it, from a run folder or by MLflow run id (an existing store only), at
+  most [`MAX_RECORD_BYTES`][tracking.export.MAX_RECORD_BYTES], and checks it (lengths, device indices, the spec and its hash).
 * ``json`` export reads that record only, and prepares no graph. ``tf`` and ``torch`` need the graph
   again: its source is the user's own (``source``: ``--model/--size``, ``--graph-def``, ``--torch``...
   on the command line), prepared and checked against the recorded graph hash; without one, or with
   another graph, they are refused. Run folders written before ``export.json`` are refused.
-* :func:`check_output` is done before any work: the output is not inside a run folder (a folder
+* [`check_output`][tracking.export.check_output] is done before any work: the output is not inside a run folder (a folder
   holding a ``results.json``) nor the out-dir's ``runs/``, ``mlartifacts/`` or store; not an existing
   file unless ``force``; its folder exists and is writable; not a symlink leading out of its folder.
   The file is written next to it and renamed over it (a symlink is replaced, never followed).
 
-Formats (:func:`export_placement`):
+Formats ([`export_placement`][tracking.export.export_placement]):
 
 * ``json``: ``{"model", "method", "cluster", "step_time_s", "devices": {op name: device}}``, op level
   for every method, group methods included;
@@ -26,7 +26,7 @@ Formats (:func:`export_placement`):
   and a session runs (TensorFlow graphs only).
 * ``torch``: a Python file defining ``PlacedStep``, the captured step's ``torch.fx`` code with every
   op on its device and a copy inserted wherever an op reads a tensor of another device
-  (:func:`compgraph.torch_step.placed_module`), and ``INPUTS``, its arguments' names and devices
+  ([`compgraph.torch_step.placed_module`][compgraph.torch_step.placed_module]), and ``INPUTS``, its arguments' names and devices
   (PyTorch steps only). It imports nothing of this project.
 
 Device names are mapped to the target machine's: by default ``/cpu:K`` -> ``/device:CPU:K`` and
@@ -49,13 +49,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
 FORMATS = ("json", "tf", "torch")
-"""What :func:`export_placement` writes."""
+"""What [`export_placement`][tracking.export.export_placement] writes."""
 
 EXPORT_FILE = "export.json"
 """The record of what export needs, in a run folder and as the MLflow parent run's artifact."""
 
 RESULTS_FILE = "results.json"
-"""What makes a folder a run folder (:mod:`tracking.live`)."""
+"""What makes a folder a run folder ([`tracking.live`][tracking.live])."""
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """The largest record export reads (bytes; 64 MiB)."""
@@ -89,7 +89,7 @@ class _Record(BaseModel):
 
 class RecordedCluster(_Record):
     """The cluster a run placed on: its name, its spec (``ClusterSpec.model_dump(mode="json")``) and
-    the spec's sha256 (:func:`spec_hash`)."""
+    the spec's sha256 ([`spec_hash`][tracking.export.spec_hash])."""
 
     name: str
     spec: dict
@@ -110,13 +110,13 @@ class ExportRecord(_Record):
     """``export.json``: everything ``placement export --format json`` needs, as data.
 
     Attributes:
-        version: :data:`RECORD_VERSION`.
+        version: [`RECORD_VERSION`][tracking.export.RECORD_VERSION].
         model, size: the graph's name and size (``user`` for a user's graph), for the output only.
         framework: ``tf`` (the step has a TensorFlow GraphDef) or ``torch`` (a PyTorch step).
         ops: the op names, in the graph's order.
-        graph_sha256: :func:`graph_hash` of the graph the run placed.
-        cluster: :class:`RecordedCluster`.
-        methods: method -> :class:`RecordedMethod`.
+        graph_sha256: [`graph_hash`][tracking.export.graph_hash] of the graph the run placed.
+        cluster: [`RecordedCluster`][tracking.export.RecordedCluster].
+        methods: method -> [`RecordedMethod`][tracking.export.RecordedMethod].
     Raises:
         pydantic.ValidationError: a placement of another length than ``ops``, a device index out of
             range, a spec that is not a valid cluster spec or does not match its hash.
@@ -157,7 +157,7 @@ class ExportRecord(_Record):
 
     @property
     def spec(self):
-        """The recorded :class:`cluster.spec.ClusterSpec` (validated with the record)."""
+        """The recorded [`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec] (validated with the record)."""
         return self._spec
 
     @property
@@ -174,11 +174,11 @@ def _framework(prepared) -> str:
 
 
 def export_record(prepared, spec, results: dict[str, dict]) -> dict:
-    """The :class:`ExportRecord` of an experiment, as JSON-able data.
+    """The [`ExportRecord`][tracking.export.ExportRecord] of an experiment, as JSON-able data.
 
     Args:
-        prepared: the experiment's :class:`compgraph.prepare.PreparedGraph`.
-        spec: its :class:`cluster.spec.ClusterSpec`.
+        prepared: the experiment's [`compgraph.prepare.PreparedGraph`][compgraph.prepare.PreparedGraph].
+        spec: its [`cluster.spec.ClusterSpec`][cluster.spec.ClusterSpec].
         results: method -> its row (``placement``: names -> device names, ``step_time_s`` in s, ``oom``).
     """
     from tracking.timeline import op_devices
@@ -197,7 +197,7 @@ def export_record(prepared, spec, results: dict[str, dict]) -> dict:
 
 
 def write_export_record(run_dir: str | Path, prepared, spec, results: dict[str, dict]) -> Path:
-    """Write :func:`export_record` as ``<run_dir>/export.json``; returns its path."""
+    """Write [`export_record`][tracking.export.export_record] as ``<run_dir>/export.json``; returns its path."""
     path = Path(run_dir) / EXPORT_FILE
     path.write_text(json.dumps(export_record(prepared, spec, results), separators=(",", ":")) + "\n")
     return path
@@ -227,7 +227,7 @@ def read_limited(path: str | Path, what: str, limit: int = MAX_RECORD_BYTES) -> 
 
 
 def parse_record(data: bytes, where: str) -> ExportRecord:
-    """An :class:`ExportRecord` from ``export.json``'s bytes.
+    """An [`ExportRecord`][tracking.export.ExportRecord] from ``export.json``'s bytes.
 
     Raises:
         ExportError: not JSON, or not a valid record (the first bad field named).
@@ -250,13 +250,13 @@ _PREDATES = "predates the recorded placements (it has no export.json): run the e
 
 
 def load_record(run: str, tracking_uri: str | None = None) -> ExportRecord:
-    """The :class:`ExportRecord` of a finished experiment: ``<run>/export.json`` of a run folder, or the
+    """The [`ExportRecord`][tracking.export.ExportRecord] of a finished experiment: ``<run>/export.json`` of a run folder, or the
     ``export.json`` artifact of the MLflow parent run ``run`` (a 32-hex-digit id) in ``tracking_uri``,
     an existing store only (a SQLite file that is not there is refused, never created).
 
     Raises:
         ExportError: neither a run folder nor a run of the store; a run recorded before ``export.json``;
-            a record too large (:data:`MAX_RECORD_BYTES`), malformed or invalid.
+            a record too large ([`MAX_RECORD_BYTES`][tracking.export.MAX_RECORD_BYTES]), malformed or invalid.
     """
     path = Path(run)
     if path.is_dir():
@@ -467,19 +467,19 @@ def export_placement(run: str, method: str, fmt: str, out: str | Path, device_ma
     """Write ``method``'s placement of ``run`` in format ``fmt`` to ``out``.
 
     Args:
-        run: a run folder or the experiment's MLflow run id (:func:`load_record`).
-        source: the graph source the user gave (a :data:`compgraph.frontends.GraphSource`), for ``tf``
+        run: a run folder or the experiment's MLflow run id ([`load_record`][tracking.export.load_record]).
+        source: the graph source the user gave (a [`compgraph.frontends.GraphSource`][compgraph.frontends.GraphSource]), for ``tf``
             and ``torch`` only; checked against the recorded graph hash.
         force: replace an existing ``out``.
-        out_dir: the experiments' out-dir, whose records ``out`` may not touch (:func:`check_output`).
+        out_dir: the experiments' out-dir, whose records ``out`` may not touch ([`check_output`][tracking.export.check_output]).
     Returns:
         ``{"path", "format", "method", "ops", "devices": {target device: ops placed there}, "fetches"}``
         (``fetches``: the op names one step runs, for ``tf``).
     Raises:
-        ExportError: an output refused (:func:`check_output`, before anything is read); an unknown format
+        ExportError: an output refused ([`check_output`][tracking.export.check_output], before anything is read); an unknown format
             or method, a method that found no placement (OOM is exported; a failed method has none), a
             device map naming a device the cluster lacks; a source for ``json``, none or another graph
-            for ``tf``/``torch``, a PyTorch step asked for ``tf``; those of :func:`load_record`.
+            for ``tf``/``torch``, a PyTorch step asked for ``tf``; those of [`load_record`][tracking.export.load_record].
     """
     if fmt not in FORMATS:
         raise ExportError(f"--format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")

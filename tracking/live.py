@@ -1,15 +1,15 @@
 """MLflow while an experiment runs, and a run folder so that nothing is lost.
 
-:class:`ExperimentRecorder` creates the MLflow parent run and one nested run per method when
+[`ExperimentRecorder`][tracking.live.ExperimentRecorder] creates the MLflow parent run and one nested run per method when
 the experiment starts (status RUNNING), logs each learner's learning-curve points as the
 search goes (metrics ``best_step_time_s`` and ``sample_mean_step_time_s``, step = placements
 sampled, timestamp = wall clock), and writes the run folder
 ``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>/`` before anything is logged at
-the end: ``results.json`` (everything :func:`tracking.record_experiment` needs),
+the end: ``results.json`` (everything [`tracking.record_experiment`][tracking.record_experiment] needs),
 ``table.md`` (the 2017 Table 2 shape), ``placements.json`` and ``plots/*.png``. If MLflow is
 down at the end, or the user asked to spool, ``placement log-run DIR`` logs the folder later
-(:func:`log_run_folder`). The flow's failure/crash hooks (:func:`mark_failed`,
-:func:`mark_killed`) set the runs FAILED or KILLED.
+([`log_run_folder`][tracking.live.log_run_folder]). The flow's failure/crash hooks ([`mark_failed`][tracking.live.mark_failed],
+[`mark_killed`][tracking.live.mark_killed]) set the runs FAILED or KILLED.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _ACTIVE: dict[str, "ExperimentRecorder"] = {}  # Prefect flow run id -> its reco
 
 def run_folder(out_dir: str | Path, stamp: str, model: str, size: str, cluster: str, seed: int) -> Path:
     """``<out_dir>/runs/<stamp>-<model>-<size>-<cluster>-seed<seed>`` (created), each name reduced to a
-    safe path component (:func:`compgraph.paths.slug`: a cluster spec named ``../../x`` cannot lead out).
+    safe path component ([`compgraph.paths.slug`][compgraph.paths.slug]: a cluster spec named ``../../x`` cannot lead out).
 
     Raises:
         compgraph.paths.UnsafePath: the folder would resolve outside ``out_dir`` (a symlink leading out).
@@ -43,12 +43,12 @@ def run_folder(out_dir: str | Path, stamp: str, model: str, size: str, cluster: 
 
 
 OUTAGE_RETRY_S = 60.0
-"""Seconds between tries (and warnings) while MLflow writes fail (:meth:`ExperimentRecorder._safe`)."""
+"""Seconds between tries (and warnings) while MLflow writes fail (`ExperimentRecorder._safe`)."""
 MAX_PENDING = 200_000
 """Learning-curve metrics kept per run while MLflow is down (the run folder keeps them all)."""
 
 FLUSH_EVERY_S = 5.0
-"""Seconds between writes of buffered learning-curve points to MLflow (:meth:`ExperimentRecorder.on_update`)."""
+"""Seconds between writes of buffered learning-curve points to MLflow ([`ExperimentRecorder.on_update`][tracking.live.ExperimentRecorder.on_update])."""
 
 
 class ExperimentRecorder:
@@ -66,9 +66,9 @@ class ExperimentRecorder:
             budget, seed, grouper, learner options). Its hash is tagged ``placement.settings_hash``
             on every run, with ``placement.host`` and ``placement.pid``; runs of the same settings
             left RUNNING by a process that is gone (SIGKILL, a crash) end KILLED here
-            (:func:`end_stale_runs`), and with ``resume`` those of another host too.
-        started: the time stamp in the parent run's name (:func:`tracking.run_title`; the run
-            folder's, :data:`tracking.STAMP_FORMAT`); default: now.
+            ([`end_stale_runs`][tracking.live.end_stale_runs]), and with ``resume`` those of another host too.
+        started: the time stamp in the parent run's name ([`tracking.run_title`][tracking.run_title]; the run
+            folder's, [`tracking.STAMP_FORMAT`][tracking.STAMP_FORMAT]); default: now.
     """
 
     def __init__(self, tracking_uri: str, artifact_location: str, params: dict, methods: list[str], spool: bool = False,
@@ -143,7 +143,7 @@ class ExperimentRecorder:
         """Call ``fn`` (an MLflow write); ``True`` if it went through.
 
         The search must not die, nor flood the terminal, because the tracking store is down: after a
-        failure, writes are skipped for :data:`OUTAGE_RETRY_S` seconds (``force``: try anyway, as
+        failure, writes are skipped for [`OUTAGE_RETRY_S`][tracking.live.OUTAGE_RETRY_S] seconds (``force``: try anyway, as
         the end of a run does) and one warning a minute says how many were skipped; the run folder
         keeps everything, and ``placement log-run`` logs it later."""
         now = self._clock()
@@ -178,7 +178,7 @@ class ExperimentRecorder:
         search); ``None`` when spooled.
 
         Points are buffered and written in one ``log_batch`` per run at most every
-        :data:`FLUSH_EVERY_S` seconds (and by :meth:`flush`): one SQLite write per update made a
+        [`FLUSH_EVERY_S`][tracking.live.FLUSH_EVERY_S] seconds (and by [`flush`][tracking.live.ExperimentRecorder.flush]): one SQLite write per update made a
         fast learner (Post: an update per 12 placements) spend most of its time in MLflow.
         Nothing is lost by the buffering: the placement log (fsynced per batch) and the run
         folder hold every point."""
@@ -206,7 +206,7 @@ class ExperimentRecorder:
 
     def flush(self, force: bool = False) -> None:
         """Write the buffered learning-curve points (``log_batch``, at most 1,000 metrics a call); points
-        that could not be written stay buffered (at most :data:`MAX_PENDING` per run) for the next try.
+        that could not be written stay buffered (at most [`MAX_PENDING`][tracking.live.MAX_PENDING] per run) for the next try.
         ``force``: try even during an outage's quiet period (the end of a run)."""
         pending, self._pending = self._pending, {}
         self._last_flush = time.monotonic()
@@ -222,8 +222,8 @@ class ExperimentRecorder:
                     break
 
     def callback(self, method: str, budget: int, logger=None) -> Callable[[dict], None]:
-        """``on_update`` for ``method``'s search: MLflow metrics as they come (:meth:`on_update`)
-        and progress (:class:`tracking.progress.SearchProgress`: a bar on a terminal, lines in ``logger``)."""
+        """``on_update`` for ``method``'s search: MLflow metrics as they come ([`on_update`][tracking.live.ExperimentRecorder.on_update])
+        and progress ([`tracking.progress.SearchProgress`][tracking.progress.SearchProgress]: a bar on a terminal, lines in ``logger``)."""
         from tracking.progress import SearchProgress, chain
 
         return chain(self.on_update(method), SearchProgress(method, budget, logger))
@@ -317,9 +317,9 @@ mark_killed = _hook("KILLED")
 
 def save_run_folder(run_dir: str | Path, record: dict, result: dict, prepared=None, spec=None) -> Path:
     """Write the run folder: ``results.json`` (``record``: the keyword arguments of
-    :func:`tracking.record_experiment` but the store, plus ``result``: the flow's result object),
+    [`tracking.record_experiment`][tracking.record_experiment] but the store, plus ``result``: the flow's result object),
     ``table.md``, ``placements.json`` and, given ``prepared`` and ``spec``, ``export.json`` (what
-    ``placement export`` reads: :func:`tracking.export.write_export_record`) and the pictures in ``plots/``.
+    ``placement export`` reads: [`tracking.export.write_export_record`][tracking.export.write_export_record]) and the pictures in ``plots/``.
 
     Returns:
         ``run_dir``. Plots that fail to draw are warned about, never fatal.
@@ -350,7 +350,7 @@ def write_plots(folder: Path, record: dict, prepared, spec) -> list[Path]:
     """``learning-curves.png``, ``device-bars.png``, and for the best learned and the best
     baseline placement ``placement-<method>.png``, ``timeline-<method>.png`` (a per-device Gantt
     chart of one simulated step) and ``trace-<method>.json`` (the same as a Chrome trace, for
-    ``chrome://tracing`` or Perfetto); see :mod:`tracking.plots` and :mod:`tracking.timeline`."""
+    ``chrome://tracing`` or Perfetto); see [`tracking.plots`][tracking.plots] and [`tracking.timeline`][tracking.timeline]."""
     from tracking import plots
     from tracking.timeline import chrome_trace, simulate_timeline
 
@@ -430,7 +430,7 @@ def start_sweep(tracking_uri: str, artifact_location: str, params: dict) -> str:
 
 
 def finish_sweep(tracking_uri: str, sweep_run_id: str, folder: str | Path, failed: int = 0) -> list[dict]:
-    """Read the sweep's experiments back (:func:`tracking.compare.compare_rows`), write
+    """Read the sweep's experiments back ([`tracking.compare.compare_rows`][tracking.compare.compare_rows]), write
     ``compare.json``, ``compare.md`` and ``compare.png`` to ``folder`` and log them to the sweep run,
     which ends FINISHED (FAILED if ``failed`` experiments failed and none finished). Returns the rows."""
     from mlflow.entities import Metric

@@ -1,15 +1,15 @@
 """MLflow records of the measurement commands: simulator fidelity and end-to-end training.
 
-Same store conventions as :mod:`tracking` (a SQLite file ``<out_dir>/mlflow.db`` with
+Same store conventions as [`tracking`][tracking] (a SQLite file ``<out_dir>/mlflow.db`` with
 artifacts in ``<out_dir>/mlartifacts`` by default). One run per command invocation:
 
-* experiment ``placement-fidelity`` (:func:`record_fidelity`): parameters, metrics
+* experiment ``placement-fidelity`` ([`record_fidelity`][tracking.measure.record_fidelity]): parameters, metrics
   ``kendall_tau``, ``mape``, ``kendall_tau_calibrated``, ``mape_calibrated`` (MAPE as a
   fraction; a metric that is undefined, NaN or ``None``, is not logged and the tag
   ``undefined_metrics`` names it) and ``n`` (placements compared), the rows as
   ``fidelity_rows.json``, the placements as ``placements.json`` and the cost table used
   as ``cost_table.json``.
-* experiment ``placement-training`` (:func:`record_training`): parameters; for a real run,
+* experiment ``placement-training`` ([`record_training`][tracking.measure.record_training]): parameters; for a real run,
   metrics ``step_time_s`` and ``loss`` with ``step`` = the training step (0-based), plus
   ``total_s`` and ``setup_s``; for a simulated projection, ``projected_seconds`` and
   ``simulated_step_time_s`` and the tag ``simulated=true``; the placement as ``placement.json``.
@@ -52,7 +52,7 @@ def record_fidelity(
         tracking_uri: MLflow tracking URI (SQLite file or server).
         artifact_location: where the experiment's artifacts go (used when it is created).
         params: the run's parameters (model, size, cluster, steps, seed, budget...), logged as strings.
-        result: :func:`cluster.fidelity.fidelity`'s dict (``kendall_tau``, ``mape``,
+        result: [`cluster.fidelity.fidelity`][cluster.fidelity.fidelity]'s dict (``kendall_tau``, ``mape``,
             ``kendall_tau_calibrated``, ``mape_calibrated``, ``n``, ``rows``); tau in [-1, 1],
             MAPE a fraction; NaN or ``None`` values are not logged (see the module docstring).
         placements: placement name -> ``{group name: device name}``, logged as ``placements.json``.
@@ -98,9 +98,9 @@ def record_training(
     """Log one training run (or its simulated projection) in experiment ``placement-training``; returns its run id.
 
     Args:
-        tracking_uri, artifact_location: as in :func:`record_fidelity`.
+        tracking_uri, artifact_location: as in [`record_fidelity`][tracking.measure.record_fidelity].
         params: the run's parameters (model, size, cluster, method, steps, seed, env...).
-        result: :func:`tasks.measure.train_placement`'s dict: ``steps``, ``seconds``,
+        result: [`tasks.measure.train_placement`][tasks.measure.train_placement]'s dict: ``steps``, ``seconds``,
             ``simulated``, ``step_times_s`` ``[steps]`` (seconds), ``losses`` ``[steps]``,
             and optionally ``step_time_s``, ``setup_s`` and the spread ``median_s``, ``q1_s``,
             ``q3_s``, ``iqr_s`` (seconds; logged as ``step_time_<key>``).

@@ -1,15 +1,15 @@
 """Pictures of an experiment, as PNG files (matplotlib, Agg backend: no display needed).
 
-* :func:`plot_placement`: the grouped graph coloured by device, laid out left to right in
+* [`plot_placement`][tracking.plots.plot_placement]: the grouped graph coloured by device, laid out left to right in
   topological layers, node area proportional to the group's compute (FLOP), like the
   placements drawn in Mirhoseini et al. 2017, Fig. 4-5.
-* :func:`plot_device_bars`: per-device compute time, transfer time and peak memory of each
+* [`plot_device_bars`][tracking.plots.plot_device_bars]: per-device compute time, transfer time and peak memory of each
   method's placement (2017 Fig. 8-9 show per-device computation and memory).
-* :func:`plot_learning_curves`: best step time found against placements sampled, every
+* [`plot_learning_curves`][tracking.plots.plot_learning_curves]: best step time found against placements sampled, every
   learner on one axis, the best baseline as a dashed line.
-* :func:`plot_comparison`: a sweep's speedups over the best baseline per method and task.
-* :func:`plot_timeline`: a per-device Gantt chart of one simulated step (ops on each device,
-  transfers on each link direction), from :func:`tracking.timeline.simulate_timeline`.
+* [`plot_comparison`][tracking.plots.plot_comparison]: a sweep's speedups over the best baseline per method and task.
+* [`plot_timeline`][tracking.plots.plot_timeline]: a per-device Gantt chart of one simulated step (ops on each device,
+  transfers on each link direction), from [`tracking.timeline.simulate_timeline`][tracking.timeline.simulate_timeline].
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def plot_placement(graph, grouping, placement: dict[str, str], devices: list[str
     """Draw the group graph of ``graph`` with each group coloured by its device.
 
     Args:
-        graph: the :class:`compgraph.ir.OpGraph`.
-        grouping: its :class:`compgraph.ir.Grouping` (``[num_ops]`` group ids, group names).
+        graph: the [`compgraph.ir.OpGraph`][compgraph.ir.OpGraph].
+        grouping: its [`compgraph.ir.Grouping`][compgraph.ir.Grouping] (``[num_ops]`` group ids, group names).
         placement: group name -> device name (the ``placement`` of an evaluation row).
         devices: every device name of the cluster, in order (fixes the colours).
         path: the PNG to write.
@@ -96,7 +96,7 @@ def plot_device_bars(results: dict[str, dict], devices: list[str], path: str | P
 
     Args:
         results: method -> evaluation row with ``compute_s``, ``transfer_s`` and
-            ``peak_memory_bytes`` (device -> value), as :func:`cluster.evaluation.evaluate_placements` returns.
+            ``peak_memory_bytes`` (device -> value), as [`cluster.evaluation.evaluate_placements`][cluster.evaluation.evaluate_placements] returns.
         devices: the cluster's device names, in order.
         path: the PNG to write.
         capacity_bytes: device -> memory a placement may use (bytes); the smallest GPU's and
@@ -191,7 +191,7 @@ def plot_comparison(rows: list[dict], path: str | Path, title: str = "") -> Path
     """Median step time over the best baseline's (x, below 1 is faster) per method, one bar group per task.
 
     Args:
-        rows: :func:`tracking.compare.compare_rows` output (``task``, ``method``,
+        rows: [`tracking.compare.compare_rows`][tracking.compare.compare_rows] output (``task``, ``method``,
             ``x_best_baseline_median``, ``x_best_baseline_min``, ``x_best_baseline_max``).
         path: the PNG to write.
     Returns:
@@ -229,8 +229,8 @@ def plot_timeline(result, graph, devices: list[str], path: str | Path, title: st
     colour) and a row per link direction that carried a tensor (its transfers, busy link time).
 
     Args:
-        result: a :class:`cluster.simulator.SimResult` with a ``timeline``.
-        graph: the :class:`compgraph.ir.OpGraph` (op names for the longest ops' labels).
+        result: a [`cluster.simulator.SimResult`][cluster.simulator.SimResult] with a ``timeline``.
+        graph: the [`compgraph.ir.OpGraph`][compgraph.ir.OpGraph] (op names for the longest ops' labels).
         devices: the cluster's device names, in order.
         path: the PNG to write.
     Returns:

@@ -1,8 +1,8 @@
-"""Progress as a run goes: one line as each stage starts and ends (:func:`stage`), and for a
+"""Progress as a run goes: one line as each stage starts and ends ([`stage`][tracking.progress.stage]), and for a
 search a rich progress bar on the terminal and a line every 10 % of the budget or 30 s.
 
 Lines go to the Prefect run logger (the Prefect UI shows them) and, when the ``placement`` command
-asked for them (:data:`STAGE_LINES_ENV`), to standard error as ``[  12.3 s] text`` -- on a terminal
+asked for them ([`STAGE_LINES_ENV`][tracking.progress.STAGE_LINES_ENV]), to standard error as ``[  12.3 s] text`` -- on a terminal
 or not (nohup, SLURM, a pipe), with the seconds since the command started.
 
 A search line: placements done of budget, best step time so far, placements per second, time left.
@@ -24,7 +24,7 @@ START_ENV = "PLACEMENT_START_TIME"
 
 
 def say(text: str) -> None:
-    """One progress line: to standard error when :data:`STAGE_LINES_ENV` is ``1``, and to the
+    """One progress line: to standard error when [`STAGE_LINES_ENV`][tracking.progress.STAGE_LINES_ENV] is ``1``, and to the
     Prefect run logger when called inside a flow or task run."""
     if os.environ.get(STAGE_LINES_ENV) == "1":
         print_line(text)
@@ -41,7 +41,7 @@ def stage(name: str, say: Callable[[str], None] = say) -> Iterator[dict]:
     """``with stage("preprocess") as out:`` says ``preprocess ...`` on entry and ``preprocess: done in
     2.1 s`` on exit, with ``out["result"]`` (a short text the block may set) appended; on an
     exception, ``preprocess: failed after 2.1 s (ValueError)``. ``say``: where the lines go
-    (default :func:`say`)."""
+    (default [`say`][tracking.progress.say])."""
     say(f"{name} ...")
     start, out = time.monotonic(), {"result": ""}
     try:

@@ -1,6 +1,6 @@
 """MLflow record of ``placement reproduce``: one run of experiment ``placement-reproduce``.
 
-Same store conventions as :mod:`tracking`. The run holds the parameters (table, models,
+Same store conventions as [`tracking`][tracking]. The run holds the parameters (table, models,
 GPUs, methods, budget, presets), per table ``<table>.shipped_within_1_5x``,
 ``<table>.heldout_within_1_5x`` (shares of cells within a factor 1.5 of the paper) and
 ``<table>.winners_matched`` (share of rows whose fastest baseline is the paper's), per row
@@ -23,7 +23,7 @@ REPRODUCE_EXPERIMENT = "placement-reproduce"
 
 def record_reproduction(tracking_uri: str, artifact_location: str, params: dict, result: dict,
                         prefect_flow_run_id: str | None = None) -> str:
-    """Log one reproduction (:func:`cluster.reproduce.reproduce_tables`'s dict) as an MLflow run; returns its id.
+    """Log one reproduction ([`cluster.reproduce.reproduce_tables`][cluster.reproduce.reproduce_tables]'s dict) as an MLflow run; returns its id.
 
     Metrics that are ``None`` or not finite are not logged.
     """

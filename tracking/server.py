@@ -1,16 +1,16 @@
 """One Prefect server kept running for a sweep or a UI session (``placement server start|stop|status``).
 
 Without it, every ``placement`` command starts a temporary Prefect server of its own and stops it
-when it ends (:mod:`cli.runtime`: 20-30 s of start-up on a loaded machine before a 2-3 s search).
-:func:`start` starts Prefect's full server (``prefect server start``: the API, the UI and its
+when it ends ([`cli.runtime`][cli.runtime]: 20-30 s of start-up on a loaded machine before a 2-3 s search).
+[`start`][tracking.server.start] starts Prefect's full server (``prefect server start``: the API, the UI and its
 services) bound to 127.0.0.1, on the SQLite database in ``PREFECT_HOME`` (the same flow history
 the temporary servers write), detached from the terminal; waits for its ``/api/health`` up to a
-start-up limit that fits a loaded machine (:data:`STARTUP_TIMEOUT_S`); and records it in
-``$PLACEMENT_HOME/prefect-server.json`` (:func:`state_path`: its URLs, port, process id,
-``PREFECT_HOME`` and log). A command then finds it there (:func:`running_api_url`, checked to
+start-up limit that fits a loaded machine ([`STARTUP_TIMEOUT_S`][tracking.server.STARTUP_TIMEOUT_S]); and records it in
+``$PLACEMENT_HOME/prefect-server.json`` ([`state_path`][tracking.server.state_path]: its URLs, port, process id,
+``PREFECT_HOME`` and log). A command then finds it there ([`running_api_url`][tracking.server.running_api_url], checked to
 answer) and runs its flow against it; ``PREFECT_API_URL`` set in the environment or the Prefect
 profile still comes first, and with neither the temporary server stays the default.
-:func:`stop` stops it (its process group) and removes the record.
+[`stop`][tracking.server.stop] stops it (its process group) and removes the record.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from tracking import placement_home
 from tracking.locks import exclusive_lock
 
 STATE_NAME = "prefect-server.json"
-"""The record of the running server, in the user-level home (:func:`tracking.placement_home`)."""
+"""The record of the running server, in the user-level home ([`tracking.placement_home`][tracking.placement_home])."""
 
 DEFAULT_PORT = 4200
 """Prefect's own default port: the UI at http://127.0.0.1:4200 (``--port`` picks another)."""
 
 STARTUP_TIMEOUT_S = 180.0
-"""How long :func:`start` waits for ``/api/health`` (seconds) unless told otherwise
+"""How long [`start`][tracking.server.start] waits for ``/api/health`` (seconds) unless told otherwise
 (``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``, as the temporary server): the full server
 runs its database migration and services first; a loaded 2-core machine took over 30 s."""
 
 STOP_TIMEOUT_S = 30.0
-"""How long :func:`stop` waits for the server to exit after SIGTERM before SIGKILL (seconds)."""
+"""How long [`stop`][tracking.server.stop] waits for the server to exit after SIGTERM before SIGKILL (seconds)."""
 
 
 class ServerError(RuntimeError):
@@ -103,7 +103,7 @@ def alive(pid: int) -> bool:
 
 def _is_prefect_server(pid: int) -> bool:
     """True unless ``/proc`` shows ``pid`` is some other program (a process id reused after the
-    server died): only then would :func:`stop` signal the wrong process group."""
+    server died): only then would [`stop`][tracking.server.stop] signal the wrong process group."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
@@ -112,7 +112,7 @@ def _is_prefect_server(pid: int) -> bool:
 
 
 def running_api_url(timeout_s: float = 2.0) -> str | None:
-    """The API URL of the server :func:`start` recorded, if its process runs and it answers
+    """The API URL of the server [`start`][tracking.server.start] recorded, if its process runs and it answers
     ``/api/health`` within ``timeout_s`` seconds; else ``None`` (no server: a command starts its
     temporary one)."""
     state = read_state()
@@ -150,7 +150,7 @@ def start(port: int = DEFAULT_PORT, timeout_s: float | None = None) -> tuple[Ser
         ``(state, started)``: ``started`` is False when a recorded server already answered.
     Raises:
         ServerError: ``port`` is taken by something else, or the server exited or did not answer
-            ``/api/health`` within ``timeout_s`` seconds (default :data:`STARTUP_TIMEOUT_S`, or
+            ``/api/health`` within ``timeout_s`` seconds (default [`STARTUP_TIMEOUT_S`][tracking.server.STARTUP_TIMEOUT_S], or
             ``PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS``); it is stopped then.
     """
     existing = read_state()

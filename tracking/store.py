@@ -1,6 +1,6 @@
 """Whether an MLflow store can be used, checked before any work: the URI's scheme, a tracking server's
-``/health``, a writable folder. Its own module so that the recorder (:mod:`tracking.live`) and the
-export (:mod:`tracking.export`) both use it without importing each other in a circle.
+``/health``, a writable folder. Its own module so that the recorder ([`tracking.live`][tracking.live]) and the
+export ([`tracking.export`][tracking.export]) both use it without importing each other in a circle.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
 
 def check_tracking(uri: str, timeout_s: float = 5.0) -> None:
     """Fail fast if the MLflow store at ``uri`` cannot be used: the URI must parse and name a store
-    of :data:`TRACKING_SCHEMES` (a host for http(s)); for ``http(s)://`` the server's
+    of [`TRACKING_SCHEMES`][tracking.store.TRACKING_SCHEMES] (a host for http(s)); for ``http(s)://`` the server's
     ``/health`` must answer within ``timeout_s`` seconds; for ``sqlite:///PATH`` the folder of
     PATH must be writable.
 

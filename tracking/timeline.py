@@ -1,13 +1,13 @@
 """The per-device timeline of one placement: which op ran where and when, and which tensor was
-on which link, in one simulated step (:meth:`cluster.simulator.Simulator.run` with
+on which link, in one simulated step ([`cluster.simulator.Simulator.run`][cluster.simulator.Simulator.run] with
 ``timeline=True``).
 
-* :func:`simulate_timeline`: a named placement (an evaluation row's ``placement``: group,
+* [`simulate_timeline`][tracking.timeline.simulate_timeline]: a named placement (an evaluation row's ``placement``: group,
   colocation-unit or op name -> device name) run through the reference simulator.
-* :func:`chrome_trace`: the timeline in Chrome's Trace Event Format (``"ph": "X"`` complete
+* [`chrome_trace`][tracking.timeline.chrome_trace]: the timeline in Chrome's Trace Event Format (``"ph": "X"`` complete
   events, microseconds), which ``chrome://tracing`` and https://ui.perfetto.dev open: one
   process for the devices (a thread per device) and one for the links (a thread per direction).
-* :func:`tracking.plots.plot_timeline` draws it as a Gantt chart.
+* [`tracking.plots.plot_timeline`][tracking.plots.plot_timeline] draws it as a Gantt chart.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def op_devices(prepared, placement: dict[str, str], devices: list[str]) -> np.nd
 
 
 def simulate_timeline(prepared, spec, placement: dict[str, str]) -> SimResult | None:
-    """One simulated step of ``placement`` (names -> device names, :func:`op_devices`) on ``spec``
+    """One simulated step of ``placement`` (names -> device names, [`op_devices`][tracking.timeline.op_devices]) on ``spec``
     with its timeline (roofline op times); ``None`` when the names do not cover the graph."""
     ops = op_devices(prepared, placement, list(spec.device_names))
     if ops is None:

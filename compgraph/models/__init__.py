@@ -28,8 +28,8 @@ class Benchmark:
             (``layer * num_gpus // num_layers``: CNNs and BERT) instead of one layer per GPU
             (``layer % num_gpus``: the RNN models, 2017 Sec. 4.2).
         framework: ``tf`` (``build`` gives a TensorFlow ``GraphDef``) or ``torch`` (``build``
-            gives the captured step's :class:`compgraph.ir.OpGraph` itself:
-            :mod:`compgraph.torch_step`; no GraphDef, so no real or grappler measurement).
+            gives the captured step's [`compgraph.ir.OpGraph`][compgraph.ir.OpGraph] itself:
+            [`compgraph.torch_step`][compgraph.torch_step]; no GraphDef, so no real or grappler measurement).
     """
 
     name: str

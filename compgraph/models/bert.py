@@ -122,13 +122,13 @@ def build_training_graph(config: BertConfig):
     ``[batch_size]`` (positions in ``[0, seq_length)``).
 
     Args:
-        config: the sizes (:class:`BertConfig`).
+        config: the sizes ([`BertConfig`][compgraph.models.bert.BertConfig]).
     Returns:
         ``(graph_def, fetches)``: a ``GraphDef`` with ``_output_shapes`` on every node and
         no function library, and ``[train op name, loss op name]`` (the loss is a float32
         scalar, the mean of the start and end cross-entropies, in nats).
     Raises:
-        TypeError: ``config`` is not a :class:`BertConfig`.
+        TypeError: ``config`` is not a [`BertConfig`][compgraph.models.bert.BertConfig].
     """
     if not isinstance(config, BertConfig):
         raise TypeError(f"config: expected BertConfig, got {type(config).__name__}")
@@ -278,7 +278,7 @@ def expert_layer(op_name: str, config: BertConfig) -> int:
     Transformer layer ``L`` (forward, gradient, variables, Adam slots and updates) -> ``L``;
     the embeddings -> 0; the head, the loss and everything else (Adam's ``beta*_power``,
     placeholders, the train op) -> the last layer. Chunks of consecutive layers share a
-    GPU (:data:`EXPERT_CONTIGUOUS`).
+    GPU ([`EXPERT_CONTIGUOUS`][compgraph.models.bert.EXPERT_CONTIGUOUS]).
 
     Raises:
         ValueError: the op names a layer ``>= config.num_hidden_layers``.

@@ -1,17 +1,17 @@
 """Shared building blocks of the hand-built CNN training steps (Inception-V3, ResNet).
 
-The CNN benchmarks (:mod:`compgraph.models.inception`, :mod:`compgraph.models.resnet`)
+The CNN benchmarks ([`compgraph.models.inception`][compgraph.models.inception], [`compgraph.models.resnet`][compgraph.models.resnet])
 are built by hand with ``tf.compat.v1`` ops, not with Keras, so that every op's name
 scope says which block, branch and layer it belongs to. This module holds what they
 share:
 
-* :class:`LayerBuilder`: 2-D convolution (``Conv2D``) with optional batch norm and ReLU,
+* [`LayerBuilder`][compgraph.models.cnn.LayerBuilder]: 2-D convolution (``Conv2D``) with optional batch norm and ReLU,
   batch norm in training mode (``FusedBatchNormV3`` with ``is_training=True``: batch
   statistics, no ``If``/``Switch``/``Merge``), the moving-average updates of the batch
   statistics as plain ``AssignSubVariableOp`` ops (run every step through a control
   dependency of the layer's own output), L2 weight-decay terms (``L2Loss`` in the layer's
   own scope), a dense layer, and pooling.
-* :func:`finish_training_step`: ``minimize`` with ``colocate_gradients_with_ops=True``
+* [`finish_training_step`][compgraph.models.cnn.finish_training_step]: ``minimize`` with ``colocate_gradients_with_ops=True``
   and the variables' initializer.
 
 Tensors are NHWC float32: ``[batch, height, width, channels]``.
@@ -24,15 +24,15 @@ class LayerBuilder:
     """Builds conv / batch-norm / pooling layers in the current variable scope.
 
     Args:
-        tf: the ``tensorflow`` module from :func:`compgraph.tf_env.import_tensorflow`.
+        tf: the ``tensorflow`` module from [`compgraph.tf_env.import_tensorflow`][compgraph.tf_env.import_tensorflow].
         weight_decay: L2 coefficient (dimensionless); ``0`` adds no ``L2Loss`` ops. Each
             conv or dense kernel adds ``weight_decay * L2Loss(kernel)`` (``sum(w**2) / 2``)
-            to :attr:`decay_terms`, built in the layer's own scope.
+            to [`decay_terms`][compgraph.models.cnn.LayerBuilder.decay_terms], built in the layer's own scope.
         bn_decay: moving-average decay of the batch-norm statistics (dimensionless, in
             ``[0, 1)``).
         bn_epsilon: batch-norm variance epsilon.
         moving_averages: if true, every batch norm adds two ``AssignSubVariableOp`` updates
-            (``moving -= (moving - batch) * (1 - bn_decay)``) to :attr:`updates`, and its
+            (``moving -= (moving - batch) * (1 - bn_decay)``) to [`updates`][compgraph.models.cnn.LayerBuilder.updates], and its
             output (an ``Identity`` named ``updated``) carries control edges from them, so
             they run every step and the 2017 single-consumer rule keeps them with their
             layer.
@@ -171,7 +171,7 @@ def finish_training_step(tf, optimizer, loss, train_name: str = "train_step"):
 
     Gradients are colocated with their forward ops (2017 Sec. 3.3 relies on it); the
     batch-norm moving-average updates need no extra wiring (each layer's output carries
-    a control dependency on its own updates, see :meth:`LayerBuilder.batch_norm`).
+    a control dependency on its own updates, see [`LayerBuilder.batch_norm`][compgraph.models.cnn.LayerBuilder.batch_norm]).
     ``tf.compat.v1.global_variables_initializer()`` is added to the graph.
     """
     train_op = optimizer.minimize(loss, colocate_gradients_with_ops=True, name=train_name)

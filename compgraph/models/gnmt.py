@@ -4,7 +4,7 @@ Lan, Chen, Li (EAGLE, IPDPS 2021), Sec. IV-A, after Wu et al. 2016 (GNMT) as imp
 in TensorFlow's NMT tutorial (``tensorflow/nmt``, the EAGLE paper's [27]): "We use the
 4-layer version with an attention layer, where each LSTM layer has 256 hidden units. The
 sequence length is limited within 20 to 50. [...] we increase the batch size of the model
-from 128 to 256". :data:`PAPER` is that: 4 LSTM layers of 256 units in the encoder and
+from 128 to 256". [`PAPER`][compgraph.models.gnmt.PAPER] is that: 4 LSTM layers of 256 units in the encoder and
 in the decoder, batch 256, source and target length 50 (the upper limit), and Adam (as
 the task asks; ``tensorflow/nmt``'s own default optimizer is SGD with learning rate 1.0,
 selectable here with ``optimizer="sgd"``). **The EAGLE paper does not give the
@@ -39,14 +39,14 @@ Every step is unrolled statically, so the graph is flat. Name scopes:
 ``gnmt/decoder/attention/step_T``, ``gnmt/decoder/attention/memory`` (the attention
 keys, computed once), ``gnmt/decoder/softmax/step_T``, ``gnmt/loss``. ``T`` is the
 token position (the backward layer's ``step_T`` reads token ``T``). The LSTM cell and
-the attention are :func:`compgraph.models.nmt.lstm_cell` and
-:func:`compgraph.models.nmt.additive_attention`.
+the attention are [`compgraph.models.nmt.lstm_cell`][compgraph.models.nmt.lstm_cell] and
+[`compgraph.models.nmt.additive_attention`][compgraph.models.nmt.additive_attention].
 
-Expert placement (:func:`expert_layer`): ``tensorflow/nmt``'s multi-GPU placement, the
+Expert placement ([`expert_layer`][compgraph.models.gnmt.expert_layer]): ``tensorflow/nmt``'s multi-GPU placement, the
 one the EAGLE paper's "Human Expert" uses for GNMT (Sec. IV-B: "it places each LSTM
 layer, attention layer and softmax layer on a separate device"): layer ``i`` of the
 encoder and of the decoder on GPU ``i % num_gpus`` (``model_helper.get_device_str``),
-so :data:`EXPERT_CONTIGUOUS` is False.
+so [`EXPERT_CONTIGUOUS`][compgraph.models.gnmt.EXPERT_CONTIGUOUS] is False.
 """
 
 from __future__ import annotations
@@ -108,12 +108,12 @@ def build_training_graph(config: GNMTConfig):
     ``gnmt/target_inputs`` and ``gnmt/targets`` ``[batch_size, target_length]``.
 
     Args:
-        config: the sizes (:class:`GNMTConfig`).
+        config: the sizes ([`GNMTConfig`][compgraph.models.gnmt.GNMTConfig]).
     Returns:
         ``(graph_def, fetches)``: a ``GraphDef`` with ``_output_shapes`` on every node,
         and the names of the ops one training step runs (the train op and the loss).
     Raises:
-        TypeError: if ``config`` is not a :class:`GNMTConfig`.
+        TypeError: if ``config`` is not a [`GNMTConfig`][compgraph.models.gnmt.GNMTConfig].
     """
     if not isinstance(config, GNMTConfig):
         raise TypeError(f"config: expected GNMTConfig, got {type(config).__name__}")

@@ -102,7 +102,7 @@ class InceptionV3Config(BaseModel):
 
     Raises:
         pydantic.ValidationError: a field out of range, or ``image_size`` below
-            :data:`MIN_IMAGE_SIZE` (a block would have no spatial extent).
+            [`MIN_IMAGE_SIZE`][compgraph.models.inception.MIN_IMAGE_SIZE] (a block would have no spatial extent).
     """
 
     batch_size: int = Field(32, ge=1)
@@ -345,7 +345,7 @@ def expert_layer(op_name: str, config: InceptionV3Config | None = None) -> int:
     (5..15), the head (16). ``AuxLogits`` goes with ``Mixed_6e``, the block it hangs off;
     gradients and optimizer updates follow their forward op or variable (searched in the
     name); every other op (labels, optimizer bookkeeping, the train op) with the head.
-    With :data:`EXPERT_CONTIGUOUS` the baseline maps layer ``l`` to GPU
+    With [`EXPERT_CONTIGUOUS`][compgraph.models.inception.EXPERT_CONTIGUOUS] the baseline maps layer ``l`` to GPU
     ``l * num_gpus // num_layers``.
     """
     m = _EXPERT.search(op_name)

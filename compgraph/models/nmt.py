@@ -7,10 +7,10 @@ the encoder's final states), Bahdanau (additive) attention over the encoder's to
 outputs at every target step, a softmax prediction per target step, the mean softmax
 cross-entropy loss, gradients and an Adam update (2017 Sec. 4.1 "Metrics").
 
-Sizes. :data:`PAPER` is the 2017 paper's NMT (Sec. 4.1 "Model details"): 2 LSTM layers
+Sizes. [`PAPER`][compgraph.models.nmt.PAPER] is the 2017 paper's NMT (Sec. 4.1 "Model details"): 2 LSTM layers
 x 1024 units in encoder and decoder, source and target length 40, batch 64, and the
-32,000 word-piece vocabularies of both languages (Sec. 4.4 "Neural MT"). :data:`LARGE`
-is the end of Sec. 4.3: batch 256 and LSTMs of 2,048 units. :data:`SMALL` has the same
+32,000 word-piece vocabularies of both languages (Sec. 4.4 "Neural MT"). [`LARGE`][compgraph.models.nmt.LARGE]
+is the end of Sec. 4.3: batch 256 and LSTMs of 2,048 units. [`SMALL`][compgraph.models.nmt.SMALL] has the same
 structure at a size the tests build in seconds.
 
 Attention, per target step ``t`` (the "standard" attention of TensorFlow's NMT tutorial,
@@ -36,8 +36,8 @@ under ``gradients/`` and are colocated with their forward op
 The LSTM cell is written by hand (one fused ``MatMul`` on ``concat([x, h])`` plus a
 bias, split into the four gates, forget bias 1.0) so that all of a cell's ops sit under
 its scope; weights are shared across steps through variable scopes created once,
-before the step loop. :func:`lstm_cell` and :func:`additive_attention` are reused by
-:mod:`compgraph.models.gnmt`.
+before the step loop. [`lstm_cell`][compgraph.models.nmt.lstm_cell] and [`additive_attention`][compgraph.models.nmt.additive_attention] are reused by
+[`compgraph.models.gnmt`][compgraph.models.gnmt].
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def lstm_cell(tf, inputs, state, kernel, bias):
     into input, candidate, forget and output gates.
 
     Args:
-        tf: the ``tensorflow`` module (from :func:`compgraph.tf_env.import_tensorflow`).
+        tf: the ``tensorflow`` module (from [`compgraph.tf_env.import_tensorflow`][compgraph.tf_env.import_tensorflow]).
         inputs: list of ``[batch, d_i]`` float32 tensors, concatenated with ``h``.
         state: ``(h, c)``, each ``[batch, units]``.
         kernel: ``[sum(d_i) + units, 4 * units]`` weights.
@@ -134,7 +134,7 @@ def additive_attention(tf, query, keys, memory, query_weights, score_vector):
 
     Args:
         query: ``[batch, query_units]``.
-        keys: ``[batch, source_length, attention_units]`` from :func:`attention_keys`.
+        keys: ``[batch, source_length, attention_units]`` from [`attention_keys`][compgraph.models.nmt.attention_keys].
         memory: ``[batch, source_length, memory_units]``.
         query_weights: ``[query_units, attention_units]``.
         score_vector: ``[attention_units]``.
@@ -155,12 +155,12 @@ def build_training_graph(config: NMTConfig):
     decoder's input tokens and the tokens it must predict).
 
     Args:
-        config: the sizes (:class:`NMTConfig`).
+        config: the sizes ([`NMTConfig`][compgraph.models.nmt.NMTConfig]).
     Returns:
         ``(graph_def, fetches)``: a ``GraphDef`` with ``_output_shapes`` on every node,
         and the names of the ops one training step runs (the train op and the loss).
     Raises:
-        TypeError: if ``config`` is not an :class:`NMTConfig`.
+        TypeError: if ``config`` is not an [`NMTConfig`][compgraph.models.nmt.NMTConfig].
     """
     if not isinstance(config, NMTConfig):
         raise TypeError(f"config: expected NMTConfig, got {type(config).__name__}")
@@ -285,7 +285,7 @@ def expert_layer(op_name: str, config: NMTConfig) -> int:
     Encoder layer ``L`` and decoder layer ``L`` (their cells, weights, Adam slots and
     updates) are layer ``L``; both embeddings are layer 0; the attention (steps and
     memory), the softmax, the loss and everything else (optimizer bookkeeping) are layer
-    ``num_layers - 1``. Layers go to GPUs one per GPU (:data:`EXPERT_CONTIGUOUS` False).
+    ``num_layers - 1``. Layers go to GPUs one per GPU ([`EXPERT_CONTIGUOUS`][compgraph.models.nmt.EXPERT_CONTIGUOUS] False).
 
     Returns:
         an int in ``[0, config.num_layers)``.

@@ -10,7 +10,7 @@ Variant: ResNet-50 and -101 are the original post-activation ResNet ("v1", He et
 CVPR 2016, the paper Post cites); ResNet-200 is the pre-activation ResNet ("v2", He et al.,
 "Identity mappings in deep residual networks", ECCV 2016), which is where a 200-layer
 ImageNet ResNet comes from (the CVPR paper stops at 152 layers; its v1 form trains worse
-at that depth). :class:`ResNetConfig` takes either variant for any depth.
+at that depth). [`ResNetConfig`][compgraph.models.resnet.ResNetConfig] takes either variant for any depth.
 
 * ``resnet<D>/stem/``: ``conv1`` 7x7/2 (64 channels; v1 adds batch norm + ReLU, v2 has a
   bias and no normalization, as TF-slim's ``resnet_v2``), ``pool1`` 3x3/2 max pool.
@@ -58,7 +58,7 @@ class ResNetConfig(BaseModel):
     Units: ``batch_size`` images; ``image_size`` pixels (square RGB input);
     ``width_multiplier`` scales every layer's channel count (at least 1 channel); rates and
     coefficients are dimensionless. ``depth`` names the model (``resnet<depth>``) and picks
-    :data:`BLOCKS_PER_STAGE` unless ``blocks_per_stage`` overrides it (for small test
+    [`BLOCKS_PER_STAGE`][compgraph.models.resnet.BLOCKS_PER_STAGE] unless ``blocks_per_stage`` overrides it (for small test
     graphs; the scope name keeps ``depth``).
 
     Raises:

@@ -4,7 +4,7 @@ Mirhoseini et al. 2017, Sec. 4.1 (Zaremba et al. 2014; Jozefowicz et al. 2016): 
 embedding lookup per step, ``num_layers`` LSTM layers statically unrolled over
 ``num_steps`` steps, a softmax prediction per step, the mean softmax cross-entropy loss,
 gradients and an Adam update. The paper's size is 2 layers x 2048 units, 40 steps,
-batch 64 (:data:`PAPER`).
+batch 64 ([`PAPER`][compgraph.models.rnnlm.PAPER]).
 
 The graph is built by hand in TF1 graph mode so that name scopes say where every op
 belongs (``rnnlm/embedding/step_T``, ``rnnlm/layer_L/step_T``, ``rnnlm/softmax/step_T``,
