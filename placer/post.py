@@ -63,7 +63,8 @@ class PostLearner(Learner):
     """Post (Algorithm 1) as a [`placer.learner.Learner`][placer.learner.Learner] (method ``post``; module docstring).
 
     A warm start (``init`` ``best_baseline`` or ``placement``; in no paper, [`placer.warm`][placer.warm])
-    sets ``u`` to the log of ``init_prob`` on each group's start device, the rest uniform.
+    sets ``u`` to the log of ``init_prob`` on each group's start device, the rest uniform
+    (``1 - moves_per_sample / G`` with that named option: [`PostConfig`][placer.configs.PostConfig]).
 
     State: the logits ``u`` float64 ``[G, D]``, the KL coefficient ``beta``, the
     step-time baseline ``b`` (seconds), the current cross-entropy period's samples and
@@ -84,9 +85,13 @@ class PostLearner(Learner):
         self.num_groups, self.num_devices = env.grouping.num_groups, len(env.spec.devices)
         self.rng = np.random.default_rng(config.seed)
         self.failing_signal = config.failing_time_s if config.failing_time_s is not None else 10.0 * serial_time(env)
+        self.epsilon, init_prob = config.epsilon, config.init_prob
+        if config.moves_per_sample is not None:  # named option: about m groups moved per sample, on any graph
+            rate = min(config.moves_per_sample / self.num_groups, 1.0 - 1.0 / self.num_devices)
+            self.epsilon, init_prob = rate, (1.0 - rate) if rate > 0 else config.init_prob  # one device: no choice
         self.u = torch.zeros(self.num_groups, self.num_devices, dtype=torch.float64)
         if self.start is not None:  # warm start or device prior (placer.warm, in no paper): init_prob on each start device
-            self.u = torch.from_numpy(start_log_probs(self.start, self.num_devices, config.init_prob))
+            self.u = torch.from_numpy(start_log_probs(self.start, self.num_devices, init_prob))
         self.beta = config.beta
         self.baseline: float | None = None
         self.sampled = 0
@@ -159,7 +164,7 @@ class PostLearner(Learner):
         freq = np.zeros((self.num_groups, d))
         for j in range(d):
             freq[:, j] = (elites == j).mean(axis=0)
-        eps = config.epsilon * max(0.0, 1.0 - self.sampled / config.budget)
+        eps = self.epsilon * max(0.0, 1.0 - self.sampled / config.budget)
         mixed = (1 - eps) * freq + eps / d
         if config.smoothing < 1:  # smoothed updating (named option)
             mixed = config.smoothing * mixed + (1 - config.smoothing) * torch.softmax(self.u, dim=1).numpy()

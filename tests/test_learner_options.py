@@ -122,3 +122,32 @@ def test_the_cross_entropy_options_survive_a_checkpoint():
     other.load_state_dict(learner.state_dict())
     assert other.kept_times == learner.kept_times == [1.0, 9.0]
     assert [p.tolist() for p in other.kept_placements] == [BEST, WORSE[0]]
+
+
+def test_moves_per_sample_moves_about_that_many_groups_on_any_graph(rnnlm_small, k80x2):
+    """``moves_per_sample=m``: the prior's samples differ from the single-GPU start in about ``m``
+    groups, whatever the number of groups; the paper's ``init_prob`` 0.9 moves a tenth of them
+    (here about 5x as many), and the CE step mixes ``m / G`` uniform instead of ``epsilon``."""
+    from cluster.factory import make_environment
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    g, gpu = env.grouping.num_groups, k80x2.gpu_indices[0]
+    paper = CELearner(env, CELearner.Config(seed=0, init="single_gpu")).sample(200).placements
+    scaled = CELearner(env, CELearner.Config(seed=0, init="single_gpu", moves_per_sample=2)).sample(200).placements
+    moved_paper, moved = (paper != gpu).sum(axis=1).mean(), (scaled != gpu).sum(axis=1).mean()
+    assert moved_paper == pytest.approx(0.1 * g, rel=0.25)
+    assert moved == pytest.approx(2.0, rel=0.25)
+    learner = CELearner(env, CELearner.Config(seed=0, moves_per_sample=2))
+    assert learner.epsilon == pytest.approx(2 / g)
+    assert CELearner(env, CELearner.Config(seed=0)).epsilon == 0.1  # the paper's, by default
+    with pytest.raises(ValueError, match="moves_per_sample"):
+        CELearner.Config(moves_per_sample=0)
+
+
+def test_moves_per_sample_is_capped_by_the_devices():
+    """On a graph with fewer groups than ``m`` the rate is capped at ``1 - 1/D`` (uniform at most)."""
+    env = toy_env()
+    learner = CELearner(env, CELearner.Config(seed=0, init="single_gpu", moves_per_sample=50))
+    d = len(env.spec.devices)
+    assert learner.epsilon == pytest.approx(1 - 1 / d)
+    assert np.allclose(_probs(learner), 1 / d)
