@@ -210,7 +210,7 @@ class PostConfig(LearnerConfig):
 
     Named option for exploration on large graphs (not in the Post paper, whose ``epsilon`` 0.1
     and the prior's 0.9 move each group off its likeliest device with about the same
-    probability whatever the number of groups: on rnnlm's 253 and nmt's 502 groups, 13 to 50
+    probability whatever the number of groups: on rnnlm's 253 and nmt's 502 groups, 17 to 50
     groups at once per sample, where the hill climber moves one; the candidate "entropy floors,
     reward scaling per graph" of issue 36, as the step size of a (1+lambda) evolution strategy
     is set per dimension):
@@ -222,7 +222,8 @@ class PostConfig(LearnerConfig):
             (``ce`` with ``init=single_gpu``, ``smoothing`` 0.7, ``elites_kept`` 6,
             ``oom_reward=memory_scaled``, 2,400 placements, docs/results.md): ``m`` = 4 took
             nmt from 2.25 s to 1.84 s and rnnlm from 1.42 s to 1.38 s (medians of 3 seeds),
-            below the hill climber's 1.92 s and 1.39 s, and again on 3 held-out seeds.
+            below the hill climber's 1.92 s and 1.39 s, and again on 3 held-out seeds; it
+            does not help on inception_v3 (68 groups) or from the 6.7B decoder's OOM start.
     """
 
     budget: int = Field(2400, ge=1)
