@@ -24,21 +24,15 @@ import time
 import typer
 
 from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, max_graph_mb_option
-from cli.options import CacheDir, Cluster, GraphDef, Grouper, Json, Keras, Model, NumGroups, OutDir, SavedModel, Signature, Size, Torch, TorchOptimizer
+from cli.options import CacheDir, Cluster, Grouper, Json, NumGroups, OutDir, graph_flags
 
 
 @app.command("baselines")
+@graph_flags()
 def baselines_command(
-    model: Model = "rnnlm",
-    size: Size = "small",
+    source=None,
     cluster: Cluster = "k80x2",
     methods: str = typer.Option(None, help="comma-separated baselines (default: every one that applies, optimum included)"),
-    graph_def: GraphDef = None,
-    keras: Keras = None,
-    torch: Torch = None,
-    torch_optimizer: TorchOptimizer = "adam",
-    saved_model: SavedModel = None,
-    signature: Signature = None,
     max_graph_mb: int = max_graph_mb_option(),
     grouper: Grouper = None,
     num_groups: NumGroups = None,
@@ -79,14 +73,15 @@ def baselines_command(
         _fail(f"--polish-evaluations must be at least 0, got {polish_evaluations}")
     from baselines.optimum import MAX_MILP_OPS
 
-    user_graph = any(v is not None for v in (graph_def, keras, saved_model, torch))
+    from compgraph.frontends import is_user_graph
+
+    user_graph = is_user_graph(source)
     chosen = _choose_methods(methods, list(BASELINES), applicable_baselines(spec, user_graph), spec, user_graph)
     milp_ops = MAX_MILP_OPS if max_milp_ops is None else max_milp_ops
     cache = cache_dir or str(Path(out_dir) / "graph-cache")
 
     def prepare():
-        return _prepare_graph(model, size, graph_def, keras, grouper, num_groups, cache, 0, saved_model, signature,
-                              torch=torch, torch_optimizer=torch_optimizer)
+        return _prepare_graph(source, grouper, num_groups, cache, 0)
 
     def headline(what: str) -> None:
         opt = ""
@@ -102,8 +97,8 @@ def baselines_command(
         headline("a user graph")
         say(f"preprocess: done in {time.perf_counter() - start:.1f} s: {_graph_line(prepared, spec)}")
     else:
-        _check_model(model, size)
-        headline(f"{model} ({size})")
+        _check_model(source.model, source.size)
+        headline(f"{source.model} ({source.size})")
         with stage("preprocess") as st:
             prepared = prepare()
             st["result"] = _graph_line(prepared, spec)

@@ -123,63 +123,24 @@ def _check_model(model: str, size: str) -> None:
         _fail(f"unknown size {size!r} for {model}; valid: {', '.join(BENCHMARKS[model].sizes)}")
 
 
-SOURCE_FLAGS = {"graph_def": "--graph-def", "saved_model": "--saved-model", "keras": "--keras", "signature": "--signature",
-                "torch": "--torch"}
-"""The graph-source options of [`compgraph.frontends.graph_source`][compgraph.frontends.graph_source] -> their flags."""
-
-
-def cli_graph_source(model: str | None, size: str, graph_def: str | None, keras: str | None,
-                     saved_model: str | None, signature: str | None, torch: str | None = None,
-                     torch_optimizer: str = "adam"):
-    """[`compgraph.frontends.graph_source`][compgraph.frontends.graph_source] of the graph flags; a bad combination is one line
-    in flags (``give one of --graph-def, --saved-model and --keras, not several``), exit 2."""
-    import re
-
-    from compgraph.frontends import graph_source
-
-    try:
-        return graph_source(model, size, graph_def, keras, saved_model, signature, torch=torch,
-                            torch_optimizer=torch_optimizer)
-    except ValueError as exc:
-        _fail(re.sub(r"\b(" + "|".join(SOURCE_FLAGS) + r")\b", lambda m: SOURCE_FLAGS[m.group(1)], str(exc)))
-
-
-def _prepare_graph(
-    model: str | None,
-    size: str,
-    graph_def: str | None,
-    keras: str | None,
-    grouper: str | None,
-    num_groups: int | None,
-    cache_dir: str | None,
-    seed: int,
-    saved_model: str | None = None,
-    signature: str | None = None,
-    int_bounds: dict[str, int] | None = None,
-    env: str | None = None,
-    torch: str | None = None,
-    torch_optimizer: str = "adam",
-    keep: bool = False,
-):
-    """The prepared graph of a benchmark or of a user's GraphDef / SavedModel / Keras / PyTorch model; bad
-    input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
+def _prepare_graph(source, grouper: str | None, num_groups: int | None, cache_dir: str | None, seed: int,
+                   int_bounds: dict[str, int] | None = None, env: str | None = None, keep: bool = False):
+    """The prepared graph of ``source`` (a [`compgraph.frontends.GraphSource`][compgraph.frontends.GraphSource], e.g. a config's):
+    bad input -> one line, exit 2. ``int_bounds`` (``--int-bound``) is for a user's graph; with
     ``env="real"`` every integer input of a user's graph must have a bound (given or in the graph).
-    ``keep``: the check before a flow; the flow's own preparation with the same settings takes this
-    graph instead of importing it again ([`compgraph.frontends.prepare_source`][compgraph.frontends.prepare_source])."""
-    from compgraph.frontends import is_user_graph, prepare_source
+    ``cache_dir``: the benchmarks' graph cache. ``keep``: the check before a flow; the flow's own
+    preparation with the same settings takes this graph instead of importing it again
+    ([`compgraph.frontends.prepare_source`][compgraph.frontends.prepare_source])."""
+    from compgraph.frontends import frontend_of, is_user_graph, prepare_source
 
-    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
-    if not is_user_graph(source):
-        _check_model(model, size)
+    user = is_user_graph(source)
+    if source.kind == "benchmark":
+        _check_model(source.model, source.size)
     try:  # UserGraphError is a ValueError
-        if source.kind in ("keras", "torch"):  # a function that ends its process would end this one silently
-            from compgraph.tf_env import import_tensorflow
-            from compgraph.user_graph import probe_user_function
-
-            framework = import_tensorflow if source.kind == "keras" else lambda: __import__("torch")
-            probe_user_function(source.spec, source.kind, meanwhile=framework)  # imported while the child runs
-        prepared = prepare_source(source, grouper, num_groups, seed, None if is_user_graph(source) else cache_dir,
-                                  int_bounds, keep=keep)
+        probe = frontend_of(source).probe
+        if probe is not None:  # a user's function that ends its process would end this one silently
+            probe(source)
+        prepared = prepare_source(source, grouper, num_groups, seed, None if user else cache_dir, int_bounds, keep=keep)
     except ValueError as exc:
         _fail(str(exc))
     if env == "real" and prepared.int_bound_problem():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from cli.common import _fail, _prepare_graph, _write_json, app, max_graph_mb_option, parse_int_bounds
-from cli.options import CacheDir, Cluster, Env, GraphDef, IntBound, Json, Keras, Model, OutDir, SavedModel, Signature, Size, Torch, TorchOptimizer
+from cli.options import CacheDir, Cluster, Env, IntBound, Json, OutDir, graph_flags
 
 
 REAL_FLAGS = {"repeats": "--repeats", "warmup": "--warmup", "seed": "--seed", "threads": "--threads",
@@ -56,20 +56,14 @@ def real_options(given: dict, torch_step: bool) -> dict:
 
 
 @app.command("evaluate")
+@graph_flags()
 def evaluate_command(
     placement: str = typer.Option(..., "--placement", help="FILE: the op -> device JSON of `placement export --format "
                                                            "json` ({\"devices\": {op: device}}, every op of the graph); "
                                                            "or single:DEVICE, every op on DEVICE (e.g. single:/gpu:0)"),
     cluster: Cluster = ...,
     env: Env = "sim",
-    model: Model = "rnnlm",
-    size: Size = "small",
-    graph_def: GraphDef = None,
-    keras: Keras = None,
-    torch: Torch = None,
-    torch_optimizer: TorchOptimizer = "adam",
-    saved_model: SavedModel = None,
-    signature: Signature = None,
+    source=None,
     max_graph_mb: int = max_graph_mb_option(),
     int_bound: IntBound = None,
     repeats: int = typer.Option(None, help="with --env real: steps measured after the warm-up (default: the "
@@ -115,10 +109,13 @@ def evaluate_command(
             check_device(placed, spec.device_names, repr(spec.name))
     except EvaluateError as exc:
         _fail(str(exc))
-    user_graph = any(v is not None for v in (graph_def, keras, saved_model, torch))
-    prepared = _prepare_graph(model, size, graph_def, keras, None, None, cache_dir or str(Path(out_dir) / "graph-cache"),
-                              0, saved_model, signature, parse_int_bounds(int_bound, user_graph), env, torch,
-                              torch_optimizer)
+    from compgraph.frontends import environment_problem, is_user_graph
+
+    problem = environment_problem(source, env)
+    if problem:
+        _fail(f"--{problem}")
+    prepared = _prepare_graph(source, None, None, cache_dir or str(Path(out_dir) / "graph-cache"), 0,
+                              parse_int_bounds(int_bound, is_user_graph(source)), env)
     try:
         options = real_options(given, is_torch_step(prepared)) if env == "real" else {}
         result = evaluate_placement(prepared, spec, env, placed, options or None)

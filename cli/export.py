@@ -7,10 +7,11 @@ from __future__ import annotations
 import typer
 
 from cli.common import _fail, app, out_dir_or_home
-from cli.options import GraphDef, Keras, SavedModel, Signature, Torch, TorchOptimizer, TrackingUri
+from cli.options import TrackingUri, graph_flags
 
 
 @app.command("export")
+@graph_flags(optional=True)
 def export_command(
     run: str = typer.Argument(..., help="a run folder (runs/<stamp>-...) or the experiment's MLflow run id"),
     method: str = typer.Option(..., help="the method whose placement to export (a baseline or a learner of the run)"),
@@ -25,14 +26,7 @@ def export_command(
     force: bool = typer.Option(False, "--force", help="replace --output if it exists"),
     device_map: str = typer.Option(None, help="SPEC_DEVICE=TARGET,...: the target machine's device names, e.g. "
                                               "/gpu:0=/device:GPU:2 (default: /gpu:K -> /device:GPU:K for tf)"),
-    model: str = typer.Option(None, help="tf/torch: the benchmark the run placed (checked against the run's graph hash)"),
-    size: str = typer.Option(None, help="tf/torch: its size (default small)"),
-    graph_def: GraphDef = None,
-    saved_model: SavedModel = None,
-    signature: Signature = None,
-    keras: Keras = None,
-    torch: Torch = None,
-    torch_optimizer: TorchOptimizer = "adam",
+    source=None,
     out_dir: str = typer.Option(None, callback=out_dir_or_home, help="folder whose SQLite MLflow store is read for a "
                                 "run id (an existing one only; default: $PLACEMENT_HOME, else the user data folder); "
                                 "--output may not go into its runs/"),
@@ -47,7 +41,7 @@ def export_command(
     placed (its recorded hash), and are refused without one."""
     from pathlib import Path
 
-    from cli.common import _check_model, cli_graph_source
+    from cli.common import _check_model
     from tracking import default_tracking_uri
     from tracking.export import FORMATS, ExportError, check_output, export_placement, parse_device_map
 
@@ -59,13 +53,8 @@ def export_command(
         dmap = parse_device_map(device_map)
     except ExportError as exc:
         _fail(str(exc))
-    if size is not None and model is None:
-        _fail("--size is for --model")
-    given = any(v is not None for v in (model, graph_def, saved_model, signature, keras, torch))
-    if model is not None and not any(v is not None for v in (graph_def, saved_model, keras, torch)):
-        _check_model(model, size or "small")
-    source = cli_graph_source(model, size or "small", graph_def, keras, saved_model, signature, torch,
-                              torch_optimizer) if given else None
+    if source is not None and source.kind == "benchmark":
+        _check_model(source.model, source.size)
     try:
         done = export_placement(run, method, fmt, out, dmap, tracking_uri or default_tracking_uri(out_dir),
                                 cache_dir or str(Path(out_dir) / "graph-cache"), source, force, out_dir)

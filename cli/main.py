@@ -13,7 +13,7 @@ import time
 import typer
 
 from cli.common import _check_model, _choose_methods, _fail, _prepare_graph, _write_json, app, build_config, check_json_path, max_graph_mb_option, parse_int_bounds  # noqa: F401  (shared helpers, in cli.common)
-from cli.options import CacheDir, Cluster, Env, GraphDef, Grouper, IntBound, Json, Keras, LearnerOption, Model, NumGroups, OutDir, Resume, SavedModel, Signature, Size, Torch, TorchOptimizer, TrackingUri
+from cli.options import CacheDir, Cluster, Env, Grouper, IntBound, Json, LearnerOption, NumGroups, OutDir, Resume, TrackingUri, graph_flags, source_flag_paths
 from cli.runtime import preflight, run_flow
 
 
@@ -36,16 +36,10 @@ def clusters() -> None:
 
 
 @app.command("graph-stats")
+@graph_flags()
 def graph_stats(
-    model: Model = "rnnlm",
-    size: Size = "small",
-    graph_def: GraphDef = None,
-    keras: Keras = None,
-    torch: Torch = None,
-    torch_optimizer: TorchOptimizer = "adam",
-    saved_model: SavedModel = None,
+    source=None,
     max_graph_mb: int = max_graph_mb_option(),
-    signature: Signature = None,
     grouper: Grouper = None,
     num_groups: NumGroups = 256,
     cache_dir: CacheDir = None,
@@ -57,8 +51,7 @@ def graph_stats(
     if num_groups < 1:
         _fail(f"--num-groups must be at least 1, got {num_groups}")
     automatic = grouper in GROUPERS and GROUPERS[grouper].automatic
-    prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups if automatic else None, cache_dir, 0,
-                              saved_model, signature, torch=torch, torch_optimizer=torch_optimizer)
+    prepared = _prepare_graph(source, grouper, num_groups if automatic else None, cache_dir, 0)
     stats = prepared.stats()
     rule = prepared.benchmark.model_rule if prepared.benchmark is not None else None
     per = grouping_stats(prepared.graph, rule, num_groups)
@@ -73,9 +66,7 @@ def graph_stats(
 
 
 EXPERIMENT_FLAGS = {
-    "--model": "source.model", "--size": "source.size", "--graph-def": "source.path", "--saved-model": "source.path",
-    "--signature": "source.signature", "--keras": "source.spec", "--torch": "source.spec",
-    "--torch-optimizer": "source.optimizer",
+    **source_flag_paths(),  # every front end's: --model, --size, --graph-def, ... (compgraph.frontends.SourceFlag)
     "--cluster": "cluster", "--env": "env", "--methods": "methods", "--budget": "budget", "--seed": "seed",
     "--train-steps": "train_steps", "--init-placement": "init_placement",
     "--grouper": "grouping.grouper", "--num-groups": "grouping.num_groups",
@@ -93,25 +84,18 @@ EXPERIMENT_FLAGS = {
 cover the config, and that the flow's form and the sweep are built from it too."""
 
 NOT_EXPERIMENT_FLAGS = {
-    "source.fetches": "a GraphDef's fetches are found by the front end (its sinks); set them in the flow's form",
     "tracking.parent_run_id": "internal: set by the sweep",
 }
 """Config fields without a flag of their own, and why."""
 
 
 @app.command()
+@graph_flags()
 def experiment(
-    model: Model = "rnnlm",
-    size: Size = "small",
+    source=None,
     cluster: Cluster = "k80x2",
     methods: str = typer.Option(None, help="comma-separated methods: baselines (single_cpu, single_gpu, expert, scotch, mincut, metis, m_topo, m_etf, m_sct, optimum) and learners (rl, post, ppo, ce, pg, hierarchical, eagle, eagle_ce, local_search, and each one started from the best baseline: rl_warm, post_warm, ...); default: every baseline that applies but optimum, rl, post, rl_warm and post_warm"),
-    graph_def: GraphDef = None,
-    keras: Keras = None,
-    torch: Torch = None,
-    torch_optimizer: TorchOptimizer = "adam",
-    saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
-    signature: Signature = None,
     int_bound: IntBound = None,
     grouper: Grouper = None,
     num_groups: NumGroups = None,
@@ -144,10 +128,8 @@ def experiment(
 
     The flags build one [`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig] ([`EXPERIMENT_FLAGS`][cli.main.EXPERIMENT_FLAGS]), which
     checks them all; its first error is one line naming the flag and the value (exit 2)."""
-    from cli.common import cli_graph_source
     from cli.learners import learner_option_items
 
-    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
     method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     learner_settings = learner_option_items(learner_option, _fail)
     if k is not None and (method_list is None or "rl" in method_list):  # rl's K (2017 Eq. 3); rl.k=N wins
@@ -182,8 +164,8 @@ def experiment(
 
     prepared = None
     if config.user_graph:
-        prepared = _prepare_graph(model, size, graph_def, keras, grouper, num_groups, None, seed, saved_model, signature,
-                                  config.real.int_bounds, env, torch, torch_optimizer, keep=True)  # the flow takes it
+        prepared = _prepare_graph(config.source, grouper, num_groups, None, seed, config.real.int_bounds, env,
+                                  keep=True)  # the flow takes it
     try:  # the same settings running now hold their placement logs: refused here, before Prefect and MLflow
         problem = busy_problem(config, log_names(config, prepared))
     except ValueError as exc:  # a log path leading out of --out-dir (compgraph.paths.UnsafePath)
@@ -193,7 +175,7 @@ def experiment(
 
     from tracking.progress import say
 
-    say(f"experiment: {'a user graph' if config.user_graph else f'{model} ({size})'} on {config.spec().name}, env {env}, "
+    say(f"experiment: {'a user graph' if config.user_graph else f'{config.source.model} ({config.source.size})'} on {config.spec().name}, env {env}, "
         f"methods {','.join(chosen)}, budget {budget}, seed {seed}; out-dir {out_dir}")
     from flows.experiment import placement_experiment
 

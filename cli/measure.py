@@ -13,7 +13,7 @@ import time
 import typer
 
 from cli.common import _check_model, _fail, _prepare_graph, _write_json, app, max_graph_mb_option, parse_int_bounds
-from cli.options import GraphDef, IntBound, Json, Keras, Model, OutDir, SavedModel, Signature, Size, Torch, TorchOptimizer, TrackingUri
+from cli.options import IntBound, Json, OutDir, Size, TrackingUri, graph_flags
 from cli.runtime import preflight, run_flow
 
 
@@ -64,9 +64,9 @@ def _mlflow_lines(console, result: dict) -> None:
 
 def _check_tensorflow_benchmark(model: str, command: str) -> None:
     """Refuse a PyTorch benchmark for a command that runs TensorFlow (one line, exit 2)."""
-    from compgraph.models import BENCHMARKS
+    from compgraph.frontends import BenchmarkSource, framework_of
 
-    if BENCHMARKS[model].framework != "tf":
+    if framework_of(BenchmarkSource(model=model)) != "tf":
         _fail(f"--model {model!r}: a PyTorch step, which has no TensorFlow GraphDef; `placement {command}` runs "
               "TensorFlow (real or grappler), so it takes a TensorFlow benchmark")
 
@@ -242,9 +242,9 @@ def fidelity(
 
 
 @app.command()
+@graph_flags(optional=True)
 def train(
-    model: Model = None,
-    size: Size = "small",
+    source=None,
     cluster: str = typer.Option(..., help="preset name or YAML spec"),
     method: str = typer.Option(..., help="a baseline (single_cpu | single_gpu | expert | scotch | mincut | metis | m_topo | m_etf | m_sct | optimum) or a learner (rl | post | ppo | ce | pg | hierarchical | eagle | eagle_ce)"),
     steps: int = typer.Option(20, help="training steps (>= 1)"),
@@ -255,13 +255,7 @@ def train(
     json_path: Json = None,
     out_dir: OutDir = None,
     tracking_uri: TrackingUri = None,
-    graph_def: GraphDef = None,
-    keras: Keras = None,
-    torch: Torch = None,
-    torch_optimizer: TorchOptimizer = "adam",
-    saved_model: SavedModel = None,
     max_graph_mb: int = max_graph_mb_option(),
-    signature: Signature = None,
     int_bound: IntBound = None,
 ) -> None:
     """Train N steps with one method's placement on synthetic inputs, logging step time and loss to MLflow."""
@@ -269,21 +263,17 @@ def train(
     from cluster.environment import ENVIRONMENTS
     from placer import LEARNER_NAMES as LEARNERS
 
-    from cli.common import cli_graph_source
-    from compgraph.frontends import is_user_graph, tensorflow_source
+    from compgraph.frontends import environment_problem, is_user_graph
 
-    source = cli_graph_source(model, size, graph_def, keras, saved_model, signature, torch, torch_optimizer)
+    if source is None:
+        _fail("give --model (a benchmark: see `placement models`) or a user's graph (--graph-def, --saved-model, --keras, --torch)")
     user_graph = is_user_graph(source)
-    if env == "grappler" and not tensorflow_source(source):
-        _fail("--env: 'grappler' is TensorFlow's cost model of a GraphDef; a PyTorch step trains for real (--env real) "
-              "or is projected in the simulator (--env sim)")
+    problem = environment_problem(source, env) if env in ENVIRONMENTS else None
+    if problem:
+        _fail(f"--{problem}")
     int_bounds = parse_int_bounds(int_bound, user_graph)
-    if user_graph and model is not None:
-        _fail("give --model or a user's graph (--graph-def, --saved-model, --keras, --torch), not both")
     if not user_graph:
-        if model is None:
-            _fail("give --model (a benchmark: see `placement models`) or a user's graph (--graph-def, --saved-model, --keras, --torch)")
-        _check_model(model, size)
+        _check_model(source.model, source.size)
     spec = _load_spec(cluster)
     # any placement trains: over the prepared groups, a learner's own units or every op (m_topo, m_etf, m_sct)
     valid = [*BASELINES, *LEARNERS]
@@ -299,11 +289,10 @@ def train(
     if cost_table:
         if user_graph:
             _fail("--cost-table is calibrated on a benchmark; a user's graph is costed by the roofline model")
-        _check_cost_table(cost_table, model, size, spec)
+        _check_cost_table(cost_table, source.model, source.size, spec)
     preflight(out_dir, tracking_uri, False, _fail)  # writable out-dir, MLflow answering: before any work
     if user_graph:  # the user's graph checked before the flow starts (one line, exit 2), prepared as the flow does
-        _prepare_graph(model, size, graph_def, keras, None, None, None, 0, saved_model, signature, int_bounds, env,
-                       torch, torch_optimizer, keep=True)  # the flow takes it
+        _prepare_graph(source, None, None, None, 0, int_bounds, env, keep=True)  # the flow takes it
     from flows.measure import placement_train
 
     start = time.perf_counter()

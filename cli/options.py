@@ -1,36 +1,25 @@
 """The options several commands share, declared once (name, flag and help), as ``Annotated``
-types; each command gives its own default in its signature, e.g. ``model: Model = "rnnlm"``."""
+types; each command gives its own default in its signature, e.g. ``cluster: Cluster = "k80x2"``.
+The graph's flags are every front end's ([`compgraph.frontends.SourceFlag`][compgraph.frontends.SourceFlag]), added to a command by
+[`graph_flags`][cli.options.graph_flags]."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+import typing
+from typing import Annotated, Optional
 
 import typer
 
-from cli.common import check_json_path, out_dir_or_home
+from cli.common import _fail, check_json_path, out_dir_or_home
 from tracking import placement_home
 
-_SIZES = ("small (demo) | paper (2017 sizes) | a table's settings: rnnlm post (Post Table 1), nmt post2/post4/post8 "
-          "(Post Table 1), inception_v3 eagle (EAGLE Table IV), large (rnnlm, nmt), gpt2 and 6.7b (gpt); `placement "
-          "models` lists each")
+from compgraph.frontends import SIZES_HELP
 
-# the graph: a benchmark, or a user's graph (compgraph.frontends)
-Model = Annotated[str, typer.Option(help="benchmark name (see `placement models`), or give a user's graph")]
-Size = Annotated[str, typer.Option(help=_SIZES)]
-GraphDef = Annotated[str, typer.Option("--graph-def", help="a user's training-step GraphDef (.pb or .pbtxt) instead of --model")]
-Keras = Annotated[str, typer.Option("--keras", help="MODULE:FUNCTION (imported from the current folder) or "
-                                                    "path/to/file.py:FUNCTION returning a Keras 3 "
-                                                    "model or (keras model, input specs), instead of --model")]
-Torch = Annotated[str, typer.Option("--torch", help="MODULE:FUNCTION (imported from the current folder) or "
-                                                    "path/to/file.py:FUNCTION returning (module, "
-                                                    "example_args), where module(*example_args) is the scalar training "
-                                                    "loss; the step (forward, backward, --torch-optimizer's update) is "
-                                                    "captured at the ATen level on meta tensors, instead of --model")]
-TorchOptimizer = Annotated[str, typer.Option("--torch-optimizer", help="with --torch: sgd | adam, the update the captured "
-                                                                       "step ends with (torch.optim's defaults)")]
-SavedModel = Annotated[str, typer.Option("--saved-model", help="a SavedModel folder whose --signature is a tf.function "
-                                                               "training step, instead of --model")]
-Signature = Annotated[str, typer.Option("--signature", help="the SavedModel signature of the training step (default: its only one)")]
+# the graph: a benchmark's flags, for the commands that take benchmarks only (every front end's: graph_flags)
+Model = Annotated[str, typer.Option(help="benchmark name (see `placement models`)")]
+Size = Annotated[str, typer.Option(help=SIZES_HELP)]
 IntBound = Annotated[list[str], typer.Option("--int-bound", help="NAME=N: a user graph's integer input NAME takes ids in [0, N) "
                                                                  "when run for real (repeatable; default: the size of the "
                                                                  "table it indexes)")]
@@ -58,3 +47,66 @@ OutDir = Annotated[str, typer.Option(callback=out_dir_or_home,
                                           f"cache and the placement logs ({HOME_HELP})")]
 TrackingUri = Annotated[str, typer.Option(help="MLflow tracking URI (default: SQLite file in --out-dir)")]
 Json = Annotated[str, typer.Option("--json", callback=check_json_path, help="write the result object to PATH ('-': stdout)")]
+
+
+def source_flag_paths() -> dict[str, str]:
+    """Every front end's flag -> the config path it sets (``--graph-def``: ``source.path``)."""
+    from compgraph.frontends import source_flags
+
+    return {f.flag: f"source.{f.field}" for f in source_flags()}
+
+
+def cli_source(values: dict, optional: bool = False):
+    """[`compgraph.frontends.source_from_flags`][compgraph.frontends.source_from_flags] of the graph flags' values (name -> value);
+    ``None`` when ``optional`` and none is given. A bad combination is one line in flags (``give one
+    of --graph-def, --saved-model, --keras and --torch, not several``), exit 2."""
+    import re
+
+    from compgraph.frontends import DEFAULT_KIND, FRONTENDS, source_flags, source_from_flags
+
+    if optional and all(v is None for v in values.values()):
+        return None
+    flags = {f.name: f.flag for f in source_flags()}
+    try:
+        source = source_from_flags(values)
+    except ValueError as exc:  # pydantic's ValidationError too
+        _fail(re.sub(r"(?<![\w-])(" + "|".join(sorted(flags, key=len, reverse=True)) + r")\b",
+                     lambda m: flags[m.group(1)], str(exc)))
+    default = [f.flag for f in FRONTENDS[DEFAULT_KIND].flags if values.get(f.name) is not None]
+    if default and source.kind != DEFAULT_KIND:
+        _fail(f"give {' '.join(default)} (a benchmark) or {FRONTENDS[source.kind].flags[0].flag}, not both")
+    return source
+
+
+def graph_flags(optional: bool = False):
+    """Decorator of a command taking a graph: its parameter ``source`` becomes every registered front
+    end's flags ([`compgraph.frontends.source_flags`][compgraph.frontends.source_flags]: ``--model``, ``--size``, ``--graph-def``,
+    ``--fetches``, ``--saved-model``, ``--signature``, ``--keras``, ``--torch``, ``--torch-optimizer``, a
+    plugin's), and the command is called with the source they name ([`cli_source`][cli.options.cli_source]; with
+    ``optional``, ``None`` when none is given). The flags are generated here once, from the registry,
+    for every command: a new front end's flags reach them all."""
+
+    def wrap(func):
+        from compgraph.frontends import source_flags
+
+        flags = source_flags()
+        signature = inspect.signature(func)
+        hints = typing.get_type_hints(func, include_extras=True)
+        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
+        where = [p.name for p in params].index("source")
+        generated = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+            Optional[list[str] if f.repeated else str], typer.Option(f.flag, help=f.help)]) for f in flags]
+        params[where:where + 1] = generated
+
+        @functools.wraps(func)
+        def command(**kwargs):
+            values = {f.name: kwargs.pop(f.name) or None for f in flags}  # an empty repeated flag: not given
+            return func(source=cli_source(values, optional), **kwargs)
+
+        del command.__wrapped__  # typer reads the signature below, not func's
+        command.__signature__ = signature.replace(parameters=[p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+                                                              for p in params])  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return wrap

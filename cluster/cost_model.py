@@ -13,12 +13,14 @@ device's matrix units in the op's precision when it has them (``tensor_peak_flop
 dtype ``bfloat16``/``float16``, or ``float32`` run as TF32 when ``tf32_matmul``/``tf32_conv``
 says the framework does), and ``software_flops_fraction`` is a named software term (the share of the chip's peak the
 software's kernels can issue, e.g. an SSE-only TensorFlow wheel on an AVX2-FMA CPU), and the
-achieved compute efficiency depends on the op's type and size::
+achieved compute efficiency depends on the op's class and size::
 
-    eff(o, d) = dense_efficiency(d) * f / (f + half_efficiency_flops(d))   MatMul, BatchMatMul*
-              = conv_efficiency(d)  * f / (f + half_efficiency_flops(d))   Conv2D*, Conv3D*, DepthwiseConv2dNative*
-                                                                           (ATen: aten.convolution*)
+    eff(o, d) = dense_efficiency(d) * f / (f + half_efficiency_flops(d))   dense (MatMul, BatchMatMul*, aten.mm...)
+              = conv_efficiency(d)  * f / (f + half_efficiency_flops(d))   conv (Conv2D*, aten.convolution*...)
               = other_efficiency(d)                                        every other op
+
+The class is the front end's ([`op_class`][cluster.cost_model.op_class]: the op's ``op_class``, else its front end's
+class of its type, [`compgraph.frontends.op_class`][compgraph.frontends.op_class]); this module reads no op type.
 
     memory_efficiency(o, d) = dense_memory_efficiency(d) or conv_memory_efficiency(d) for a dense
                               op or a convolution where the device gives one (a CPU's oneDNN
@@ -55,36 +57,46 @@ both simulators use it unchanged.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from cluster.spec import ClusterSpec, effective_link  # noqa: F401 (effective_link: its home is cluster.spec)
 from compgraph.ir import OpGraph
 
-#: Op types whose compute term uses ``dense_efficiency``: TensorFlow's and, for a PyTorch step
-#: ([`compgraph.torch_step`][compgraph.torch_step]), ATen's matrix products and attention kernels.
-DENSE_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "SparseMatMul",
-                         "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm",
-                         "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-                         "aten._scaled_dot_product_flash_attention_backward",
-                         "aten._scaled_dot_product_efficient_attention_backward"})
-#: Op type prefixes whose compute term uses ``conv_efficiency``.
-CONV_PREFIXES = ("Conv2D", "Conv3D", "DepthwiseConv2dNative", "aten.convolution", "aten.cudnn_convolution")
+CLASSES = ("dense", "conv", "other")
+"""The compute classes, by index: ``dense_efficiency``, ``conv_efficiency``, the peak."""
 
 
-def op_class(op_type: str) -> int:
-    """0 for a dense matrix product ([`DENSE_TYPES`][cluster.cost_model.DENSE_TYPES]), 1 for a convolution, 2 for any other op."""
-    if op_type in DENSE_TYPES:
-        return 0
-    if op_type.startswith(CONV_PREFIXES):
-        return 1
-    return 2
+@lru_cache(maxsize=None)
+def _type_class(op_type: str) -> int:
+    from compgraph.frontends import op_class as frontend_class
+
+    return CLASSES.index(frontend_class(op_type))
+
+
+def op_class(op) -> int:
+    """0 for a dense matrix product, 1 for a convolution, 2 for any other op: the op's ``op_class``
+    when its importer set one, else its front end's class of its type
+    ([`compgraph.frontends.op_class`][compgraph.frontends.op_class]); a type string is classed the same way.
+
+    Raises:
+        ValueError: an ``op_class`` other than ``dense``, ``conv``, ``other`` (names the op and the value).
+    """
+    if isinstance(op, str):
+        return _type_class(op)
+    if op.op_class:
+        if op.op_class not in CLASSES:
+            raise ValueError(f"op {op.name!r}: op_class {op.op_class!r}; valid: {', '.join(CLASSES)}")
+        return CLASSES.index(op.op_class)
+    return _type_class(op.type)
 
 
 def op_features(graph: OpGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(flops [num_ops] FLOP, bytes_accessed [num_ops] bytes, op_class [num_ops] int)`` of a graph."""
     flops = np.array([op.flops for op in graph.ops], dtype=np.float64)
     nbytes = np.array([op.bytes_accessed for op in graph.ops], dtype=np.float64)
-    cls = np.array([op_class(op.type) for op in graph.ops], dtype=np.int64)
+    cls = np.array([op_class(op) for op in graph.ops], dtype=np.int64)
     return flops, nbytes, cls
 
 

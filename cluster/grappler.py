@@ -132,12 +132,10 @@ class GrapplerEnvironment:
             ValueError: wrong length or a device index out of range.
         """
         op_p = cpu_fallback(self.grouping.expand(self._check(group_placement)), self._gpu_ok, self.spec)
-        gd = type(self._template)()
-        gd.CopyFrom(self._template)
+        from compgraph.tf_import import placed_graph_def
+
         first = self.names[0]
-        for node, i in zip(gd.node, self._node_op):
-            node.device = self.names[int(op_p[i])] if i >= 0 else first
-        return gd
+        return placed_graph_def(self._template, [self.names[int(op_p[i])] if i >= 0 else first for i in self._node_op])
 
     def measure(self, group_placement: np.ndarray) -> Measurement:
         """Grappler's estimate of one step of ``group_placement`` (``[num_groups]`` device indices).

@@ -346,14 +346,13 @@ class PlacedSession:
                  inter_op_threads: int | None = None, init_op: str = "init") -> None:
         tf = import_tensorflow()
         self.tf = tf
-        gd = type(graph_def)()
-        gd.CopyFrom(graph_def)
+        from compgraph.tf_import import placed_graph_def
+
+        gd = placed_graph_def(graph_def, node_devices)
         names = {n.name for n in gd.node}
         for f in fetches:
             if f not in names:
                 raise ValueError(f"fetches: no op {f!r} in the GraphDef")
-        for node in gd.node:
-            node.device = node_devices.get(node.name, "")
         self.graph = tf.Graph()
         with self.graph.as_default():
             tf.compat.v1.set_random_seed(seed)

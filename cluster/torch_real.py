@@ -178,7 +178,10 @@ def check_devices(spec: ClusterSpec, devs: list[str]) -> None:
 
 
 def is_torch_step(prepared) -> bool:
-    """True for a prepared PyTorch step: a PyTorch benchmark or a user's ``--torch`` model."""
+    """True for a prepared PyTorch step: a PyTorch benchmark or a user's ``--torch`` model (its front end's
+    framework, [`compgraph.frontends.framework_of`][compgraph.frontends.framework_of], when it was prepared from a source)."""
+    if getattr(prepared, "framework", None):
+        return prepared.framework == "torch"
     bench = getattr(prepared, "benchmark", None)
     if bench is not None:
         return getattr(bench, "framework", "tf") == "torch"

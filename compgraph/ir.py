@@ -36,6 +36,9 @@ class Op:
         dtype: the precision its FLOPs run in (``float32``, ``bfloat16``, ``float16``...): the
             matrix units' peak a GPU offers a dense op or convolution depends on it
             ([`cluster.cost_model`][cluster.cost_model]). ``float32`` for the TensorFlow importer's ops.
+        op_class: its compute class for the cost model, ``dense`` (matrix products), ``conv``
+            (convolutions) or ``other``, set by a front end's importer; empty: its front end's
+            class of ``type`` ([`compgraph.frontends.op_class`][compgraph.frontends.op_class]).
     """
 
     name: str
@@ -49,6 +52,7 @@ class Op:
     gpu_kernel: bool = True
     colocation: list[str] = field(default_factory=list)
     dtype: str = "float32"
+    op_class: str = ""
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,8 @@ class PreparedGraph:
             nor in the graph (real execution refuses them).
         torch_source: a user's PyTorch step: its [`compgraph.frontends.TorchSource`][compgraph.frontends.TorchSource], from which
             real execution captures and builds it again ([`cluster.torch_real`][cluster.torch_real]); ``None`` otherwise.
+        framework: its front end's framework (``tf``, ``torch``, a plugin's), set by
+            [`compgraph.frontends.prepare_source`][compgraph.frontends.prepare_source]; ``None`` when prepared without it.
     """
 
     benchmark: Benchmark | None
@@ -78,6 +80,7 @@ class PreparedGraph:
     int_bounds: dict = field(default_factory=dict)
     unbounded_int_inputs: tuple = ()
     torch_source: Any = None
+    framework: str | None = None
 
     @property
     def name(self) -> str:

@@ -22,6 +22,34 @@ from compgraph import costs
 from compgraph.ir import Edge, Op, OpGraph
 from compgraph.tf_env import import_tensorflow
 
+DENSE_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "SparseMatMul"})
+"""TensorFlow's op types whose compute term uses a GPU's ``dense_efficiency`` ([`cluster.cost_model`][cluster.cost_model])."""
+CONV_PREFIXES = ("Conv2D", "Conv3D", "DepthwiseConv2dNative")
+"""TensorFlow's op type prefixes whose compute term uses ``conv_efficiency``."""
+
+
+def tf_op_class(op_type: str) -> str:
+    """The TensorFlow front end's compute class of ``op_type``: ``dense``, ``conv`` or ``other``."""
+    if op_type in DENSE_TYPES:
+        return "dense"
+    return "conv" if op_type.startswith(CONV_PREFIXES) else "other"
+
+
+def placed_graph_def(graph_def, devices, default: str = ""):
+    """A copy of ``graph_def`` with each node's ``device`` set: ``devices`` maps node names to
+    TensorFlow device strings (a ``Mapping``, or a sequence in the nodes' order); a node it lacks gets
+    ``default``. The one place a placement is written into a GraphDef (real execution, grappler,
+    ``placement export --format tf``)."""
+    gd = type(graph_def)()
+    gd.CopyFrom(graph_def)
+    if isinstance(devices, (list, tuple)):
+        for node, device in zip(gd.node, devices):
+            node.device = device if device is not None else default
+    else:
+        for node in gd.node:
+            node.device = devices.get(node.name, default)
+    return gd
+
 VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable"})
 
 

@@ -101,6 +101,22 @@ class CapturedStep:
     holder: dict[str, str] = field(default_factory=dict)
 
 
+DENSE_TYPES = frozenset({"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm",
+                         "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
+                         "aten._scaled_dot_product_flash_attention_backward",
+                         "aten._scaled_dot_product_efficient_attention_backward"})
+"""ATen's matrix products and attention kernels: the compute term uses a GPU's ``dense_efficiency``."""
+CONV_PREFIXES = ("aten.convolution", "aten.cudnn_convolution")
+"""ATen op type prefixes whose compute term uses ``conv_efficiency``."""
+
+
+def torch_op_class(op_type: str) -> str:
+    """The PyTorch front end's compute class of ``op_type``: ``dense``, ``conv`` or ``other``."""
+    if op_type in DENSE_TYPES:
+        return "dense"
+    return "conv" if op_type.startswith(CONV_PREFIXES) else "other"
+
+
 def _tensor_bytes(t) -> int:
     return int(t.numel()) * int(t.element_size())
 

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, create_model, field_validator, model_serializer, model_validator
 
-from compgraph.frontends import BenchmarkSource, GraphSource, form_schema, is_user_graph, tensorflow_source
+from compgraph.frontends import BenchmarkSource, GraphSource, environment_problem, form_schema, framework_of, is_user_graph
 from placer.configs import CONFIGS
 from tasks.choices import ClusterName, Count, EnvName, GrouperName, MethodName, NonNegative, NonNegativeFloat
 from tracking import placement_home
@@ -242,14 +242,14 @@ class ExperimentConfig(_FormModel):
             if self.real.int_bounds:
                 raise ValueError("real.int_bounds is for a user's graph; a benchmark's integer inputs are bounded by "
                                  "its own tables")
-        if self.env == "grappler" and not tensorflow_source(self.source):
-            raise ValueError("env: 'grappler' is TensorFlow's cost model of a GraphDef; a PyTorch step is measured in "
-                             "the simulator (env 'sim') or for real (env 'real')")
-        if self.env == "real" and not tensorflow_source(self.source):  # a spec device this machine lacks: refused now
+        problem = environment_problem(self.source, self.env)  # the environments its front end supports
+        if problem:
+            raise ValueError(problem)
+        if self.env == "real" and framework_of(self.source) == "torch":  # a spec device this machine lacks: refused now
             from cluster.torch_real import check_devices, torch_devices
 
             check_devices(spec, torch_devices(spec))
-        if tensorflow_source(self.source):
+        if framework_of(self.source) == "tf":
             for name in ("repeats", "threads", "time_limit_s"):
                 if getattr(self.real, name) is not None:
                     raise ValueError(f"real.{name}: for a PyTorch step; a TensorFlow graph runs its fixed steps "

@@ -44,12 +44,25 @@ import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
 
-FORMATS = ("json", "tf", "torch")
-"""What [`export_placement`][tracking.export.export_placement] writes."""
+def export_formats() -> tuple[str, ...]:
+    """What [`export_placement`][tracking.export.export_placement] writes: ``json`` (every graph's) and each registered front
+    end's formats ([`compgraph.frontends.Frontend`][compgraph.frontends.Frontend]'s ``exports``: ``tf``, ``torch``, a plugin's)."""
+    from compgraph.frontends import FRONTENDS
+
+    found: dict[str, None] = {"json": None}
+    for fe in FRONTENDS.values():
+        exports = fe.exports
+        if callable(exports):  # depends on the source (the benchmarks): the formats of every framework
+            continue
+        found.update(dict.fromkeys(exports))
+    return tuple(found)
+
+
+FORMATS = export_formats()
+"""What [`export_placement`][tracking.export.export_placement] writes (the front ends registered when this module was imported)."""
 
 EXPORT_FILE = "export.json"
 """The record of what export needs, in a run folder and as the MLflow parent run's artifact."""
@@ -112,7 +125,8 @@ class ExportRecord(_Record):
     Attributes:
         version: [`RECORD_VERSION`][tracking.export.RECORD_VERSION].
         model, size: the graph's name and size (``user`` for a user's graph), for the output only.
-        framework: ``tf`` (the step has a TensorFlow GraphDef) or ``torch`` (a PyTorch step).
+        framework: the front end's framework: ``tf`` (the step has a TensorFlow GraphDef), ``torch`` (a
+            PyTorch step) or a plugin's ([`compgraph.frontends.framework_of`][compgraph.frontends.framework_of]).
         ops: the op names, in the graph's order.
         graph_sha256: [`graph_hash`][tracking.export.graph_hash] of the graph the run placed.
         cluster: [`RecordedCluster`][tracking.export.RecordedCluster].
@@ -125,7 +139,7 @@ class ExportRecord(_Record):
     version: int
     model: str
     size: str
-    framework: Literal["tf", "torch"]
+    framework: str
     ops: list[str]
     graph_sha256: str
     cluster: RecordedCluster
@@ -167,6 +181,8 @@ class ExportRecord(_Record):
 
 
 def _framework(prepared) -> str:
+    if getattr(prepared, "framework", None):  # set by its front end (compgraph.frontends.prepare_source)
+        return prepared.framework
     bench = prepared.benchmark
     if getattr(prepared, "torch_source", None) is not None or (bench is not None and bench.framework == "torch"):
         return "torch"
@@ -422,36 +438,41 @@ def _write(out: Path, data: bytes) -> None:
         raise
 
 
-def _graph_of(record: ExportRecord, fmt: str, source, cache_dir):
-    """The graph ``fmt`` needs, from the user's ``source``, checked against the record: ``(graph, prepared or
-    captured step)``.
+_WORDS = {"tf": "a TensorFlow graph", "torch": "a PyTorch step"}
+
+
+def _words(framework: str) -> str:
+    return _WORDS.get(framework, f"a {framework} graph")
+
+
+def _exported(record: ExportRecord, fmt: str, source, cache_dir, placed: dict[str, str], header: str):
+    """``fmt``'s file of the user's ``source`` placed as ``placed`` (op -> device), written by the source's front
+    end ([`compgraph.frontends.export_formats`][compgraph.frontends.export_formats]) and checked against the record.
 
     Raises:
-        ExportError: no source; a source of the other framework; a graph other than the recorded one.
+        ExportError: no source; a front end without ``fmt``; a source of another framework; a graph other than
+            the recorded one.
     """
     if source is None:
         raise ExportError(f"--format {fmt}: give the graph's source on the command line (--model/--size, --graph-def, "
                           "--saved-model, --keras or --torch): export prepares nothing a run record names")
-    from compgraph.frontends import tensorflow_source
+    from compgraph.frontends import export_formats as source_formats
+    from compgraph.frontends import framework_of
 
-    if fmt == "tf" and (record.framework != "tf" or not tensorflow_source(source)):
-        raise ExportError(f"--format tf: {record.model} is a PyTorch step, with no TensorFlow GraphDef; use json or torch"
-                          if record.framework != "tf" else f"--format tf: the source given is a PyTorch step, but "
-                          f"{record.model} is a TensorFlow graph")
-    if fmt == "torch" and (record.framework != "torch" or tensorflow_source(source)):
-        raise ExportError(f"--format torch: {record.model} is a TensorFlow graph; use tf or json"
-                          if record.framework != "torch" else f"--format torch: the source given is a TensorFlow graph, "
-                          f"but {record.model} is a PyTorch step")
-    made: Any
+    from compgraph.frontends import FRONTENDS
+
+    recorded = [f for fe in FRONTENDS.values() if not callable(fe.exports) and fe.framework == record.framework
+                for f in fe.exports]  # the formats of the recorded graph's framework
+    formats, framework = source_formats(source), framework_of(source)
+    if fmt not in recorded:
+        no_tf = ", with no TensorFlow GraphDef" if fmt == "tf" else ""
+        raise ExportError(f"--format {fmt}: {record.model} is {_words(record.framework)}{no_tf}; use "
+                          f"{' or '.join([*dict.fromkeys(recorded), 'json'])}")
+    if framework != record.framework or fmt not in formats:
+        raise ExportError(f"--format {fmt}: the source given is {_words(framework)}, but {record.model} is "
+                          f"{_words(record.framework)}")
     try:
-        if fmt == "tf":
-            from compgraph.frontends import is_user_graph, prepare_source
-
-            made = prepare_source(source, None, None, 0, None if is_user_graph(source) else cache_dir)
-        else:
-            from compgraph.frontends import capture_source
-
-            made = capture_source(source)
+        made = formats[fmt](source, placed, header, cache_dir)
     except ValueError as exc:  # UserGraphError, TorchStepError, an unknown model or size
         raise ExportError(f"the source given: {exc}") from None
     given = graph_hash(made.graph)
@@ -481,11 +502,12 @@ def export_placement(run: str, method: str, fmt: str, out: str | Path, device_ma
             device map naming a device the cluster lacks; a source for ``json``, none or another graph
             for ``tf``/``torch``, a PyTorch step asked for ``tf``; those of [`load_record`][tracking.export.load_record].
     """
-    if fmt not in FORMATS:
-        raise ExportError(f"--format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
+    if fmt not in export_formats():
+        raise ExportError(f"--format: unknown {fmt!r}; valid: {', '.join(export_formats())}")
     out = check_output(out, force, run, out_dir)
     if fmt == "json" and source is not None:
-        raise ExportError("--format json reads the run's record only; a graph source is for tf and torch")
+        raise ExportError(f"--format json reads the run's record only; a graph source is for "
+                          f"{' and '.join(export_formats()[1:])}")
     device_map = dict(device_map or {})
     record = load_record(run, tracking_uri)
     if method not in record.methods:
@@ -502,24 +524,12 @@ def export_placement(run: str, method: str, fmt: str, out: str | Path, device_ma
     if fmt == "json":
         _write(out, (json.dumps({"model": record.model, "method": method, "cluster": record.cluster.name,
                                  "step_time_s": row.step_time_s, "devices": placed}, indent=1) + "\n").encode())
-    elif fmt == "torch":
-        from compgraph.torch_step import module_source, placed_module
-
-        step = _graph_of(record, fmt, source, cache_dir)
-        module, inputs = placed_module(step, placed)
+    else:
         header = (f"placement export: {record.model}, method {method} on {record.cluster.name} "
                   f"(simulated step time {row.step_time_s} s)")
-        _write(out, module_source(module, inputs, header).encode())
-    else:
-        prepared = _graph_of(record, fmt, source, cache_dir)
-        if prepared.graph_def is None:
-            raise ExportError(f"--format tf: {record.model} is a PyTorch step, with no TensorFlow GraphDef; use json or torch")
-        gd = type(prepared.graph_def)()
-        gd.CopyFrom(prepared.graph_def)
-        for node in gd.node:
-            node.device = placed.get(node.name, "")
-        _write(out, gd.SerializeToString(deterministic=True))
-        fetches = list(prepared.fetches)
+        made = _exported(record, fmt, source, cache_dir, placed, header)
+        _write(out, made.data)
+        fetches = list(made.fetches)
     counts: dict[str, int] = {}
     for d in placed.values():
         counts[d] = counts.get(d, 0) + 1
