@@ -20,8 +20,10 @@ bytes, link bandwidths and latencies); the event loop is compiled with numba
 [`FastSimulator.run_arrays`][cluster.fast_simulator.FastSimulator.run_arrays] (op placements) and [`FastSimulator.run_group_arrays`][cluster.fast_simulator.FastSimulator.run_group_arrays]
 (group placements, expanded inside the compiled loop: an exact simulation of the op graph)
 evaluate ``K`` placements in one compiled call of the kernel: int32 indices, work arrays
-allocated once per call and reused by the ``K`` placements, soft placement applied in the loop,
-data-only predecessor lists, the in-flight events packed in three small arrays, and after an
+allocated once per call and reused by the ``K`` placements, soft placement applied in the loop
+(from a per-device table of [`cluster.kernels.fallback_device`][cluster.kernels.fallback_device] made once per call: the rule
+called per op took an atomic reference-count increment and decrement of an array each time,
+about a sixth of the kernel on nmt paper), data-only predecessor lists, the in-flight events packed in three small arrays, and after an
 op finishes only its own pool offered a new op (every idle pool has an empty queue after each
 event, and the event readied ops on that pool alone, so the reference's loop over pools starts
 no other). Cost per placement about ``O(ops + edges)``, no Python work per op.
@@ -117,6 +119,13 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
     resident = np.empty(D, np.int64)
     compute = np.empty(D, np.float64)
     xfer = np.empty(D, np.float64)
+    # soft placement (fallback_device) of an op with and without a GPU kernel on each device, looked up per op:
+    # calling it per op costs a reference count increment and decrement of is_gpu each time
+    dev_ok = np.empty(D, np.int32)
+    dev_no_gpu_kernel = np.empty(D, np.int32)
+    for d in range(D):
+        dev_ok[d] = fallback_device(d, True, is_gpu, fallback)
+        dev_no_gpu_kernel[d] = fallback_device(d, False, is_gpu, fallback)
     for kk in range(K):
         for d in range(D):
             compute[d] = 0.0
@@ -133,7 +142,7 @@ def _simulate(gplaces, op_unit, gpu_ok, is_gpu, fallback, times,
             l_busy[s] = False
         for i in range(n):
             d = gplaces[kk, op_unit[i]]
-            d = fallback_device(d, gpu_ok[i], is_gpu, fallback)
+            d = dev_ok[d] if gpu_ok[i] else dev_no_gpu_kernel[d]
             place[i] = d
             pending[i] = indegree[i]
             users[i] = 0

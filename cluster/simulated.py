@@ -117,11 +117,9 @@ class SimulatedEnvironment:
             ValueError: wrong length or a device index out of range.
         """
         gp = self._check(group_placement, batch=False)
-        ops = gp[self._unit_group]
         if self.engine != "reference":  # without the critical path, which measurements do not carry
-            result = self.simulator.run_batch(ops[None, :])[0]
-        else:
-            result = self.simulator.run(ops)
+            return self.measure_batch(gp[None, :])[0]
+        result = self.simulator.run(gp[self._unit_group])
         return self._results(gp[None, self.grouping.op_group], [result])[0]
 
     def measure_ops(self, op_placement: np.ndarray) -> Measurement:
@@ -151,9 +149,14 @@ class SimulatedEnvironment:
             ValueError: not a 2-D array of ``num_groups`` columns, or a device index out of range.
         """
         gp = self._check(group_placements, batch=True)
-        ops = gp[:, self._unit_group]
-        if self.engine != "reference":
-            results = self.simulator.run_batch(ops)
-        else:
-            results = [self.simulator.run(row) for row in ops]
-        return self._results(gp[:, self.grouping.op_group], results)
+        if self.engine == "reference":
+            results = [self.simulator.run(row) for row in gp[:, self._unit_group]]
+            return self._results(gp[:, self.grouping.op_group], results)
+        # the fast engines expand the group placements inside the kernel (run_group_arrays: the same
+        # results as run_batch on gp[:, unit_group]), and the measurements come from its arrays
+        b = self.simulator.run_group_arrays(gp, self._unit_group)
+        steps = b.step_time_s.tolist() if self.eager is None else self.eager.step_times(gp[:, self.grouping.op_group])
+        ooms, compute, xfer, peak = b.oom.tolist(), b.compute_s.tolist(), b.transfer_s.tolist(), b.peak_memory_bytes.tolist()
+        return [Measurement(step_time_s=None if oom else float(step), oom=oom, compute_s=c, transfer_s=x,
+                            peak_memory_bytes=pk, simulated_step_time_s=float(step))
+                for step, oom, c, x, pk in zip(steps, ooms, compute, xfer, peak)]

@@ -57,9 +57,11 @@ def _blocks(b: int, n: int, g: int, a: int) -> list[tuple[int, int, int, int]]:
     return [(i, min(b, i + per), 0, n) for i in range(0, b, per)]
 
 
-def _sigmoid_2x(keys: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(2 keys[:, None] + 2 query[:, :, None])``: ``[b, G, A]``, ``[b, l, A]`` -> ``[b, l, G, A]``."""
-    return torch.add(keys.unsqueeze(1), query.unsqueeze(2)).mul_(2.0).sigmoid_()
+def _sigmoid_2x(keys2: torch.Tensor, query2: torch.Tensor) -> torch.Tensor:
+    """``sigmoid(keys2[:, None] + query2[:, :, None])``: ``[b, G, A]``, ``[b, l, A]`` -> ``[b, l, G, A]``, for
+    ``keys2 = 2 keys`` and ``query2 = 2 query``: ``sigmoid(2 (keys + query))`` with the doubling done on the
+    small inputs, not on the block (doubling is exact in floating point, so ``2k + 2q`` rounds as ``2 (k + q)``)."""
+    return torch.add(keys2.unsqueeze(1), query2.unsqueeze(2)).sigmoid_()
 
 
 class _AdditiveScores(torch.autograd.Function):
@@ -70,8 +72,9 @@ class _AdditiveScores(torch.autograd.Function):
             return values.detach().clone()
         (b, g, a), n = keys.shape, query.shape[1]
         out = query.new_empty(b, n, g)
+        keys2, query2 = keys * 2.0, query * 2.0
         for b0, b1, l0, l1 in _blocks(b, n, g, a):
-            s = _sigmoid_2x(keys[b0:b1], query[b0:b1, l0:l1])  # [b, l, G, A]
+            s = _sigmoid_2x(keys2[b0:b1], query2[b0:b1, l0:l1])  # [b, l, G, A]
             out[b0:b1, l0:l1] = s @ v
         return out.mul_(2.0).sub_(v.sum())
 
@@ -81,8 +84,9 @@ class _AdditiveScores(torch.autograd.Function):
         (b, g, a), n = keys.shape, query.shape[1]
         grad = grad.contiguous()
         grad_keys, grad_query, grad_v = torch.zeros_like(keys), torch.empty_like(query), torch.zeros_like(v)
+        keys2, query2 = keys * 2.0, query * 2.0
         for b0, b1, l0, l1 in _blocks(b, n, g, a):
-            s = _sigmoid_2x(keys[b0:b1], query[b0:b1, l0:l1])  # [b, l, G, A]
+            s = _sigmoid_2x(keys2[b0:b1], query2[b0:b1, l0:l1])  # [b, l, G, A]
             gr = grad[b0:b1, l0:l1]  # [b, l, G]
             # d scores / d v = sum grad * tanh = 2 sum grad * s - sum grad
             grad_v += (gr.reshape(1, -1) @ s.reshape(-1, a)).squeeze(0).mul_(2.0).sub_(gr.sum())
