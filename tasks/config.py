@@ -328,7 +328,9 @@ class ExperimentConfig(_FormModel):
         """This config as the ``placement-experiment`` flow's parameters (its top-level fields), handed
         over: the flow takes this very config back ([`from_flow`][tasks.config.ExperimentConfig.from_flow]) instead of validating its
         fields again (which reads the cluster's file and a warm start's placement file once more)."""
-        _HANDED[self._handover_key(dict(self))] = self
+        key = self._handover_key(dict(self))
+        if key:  # a config without a key (it did not serialise) is validated again by the flow
+            _HANDED[key] = self
         while len(_HANDED) > 8:  # a sweep hands one per run: keep the last few
             _HANDED.pop(next(iter(_HANDED)))
         return dict(self)
@@ -342,7 +344,8 @@ class ExperimentConfig(_FormModel):
         Raises:
             pydantic.ValidationError: settings that do not fit together (built here only).
         """
-        handed = _HANDED.get(cls._handover_key(fields))
+        key = cls._handover_key(fields)
+        handed = _HANDED.get(key) if key else None  # parameters that do not serialise match no config
         return handed if handed is not None else cls(**fields)
 
     @classmethod
