@@ -74,6 +74,7 @@ import numpy as np
 
 from cluster.cost_model import op_time_matrix
 from cluster.fast_simulator import FastSimulator
+from cluster.simulated import EXECUTIONS
 from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping, OpGraph
 
@@ -146,8 +147,35 @@ class OptimumResult:
         return max(0.0, self.step_time_s / self.bound_s - 1.0)
 
 
+class _GroupTimes:
+    """Step times of group placements as the environment measures them: the fast simulator's memory
+    check (OOM) and its dataflow step time, or with ``execution="eager"`` (a PyTorch step in program
+    order, [`cluster.eager`][cluster.eager], as [`cluster.simulated.SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment] measures it)
+    the eager step time. ``__call__``: ``[K, G]`` group placements -> ``[K]`` seconds, ``inf`` for OOM.
+
+    Raises:
+        ValueError: an unknown ``execution`` (names the valid ones).
+    """
+
+    def __init__(self, graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, execution: str) -> None:
+        if execution not in EXECUTIONS:
+            raise ValueError(f"execution: unknown {execution!r}; valid: {', '.join(EXECUTIONS)}")
+        self.sim = FastSimulator(graph, spec, op_times=op_times)
+        self.og = np.asarray(grouping.op_group, dtype=np.int64)
+        self.eager = None
+        if execution == "eager":
+            from cluster.eager import EagerExecution
+
+            self.eager = EagerExecution(graph, spec, op_times=op_times)
+
+    def __call__(self, places: np.ndarray) -> np.ndarray:
+        r = self.sim.run_group_arrays(places, self.og)
+        steps = r.step_time_s if self.eager is None else self.eager.step_times(np.asarray(places)[:, self.og])
+        return np.where(r.oom, np.inf, np.asarray(steps, dtype=np.float64))
+
+
 def enumerate_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.ndarray | None = None,
-                      batch: int = 4096) -> OptimumResult:
+                      batch: int = 4096, execution: str = "dataflow") -> OptimumResult:
     """Exact optimum by simulating all ``num_devices ** num_groups`` group placements.
 
     Ties go to the placement that comes first in mixed-radix order (group 0 the most
@@ -158,15 +186,13 @@ def enumerate_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_
     total = D**G
     if total > MAX_ENUMERATE:
         raise ValueError(f"enumeration: {D}^{G} = {total} group placements, more than {MAX_ENUMERATE}")
-    sim = FastSimulator(graph, spec, op_times=op_times)
-    op_group = np.asarray(grouping.op_group, dtype=np.int64)
+    step_times = _GroupTimes(graph, grouping, spec, op_times, execution)
     best_t, best_p = np.inf, None
     radix = D ** np.arange(G - 1, -1, -1, dtype=np.int64)
     for lo in range(0, total, batch):
         idx = np.arange(lo, min(lo + batch, total), dtype=np.int64)
         places = (idx[:, None] // radix[None, :]) % D
-        r = sim.run_group_arrays(places, op_group)
-        t = np.where(r.oom, np.inf, r.step_time_s)
+        t = step_times(places)
         k = int(np.argmin(t))
         if t[k] < best_t:
             best_t, best_p = float(t[k]), places[k].copy()
@@ -197,7 +223,8 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
                  time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
                  lower_bound_s: float | None = None, disjunctive: bool | None = None,
                  node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
-                 max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None) -> OptimumResult:
+                 max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None,
+                 execution: str = "dataflow") -> OptimumResult:
     """The work-limited MILP of the module docstring; see there for what is proven.
 
     Args:
@@ -217,6 +244,10 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
         lower_bound_s: a bound already computed ([`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]), else computed.
         disjunctive: add the pairwise no-overlap constraints per compute pool (default: for
             graphs of at most 60 ops; ``O(num_ops^2)`` binaries).
+        execution: how the polish measures a placement: ``dataflow`` (the fast simulator) or
+            ``eager`` (a PyTorch step in program order, as the environment measures it:
+            [`cluster.factory.sim_execution`][cluster.factory.sim_execution]). The bounds hold for both: a program-order
+            schedule obeys the same precedence, one-op-at-a-time and transfer constraints.
     """
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -232,7 +263,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
                             "milp_nodes": None, "polish_evaluations": int(polish_evaluations), "polish_spent": 0}
     if n > max_milp_ops:
         return _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, polish_evaluations, deadline, start,
-                            max_milp_ops, work, on_progress)
+                            max_milp_ops, work, on_progress, execution)
     if on_progress is not None:
         on_progress({"phase": "milp", "evaluated": 0, "budget": polish_evaluations, "best_step_time_s": None,
                      "bound_s": lower_bound_s, "ops": n, "node_limit": node_limit})
@@ -369,7 +400,7 @@ def milp_optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times
         pool_of.append(np.argmax(res.x[:nx_].reshape(G, D), axis=1))
     bound = _bound(graph, spec, op_times, dual, lower_bound_s)
     best_p, best_t, evaluated, cut_polish, spent = _polish(graph, grouping, spec, op_times, pool_of, polish_evaluations,
-                                                           deadline, on_progress, bound)
+                                                           deadline, on_progress, bound, execution)
     work["polish_spent"] = spent
     proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
     return OptimumResult(best_p, best_t, bound, proven, "milp", evaluated, time.perf_counter() - start, status,
@@ -400,7 +431,7 @@ def _pair_moves(p: np.ndarray, D: int, gi: np.ndarray, gj: np.ndarray, lo: int, 
 
 def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, pool_of: list, budget: int,
             deadline: float | None, on_progress: Callable[[dict], None] | None = None, bound_s: float | None = None,
-            ) -> tuple[np.ndarray | None, float | None, int, bool, int]:
+            execution: str = "dataflow") -> tuple[np.ndarray | None, float | None, int, bool, int]:
     """Local search from each placement of ``pool_of`` that fits, fastest (as simulated) first, within
     ``budget`` simulated moves in all (and the optional ``deadline``); the best placement seen wins.
 
@@ -424,12 +455,10 @@ def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, poo
     if not pool_of:
         return None, None, 0, False, 0
     G, D = grouping.num_groups, len(spec.devices)
-    og = np.asarray(grouping.op_group, dtype=np.int64)
-    sim = FastSimulator(graph, spec, op_times=op_times)
+    step_times = _GroupTimes(graph, grouping, spec, op_times, execution)
     places = np.array([np.asarray(c, dtype=np.int64) for c in pool_of])
-    rr = sim.run_group_arrays(places, og)
     evaluated = len(places)
-    t0 = np.where(rr.oom, np.inf, rr.step_time_s)
+    t0 = step_times(places)
     starts: list[int] = []
     seen: set[bytes] = set()
     for i in np.argsort(t0, kind="stable"):  # distinct starts that fit, fastest first (ties: pool order)
@@ -465,10 +494,9 @@ def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, poo
                 chunk = (ones[lo_:hi_] if hi_ <= len(ones) else
                          np.concatenate([ones[lo_:], _pair_moves(p, D, gi, gj, max(lo_, len(ones)) - len(ones),
                                                                  hi_ - len(ones))]))
-                rr = sim.run_group_arrays(chunk, og)
+                t = step_times(chunk)
                 evaluated += len(chunk)
                 spent += len(chunk)
-                t = np.where(rr.oom, np.inf, rr.step_time_s)
                 k = int(np.argmin(t))
                 if t[k] < pt:
                     p, pt, improved = chunk[k].copy(), float(t[k]), True
@@ -489,11 +517,11 @@ def _polish(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times, poo
 
 
 def _polish_only(graph, grouping, spec, op_times, candidates, lower_bound_s, budget, deadline, start,
-                 max_milp_ops, work: dict, on_progress=None) -> OptimumResult:
+                 max_milp_ops, work: dict, on_progress=None, execution: str = "dataflow") -> OptimumResult:
     """A graph too big for the MILP: the candidates polished, the bound from [`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]."""
     bound = _bound(graph, spec, op_times, None, lower_bound_s)
     best_p, best_t, evaluated, cut, spent = _polish(graph, grouping, spec, op_times, list(candidates or []), budget,
-                                                    deadline, on_progress, bound)
+                                                    deadline, on_progress, bound, execution)
     work["polish_spent"] = spent
     proven = best_t is not None and bound is not None and best_t <= bound * (1 + 1e-9)
     return OptimumResult(best_p, best_t, bound, proven, "polish", evaluated, time.perf_counter() - start,
@@ -504,12 +532,15 @@ def optimum(graph: OpGraph, grouping: Grouping, spec: ClusterSpec, op_times: np.
             time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, candidates: list[np.ndarray] | None = None,
             max_enumerate: int = MAX_ENUMERATE, lower_bound_s: float | None = None,
             node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
-            max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None) -> OptimumResult:
+            max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None,
+            execution: str = "dataflow") -> OptimumResult:
     """Enumeration when ``num_devices ** num_groups <= max_enumerate``, else [`milp_optimum`][baselines.optimum.milp_optimum]
     (``node_limit``, ``max_milp_ops``, ``polish_evaluations`` -- ``None``: [`default_polish_evaluations`][baselines.optimum.default_polish_evaluations]
-    --, ``on_progress`` and the optional wall-clock cap ``time_limit_s``)."""
+    --, ``on_progress`` and the optional wall-clock cap ``time_limit_s``), each measuring placements
+    with ``execution`` (``dataflow`` or ``eager``: [`milp_optimum`][baselines.optimum.milp_optimum]), so ``step_time_s`` is the
+    step time the environment measures for the placement found."""
     if len(spec.devices) ** grouping.num_groups <= min(max_enumerate, MAX_ENUMERATE):
-        return enumerate_optimum(graph, grouping, spec, op_times)
+        return enumerate_optimum(graph, grouping, spec, op_times, execution=execution)
     return milp_optimum(graph, grouping, spec, op_times, time_limit_s, candidates, lower_bound_s,
                         node_limit=node_limit, polish_evaluations=polish_evaluations, max_milp_ops=max_milp_ops,
-                        on_progress=on_progress)
+                        on_progress=on_progress, execution=execution)

@@ -36,11 +36,15 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
                      time_limit_s: float | None = DEFAULT_TIME_LIMIT_S, op_times: np.ndarray | None = None,
                      node_limit: int = DEFAULT_NODE_LIMIT, polish_evaluations: int | None = None,
                      max_milp_ops: int = MAX_MILP_OPS, on_progress: Callable[[dict], None] | None = None,
-                     stage: Callable[[str], contextlib.AbstractContextManager[dict]] | None = None) -> dict:
+                     stage: Callable[[str], contextlib.AbstractContextManager[dict]] | None = None,
+                     execution: str = "dataflow") -> dict:
     """The lower bound ([`baselines.bounds.lower_bound`][baselines.bounds.lower_bound]) and, if asked, the optimum
     ([`baselines.optimum.optimum`][baselines.optimum.optimum], given the group placements among ``placements`` as
     MILP candidates; its work limits ``node_limit``, ``max_milp_ops`` and ``polish_evaluations``,
     ``None``: [`baselines.optimum.default_polish_evaluations`][baselines.optimum.default_polish_evaluations]; ``on_progress`` its progress).
+    ``execution``: how the optimum's search measures a placement (``dataflow``, or ``eager`` for a
+    PyTorch step: [`cluster.factory.sim_execution`][cluster.factory.sim_execution]), so that ``optimum_s`` is what the
+    simulated environment measures for its placement.
     ``stage``: a context manager per step (``"lower bound"``, ``"optimum"``), as
     [`tracking.progress.stage`][tracking.progress.stage]; it may set ``["result"]``.
 
@@ -70,7 +74,8 @@ def reference_points(graph, grouping, spec, placements: dict | None = None, want
         with stage("optimum") as st:
             res = optimum(graph, grouping, spec, op_times, time_limit_s=time_limit_s, candidates=candidates,
                           lower_bound_s=out["lower_bound_s"], node_limit=node_limit,
-                          polish_evaluations=polish_evaluations, max_milp_ops=max_milp_ops, on_progress=on_progress)
+                          polish_evaluations=polish_evaluations, max_milp_ops=max_milp_ops, on_progress=on_progress,
+                          execution=execution)
             st["result"] = optimum_summary(res.step_time_s, res.bound_s, res.gap, res.proven, res.method)
         out.update(optimum_s=res.step_time_s, optimum_proven=res.proven, optimum_bound_s=res.bound_s,
                    optimum_gap=res.gap, optimum_method=res.method, optimum_seconds=res.seconds,
@@ -167,8 +172,8 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
     Raises:
         ValueError: an unknown method (lists the valid ones).
     """
-    from cluster.factory import make_environment
     from cluster.evaluation import evaluate_placements
+    from cluster.factory import make_environment, sim_execution
 
     methods = list(methods) if methods is not None else applicable_baselines(spec, prepared.benchmark is None)
     for m in methods:
@@ -190,7 +195,8 @@ def run_baselines(prepared, spec, methods: list[str] | None = None, time_limit_s
     start = time.perf_counter()
     refs = reference_points(prepared.graph, prepared.grouping, spec, placements, want_optimum=wants_optimum(methods),
                             time_limit_s=time_limit_s, node_limit=node_limit, polish_evaluations=polish_evaluations,
-                            max_milp_ops=max_milp_ops, on_progress=on_progress, stage=stage)
+                            max_milp_ops=max_milp_ops, on_progress=on_progress, stage=stage,
+                            execution=sim_execution(prepared, env_options))
     for m, p in reference_placements(refs).items():
         placements[m], seconds[m] = p, refs["optimum_seconds"]
     refs["lower_bound_seconds"] = time.perf_counter() - start - (refs["optimum_seconds"] or 0.0)

@@ -11,6 +11,23 @@ from cluster.spec import ClusterSpec
 from compgraph.ir import Grouping
 
 
+def sim_execution(prepared, options=None) -> str:
+    """How the simulator executes ``prepared``'s step under the environment options ``options``
+    ([`cluster.environment.EnvOptions`][cluster.environment.EnvOptions] or a dict; ``None``: the defaults): their ``execution``,
+    or for ``auto`` ``eager`` for a PyTorch step (program order, [`cluster.eager`][cluster.eager]) and
+    ``dataflow`` for a TensorFlow graph.
+
+    Raises:
+        ValueError: a bad option (names it).
+    """
+    execution = _options(options).execution
+    if execution != "auto":
+        return execution
+    from cluster.torch_real import is_torch_step
+
+    return "eager" if is_torch_step(prepared) else "dataflow"
+
+
 def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions | dict | None = None, *,
                      grouping: Grouping | None = None) -> Environment:
     """The environment of ``kind`` for a prepared graph on ``spec``: the one way to build one.
@@ -44,12 +61,8 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
             if op_times is None:
                 op_times = opts.cost_table.op_times(graph, spec)
             spec = opts.cost_table.apply_link(spec)
-        execution = opts.execution
-        if execution == "auto":
-            from cluster.torch_real import is_torch_step
-
-            execution = "eager" if is_torch_step(prepared) else "dataflow"
-        return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times, execution=execution)
+        return SimulatedEnvironment(graph, groups, spec, engine=opts.engine, op_times=op_times,
+                                    execution=sim_execution(prepared, opts))
     if kind == "real":
         from cluster.torch_real import TorchRealEnvironment, is_torch_step
 

@@ -151,7 +151,7 @@ def run_experiment(config: ExperimentConfig) -> dict:
     placements.update(searches.placements)
     # reference points (baselines.report): the lower bound, and the optimum when asked for (a reference method)
     with stage("lower bound" + "".join(f" and {m}" for m in methods if m in BASELINES and BASELINES[m].reference)):
-        refs = stages.reference_points(quote(prepared), spec, quote(placements), list(methods))
+        refs = stages.reference_points(quote(prepared), spec, quote(placements), list(methods), c.env_options)
     placements.update(refs.pop("placements"))
     # evaluation: every placement in one kind of environment
     with stage(f"evaluation ({c.env})") as st:

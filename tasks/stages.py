@@ -44,14 +44,19 @@ def baseline_placements(methods: list[str], prepared: PreparedGraph, spec: Clust
 
 
 @task(name="reference-points", cache_policy=NONE)
-def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, methods: list[str]) -> dict:
+def reference_points(prepared: PreparedGraph, spec: ClusterSpec, placements: dict, methods: list[str],
+                     env_options: dict | None = None) -> dict:
     """The lower bound and the reference methods among ``methods`` (the optimum), with ``placements``
     as the optimum's candidates ([`baselines.report.reference_points`][baselines.report.reference_points]); the returned
-    ``"placements"`` holds the reference methods' placements ([`baselines.report.reference_placements`][baselines.report.reference_placements])."""
+    ``"placements"`` holds the reference methods' placements ([`baselines.report.reference_placements`][baselines.report.reference_placements]).
+    The optimum measures placements as the simulated environment of ``env_options`` does
+    ([`cluster.factory.sim_execution`][cluster.factory.sim_execution]: in program order for a PyTorch step)."""
     from baselines.report import reference_placements, wants_optimum
     from baselines.report import reference_points as compute
+    from cluster.factory import sim_execution
 
-    refs = compute(prepared.graph, prepared.grouping, spec, placements, wants_optimum(methods))
+    refs = compute(prepared.graph, prepared.grouping, spec, placements, wants_optimum(methods),
+                   execution=sim_execution(prepared, env_options))
     return {**refs, "placements": reference_placements(refs)}
 
 

@@ -95,3 +95,27 @@ def test_a_copy_between_gpus_does_not_hold_the_host():
     g = _graph([(0, 1, 100)], 3)
     times = np.array([[2.0, 2.0, 2.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
     assert EagerExecution(g, spec, op_times=times).step_times(np.array([[1, 2, 0]]))[0] == pytest.approx(4.0)
+
+
+def test_the_optimum_measures_placements_as_the_eager_environment_does():
+    """The optimum of a PyTorch step is searched in program order (``execution="eager"``), so its step
+    time is what the environment measures for its placement. op0 and op1 are independent, 1 s each on
+    either device: in the dataflow model ``[cpu, gpu]`` runs both at once (1 s), but in program order
+    the CPU op holds the host before op1 is launched (2 s); ``[gpu, cpu]`` launches op0 and runs op1
+    beside it (1 s). Before, the optimum reported the dataflow 1 s for ``[cpu, gpu]``, which the eager
+    environment measures at 2 s."""
+    from baselines.optimum import milp_optimum, optimum
+
+    g = _graph([], 2)
+    times = np.array([[1.0, 1.0], [1.0, 1.0]])
+    env = SimulatedEnvironment(g, _singletons(2), _spec(), op_times=times, execution="eager")
+    dataflow = optimum(g, _singletons(2), _spec(), op_times=times)
+    assert list(dataflow.placement) == [0, 1] and dataflow.step_time_s == pytest.approx(1.0)
+    assert env.measure(dataflow.placement).step_time_s == pytest.approx(2.0)
+    for res in (optimum(g, _singletons(2), _spec(), op_times=times, execution="eager"),
+                milp_optimum(g, _singletons(2), _spec(), op_times=times, candidates=[np.array([0, 1])],
+                             max_milp_ops=0, execution="eager")):  # enumeration, and the polish of a candidate
+        assert list(res.placement) == [1, 0]
+        assert res.step_time_s == pytest.approx(env.measure(res.placement).step_time_s) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="execution"):
+        optimum(g, _singletons(2), _spec(), op_times=times, execution="lazy")
