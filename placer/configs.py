@@ -28,6 +28,14 @@ class LearnerConfig(BaseModel):
         init_placement: with ``init="placement"``: the op -> device JSON file to start from
             (``placement export --format json``); read by the experiment into ``init_ops``.
         init_prob: the probability the initial policy gives each unit's start device (0.9).
+        moves_per_sample: ``m`` (a named option, in no paper): the start's probability scaled to
+            the graph, ``init_prob = 1 - m / U`` on ``U`` units when that is more than ``init_prob``
+            (graphs of more than ``m / (1 - init_prob)`` units), so a sample from the initial policy
+            moves about ``m`` units off the start on a large graph and the paper's share on a
+            small one ([`placer.warm.start_prob`][placer.warm.start_prob]); ``None``: ``init_prob`` as given.
+            The softmax learners (Post and its ablations) use the same rate for the
+            cross-entropy step's uniform mixing ([`PostConfig`][placer.configs.PostConfig]); ``local_search``
+            moves one unit at a time and ignores it.
         init_ops: the start, ``[num_ops]`` device indices (filled in by the experiment:
             [`tasks.search.warm_start_config`][tasks.search.warm_start_config]); not a setting (not dumped, not logged).
         init_source: what the start is (a baseline's name or the file), for labels; not dumped.
@@ -41,6 +49,7 @@ class LearnerConfig(BaseModel):
     seed: int = 0
     init_placement: str | None = None
     init_prob: float = Field(0.9, gt=0, lt=1)
+    moves_per_sample: float | None = Field(None, gt=0)
     init_ops: list[int] | None = Field(None, exclude=True, repr=False)
     init_source: str | None = Field(None, exclude=True)
 
@@ -214,9 +223,10 @@ class PostConfig(LearnerConfig):
     groups at once per sample, where the hill climber moves one; the candidate "entropy floors,
     reward scaling per graph" of issue 36, as the step size of a (1+lambda) evolution strategy
     is set per dimension):
-        moves_per_sample: ``m``: the exploration rate is ``m / G`` on ``G`` groups (at most
-            ``1 - 1/D``), used for both the device prior or warm start (``init_prob = 1 - m / G``
-            on the start device) and the cross-entropy step's uniform mixing (``epsilon = m / G``,
+        moves_per_sample: ``m`` ([`LearnerConfig`][placer.configs.LearnerConfig]): the exploration rate is ``m / G`` on ``G``
+            groups (at most the paper's: ``1 - init_prob`` and ``epsilon``), used for both the device prior
+            or warm start (``init_prob = 1 - m / G`` on the start device) and the cross-entropy step's
+            uniform mixing (``epsilon = m / G``,
             decaying as the paper's), so a sample moves about ``m`` groups off the likeliest
             device on any graph; ``None``: the paper's ``epsilon`` and ``init_prob``. Measured
             (``ce`` with ``init=single_gpu``, ``smoothing`` 0.7, ``elites_kept`` 6,
@@ -246,7 +256,6 @@ class PostConfig(LearnerConfig):
     smoothing: float = Field(1.0, gt=0, le=1)
     elites_kept: int = Field(0, ge=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
-    moves_per_sample: float | None = Field(None, gt=0)
 
 
 # placer.post_ablations
@@ -465,14 +474,26 @@ FAITHFUL_CONFIGS: dict[str, type[LearnerConfig]] = {name: config for name, (_, c
 """Each learner with its paper's start -> its config (from [`LEARNER_REGISTRY`][placer.configs.LEARNER_REGISTRY])."""
 
 
+WARM_MOVES_PER_SAMPLE = 4.0
+"""The warm-started variants' ``moves_per_sample``: a sample from the start moves about 4 units.
+With the fixed ``init_prob`` 0.9 a sample moved a tenth of the units (50 of nmt's 502 groups) and
+no softmax learner improved on the expert there in 2,400 placements (1.7235 s, seeds 0-2); with 4,
+ce_warm found 1.619 s and post_warm 1.683 s (seed 0; docs/results.md "Warm starts")."""
+
+
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
-    """``config`` with ``init="best_baseline"`` as its default: the config of the warm-started
-    variant of a learner (``rl_warm``...; [`placer.warm`][placer.warm], in no paper)."""
+    """``config`` with ``init="best_baseline"`` and ``moves_per_sample`` [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE]
+    as its defaults: the config of the warm-started variant of a learner (``rl_warm``...;
+    [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time and has
+    no ``moves_per_sample`` default."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
-    init: Any = (config.model_fields["init"].annotation, "best_baseline")
+    fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
+    if config is not LocalSearchConfig:
+        fields["moves_per_sample"] = (config.model_fields["moves_per_sample"].annotation, WARM_MOVES_PER_SAMPLE)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
-                        __doc__=f"{config.__name__} with ``init='best_baseline'``: the warm-started variant "
-                                "(placer.warm; no paper does this).", init=init)
+                        __doc__=f"{config.__name__} with ``init='best_baseline'`` and a start scaled to the graph "
+                                f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``): the warm-started variant "
+                                "(placer.warm; no paper does this).", **fields)
 
 
 CONFIGS: dict[str, type[LearnerConfig]] = {

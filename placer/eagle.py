@@ -247,7 +247,7 @@ class Eagle(Learner):
         self.optimizer = torch.optim.Adam(self.params, lr=c.learning_rate)
         self.generator = torch.Generator().manual_seed(c.seed)
         self.failing_time_s = failing_time(env, c.failing_time_s)
-        self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, c.init_prob, self.placer)
+        self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.baseline: float | None = None
         self.sampled = 0
         self.updates = 0

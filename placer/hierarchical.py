@@ -466,7 +466,7 @@ class HierarchicalPlanner(Learner):
         # start_with_failing_signal=True; a warm start (placer.warm) starts B at its first reward instead: the
         # failing signal's exploration would undo the start
         self.baseline: float | None = self.failing_signal if self.start is None else None
-        self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, c.init_prob, self.placer)
+        self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.updates = 0
 
     @property

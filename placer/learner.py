@@ -90,7 +90,7 @@ class Learner(ABC):
         #: Set by the distributed search on a learner with [`pools`][placer.learner.Learner.pools]: [`update`][placer.learner.Learner.update] then
         #: makes only its own step, and the pooled one runs at the parameter server.
         self.pooled = False
-        from placer.warm import prior_units, start_units
+        from placer.warm import prior_units, start_prob, start_units
 
         #: The warm start or device prior ([`placer.warm`][placer.warm]): int64 ``[num_units]`` device indices
         #: of ``env``'s units, ``None`` for the paper's start. The subclass biases its policy towards
@@ -99,6 +99,10 @@ class Learner(ABC):
         init = getattr(config, "init", "uniform")
         if self.start is None and init != "uniform" and len(env.spec.devices) > 1:
             self.start = prior_units(init, env.grouping.num_groups, env.spec.gpu_indices)
+        #: The probability the initial policy gives each unit's start device (``init_prob``, or
+        #: scaled to the graph by ``moves_per_sample``: [`placer.warm.start_prob`][placer.warm.start_prob]).
+        self.init_prob = start_prob(config, env.grouping.num_groups if self.start is None else len(self.start),
+                                    len(env.spec.devices))
 
     @property
     @abstractmethod

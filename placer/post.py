@@ -50,7 +50,7 @@ from placer.configs import PostConfig
 from placer.features import oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
-from placer.warm import start_log_probs
+from placer.warm import exploration_rate, start_log_probs
 
 
 def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
@@ -85,13 +85,12 @@ class PostLearner(Learner):
         self.num_groups, self.num_devices = env.grouping.num_groups, len(env.spec.devices)
         self.rng = np.random.default_rng(config.seed)
         self.failing_signal = config.failing_time_s if config.failing_time_s is not None else 10.0 * serial_time(env)
-        self.epsilon, init_prob = config.epsilon, config.init_prob
+        self.epsilon = config.epsilon
         if config.moves_per_sample is not None:  # named option: about m groups moved per sample, on any graph
-            rate = min(config.moves_per_sample / self.num_groups, 1.0 - 1.0 / self.num_devices)
-            self.epsilon, init_prob = rate, (1.0 - rate) if rate > 0 else config.init_prob  # one device: no choice
+            self.epsilon = exploration_rate(config.moves_per_sample, self.num_groups, self.num_devices, config.epsilon)
         self.u = torch.zeros(self.num_groups, self.num_devices, dtype=torch.float64)
         if self.start is not None:  # warm start or device prior (placer.warm, in no paper): init_prob on each start device
-            self.u = torch.from_numpy(start_log_probs(self.start, self.num_devices, init_prob))
+            self.u = torch.from_numpy(start_log_probs(self.start, self.num_devices, self.init_prob))
         self.beta = config.beta
         self.baseline: float | None = None
         self.sampled = 0

@@ -103,7 +103,7 @@ class ReinforceLearner(Learner):
         self.policy = Seq2SeqPlacer(group_features(env.graph, env.grouping), len(env.spec.devices),
                                     hidden_size=config.hidden_size, attention_size=config.attention_size)
         if self.start is not None:  # warm start (placer.warm, in no paper): a constant prior on the decoder's logits
-            self.policy.set_prior(start_log_probs(self.start, len(env.spec.devices), config.init_prob))
+            self.policy.set_prior(start_log_probs(self.start, len(env.spec.devices), self.init_prob))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate)
         self.failing_signal = config.failing_signal if config.failing_signal is not None else default_failing_signal(env)
         # the paper starts B at the failing signal ("more exploration"); a warm start starts it at its first batch's

@@ -130,6 +130,43 @@ def fits_units(ops, grouping) -> bool:
     return bool(np.array_equal(first[og], ops))
 
 
+def exploration_rate(moves: float, num_units: int, num_devices: int, paper_rate: float) -> float:
+    """The per-unit rate at which a sample moves units off their likeliest device with
+    ``moves_per_sample=m`` (a named option, in no paper): ``min(m / U, paper_rate, 1 - 1/D)``, so
+    about ``m`` units a sample on a graph of many units, and never more than the paper's rate
+    (``1 - init_prob``, or Post's ``epsilon``) on a small one.
+
+    Args:
+        moves: ``m`` > 0, units moved per sample.
+        num_units: ``U`` >= 1.
+        num_devices: ``D`` >= 1 (one device: rate 0, no choice).
+        paper_rate: the rate without the option, in ``[0, 1]``.
+    Returns:
+        The rate in ``[0, min(paper_rate, 1 - 1/D)]``.
+    """
+    return min(moves / max(num_units, 1), paper_rate, 1.0 - 1.0 / num_devices)
+
+
+def start_prob(config, num_units: int, num_devices: int) -> float:
+    """The probability a learner's initial policy gives each unit's start device: ``config.init_prob``,
+    or with ``moves_per_sample=m`` ``1 - m / U`` when that is larger (a graph of more than
+    ``m / (1 - init_prob)`` units, 40 for 4 and 0.9): a sample from the start then moves about ``m``
+    of the ``U`` units, where a fixed 0.9 moves a tenth of them (50 of nmt's 502 groups;
+    [`placer.configs.LearnerConfig`][placer.configs.LearnerConfig]).
+
+    Args:
+        config: a learner config (``init_prob``, ``moves_per_sample``).
+        num_units: ``U``, the units the learner places.
+        num_devices: ``D``.
+    Returns:
+        A probability in ``[init_prob, 1)``.
+    """
+    moves = getattr(config, "moves_per_sample", None)
+    if moves is None or num_devices < 2:
+        return float(config.init_prob)
+    return 1.0 - exploration_rate(moves, num_units, num_devices, 1.0 - float(config.init_prob))
+
+
 def start_log_probs(start: np.ndarray, num_choices: int, prob: float) -> np.ndarray:
     """``log`` of the start distribution: ``prob`` on each row's start choice, the rest shared
     evenly by the others.

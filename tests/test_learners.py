@@ -218,7 +218,7 @@ def test_compare_summary_plot_and_mlflow_record(tmp_path):
 
 @pytest.mark.parametrize("option, needle", [
     ("rl.hidden_size=-3", "--learner-option rl.hidden_size must be at least 1, got -3"),
-    ("rl.nope=1", "rl.nope: unknown setting 'nope'; valid: k, "),
+    ("rl.nope=1", "rl.nope: unknown setting 'nope'; valid: moves_per_sample, k, "),
     ("magic.k=1", "unknown learner 'magic'; valid: rl, post"),
     ("rl-k=1", "expected METHOD.FIELD=VALUE"),
 ])

@@ -311,3 +311,31 @@ def test_the_warm_start_and_the_report_break_ties_alike():
     report = run_baselines(prepared, spec, methods=["single_gpu", "expert"])
     start = best_baseline_start(prepared, spec, "sim")
     assert report["best_baseline"] == start.source == "expert"
+
+
+@pytest.mark.parametrize("name", [n for n in WARM if n != "local_search_warm"])
+def test_a_warm_start_is_scaled_to_the_graph(name, rnnlm_small, k80x2):
+    """The warm variants start with ``moves_per_sample`` 4: on small rnnlm's 61 groups (more than
+    4 / 0.1) each unit's start device gets ``1 - 4 / U``, not the fixed 0.9 that moves a tenth of
+    the units per sample (on nmt's 502 groups, 50 at once: no softmax learner then improved on the
+    expert in 2,400 placements). With ``moves_per_sample=None`` the 0.9 stands."""
+    from cluster.factory import make_environment
+    from placer.configs import WARM_MOVES_PER_SAMPLE
+
+    cls = LEARNERS[name]
+    ops = [k80x2.gpu_indices[0]] * rnnlm_small.graph.num_ops
+    grouping = None
+    if cls.units == "colocation":
+        from compgraph.grouping import colocation_grouping
+
+        grouping = colocation_grouping(rnnlm_small.graph)
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    learner = cls(env, cls.Config(budget=30, init_ops=ops))
+    units = len(learner.start)
+    assert units > WARM_MOVES_PER_SAMPLE / 0.1
+    assert learner.config.moves_per_sample == WARM_MOVES_PER_SAMPLE
+    assert learner.init_prob == pytest.approx(1 - WARM_MOVES_PER_SAMPLE / units)
+    assert cls(env, cls.Config(budget=30, init_ops=ops, moves_per_sample=None)).init_prob == 0.9
+    if cls.units == "groups":  # a sample moves about 4 of the 61 groups off the start
+        moved = (learner.sample(64).placements != np.asarray(learner.start)).sum(axis=1).mean()
+        assert 3.0 <= moved <= 5.0, moved  # with 0.9: about 6.1
