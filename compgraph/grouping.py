@@ -516,6 +516,41 @@ def group(
     return _automatic(graph, grouper, int(k), int(seed))
 
 
+SCOPE_SEPARATORS = "/."
+"""What separates name scopes in a group's name: TensorFlow's ``/`` (``rnnlm/layer_1/step_3``) and
+PyTorch module paths' ``.`` (``h.11.mlp``)."""
+
+
+def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
+    """The name scopes that hold several groups: each prefix of a group's name at a scope
+    separator, and the name itself, ([`SCOPE_SEPARATORS`][compgraph.grouping.SCOPE_SEPARATORS]), with the groups under it.
+
+    A scope is kept when it holds at least 2 groups and not all of them; scopes with the same groups
+    are kept once (the shallowest). A TensorFlow layer (``rnnlm/layer_1``: 81 of small rnnlm's
+    groups), a time step, a PyTorch block (``h.11``) are such scopes: what a human expert moves at
+    once (Mirhoseini et al. 2017, Sec. 4.2, "each layer on its own GPU").
+
+    Args:
+        names: ``[G]`` group names ([`compgraph.ir.Grouping.names`][compgraph.ir.Grouping.names]).
+    Returns:
+        ``[(depth, int64 [n] group indices)]``, ordered by depth then name (``depth`` 1 for
+        ``rnnlm``, 2 for ``rnnlm/layer_1``); empty when no name has a scope.
+    """
+    members: dict[str, list[int]] = {}
+    for g, name in enumerate(names):
+        for i, ch in enumerate(name + "/"):  # the name itself too: group rnnlm/layer_0/step_3 is in that scope
+            if ch in SCOPE_SEPARATORS and i > 0:
+                members.setdefault(name[:i], []).append(g)
+    out: list[tuple[int, np.ndarray]] = []
+    seen: set[tuple[int, ...]] = set()
+    for scope in sorted(members, key=lambda s: (sum(s.count(c) for c in SCOPE_SEPARATORS), s)):
+        groups = tuple(sorted(set(members[scope])))
+        if 2 <= len(groups) < len(names) and groups not in seen:
+            seen.add(groups)
+            out.append((1 + sum(scope.count(c) for c in SCOPE_SEPARATORS), np.asarray(groups, dtype=np.int64)))
+    return out
+
+
 def grouping_stats(graph: OpGraph, model_rule: ModelRule | None = None, num_groups: int = DEFAULT_NUM_GROUPS) -> dict:
     """Number of groups each grouper makes of ``graph`` (for ``placement graph-stats``).
 

@@ -234,6 +234,21 @@ class PostConfig(LearnerConfig):
             nmt from 2.25 s to 1.84 s and rnnlm from 1.42 s to 1.38 s (medians of 3 seeds),
             below the hill climber's 1.92 s and 1.39 s, and again on 3 held-out seeds; it
             does not help on inception_v3 (68 groups) or from the 6.7B decoder's OOM start.
+
+    Named option for moves a human expert makes (not in the Post paper, whose samples move groups
+    independently; the expert of Mirhoseini et al. 2017, Sec. 4.2 puts "each layer on its own GPU"):
+        scope_moves: the share of samples (0 to 1, each sample by a coin flip) that are the
+            fastest placement the learner has measured so far with one name scope
+            ([`compgraph.grouping.name_scopes`][compgraph.grouping.name_scopes]: a layer ``rnnlm/layer_1``, a time step, a
+            block ``h.11``) moved whole to one device: a depth of the scope tree, then a scope at
+            that depth, then a device, each uniformly (before anything is measured: a sample of
+            the distributions). Such a sample enters the cross-entropy step and the policy update
+            as any other (its probability under the policy is its own). 0: the paper's. Measured
+            (``ce``, the options of ``moves_per_sample`` above and 0.25, 2,400 placements, seed 0):
+            rnnlm 0.950 s (1.38 s without; the expert 0.978 s), nmt 1.522 s (1.84 s; the
+            optimum search 1.608 s); moving a scope of a *sampled* placement instead found 1.39 s
+            and 1.85 s: the cross-entropy step's per-group frequencies mix elites that moved
+            different scopes.
     """
 
     budget: int = Field(2400, ge=1)
@@ -256,6 +271,7 @@ class PostConfig(LearnerConfig):
     smoothing: float = Field(1.0, gt=0, le=1)
     elites_kept: int = Field(0, ge=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
+    scope_moves: float = Field(0.0, ge=0, le=1)
 
 
 # placer.post_ablations
@@ -442,6 +458,10 @@ class LocalSearchConfig(LearnerConfig):
         seed: seeds the moves.
         init: ``uniform``: start from ``start``; ``single_gpu``: the single-GPU placement; ``best_baseline`` or ``placement``
             (``init_placement``): start from that placement instead ([`placer.warm`][placer.warm]).
+        scope_prob: probability that a move is a *scope move*, one name scope moved whole to one
+            device ([`placer.features.move_scope`][placer.features.move_scope]; named option, 0 by default): the same
+            moves as the softmax learners' ``scope_moves``, so the reference can be compared with
+            them on the same neighbourhood.
     """
 
     budget: int = Field(2400, ge=1)
@@ -452,6 +472,7 @@ class LocalSearchConfig(LearnerConfig):
     patience: int | None = Field(None, ge=1)
     kick: int = Field(3, ge=1)
     init: WarmInit = "uniform"
+    scope_prob: float = Field(0.0, ge=0, le=1)
 
 
 LEARNER_REGISTRY: dict[str, tuple[str, type[LearnerConfig]]] = {

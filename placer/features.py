@@ -313,3 +313,28 @@ def static_memory_load(env: Environment) -> Callable[[np.ndarray], np.ndarray]:
         return (per_dev / cap[None, :]).max(axis=1)
 
     return load
+
+
+def scopes_by_depth(names: list[str]) -> dict[int, list[np.ndarray]]:
+    """The name scopes of several groups ([`compgraph.grouping.name_scopes`][compgraph.grouping.name_scopes]) by depth:
+    ``{depth: [int64 [n] group indices]}`` (empty when no name has a scope)."""
+    from compgraph.grouping import name_scopes
+
+    out: dict[int, list[np.ndarray]] = {}
+    for depth, groups in name_scopes(names):
+        out.setdefault(depth, []).append(groups)
+    return out
+
+
+def move_scope(rng: np.random.Generator, placement: np.ndarray, scopes: dict[int, list[np.ndarray]],
+               num_devices: int) -> None:
+    """Move one name scope of ``placement`` (``[G]`` device indices, changed in place) whole to one
+    device: a depth of ``scopes`` ([`scopes_by_depth`][placer.features.scopes_by_depth]), a scope at that depth and a
+    device, each uniformly (three draws of ``rng``). A layer, a time step or a block moves at once, as a
+    human expert moves them (Mirhoseini et al. 2017, Sec. 4.2); nothing moves when ``scopes`` is empty."""
+    if not scopes:
+        return
+    depths = sorted(scopes)
+    at = scopes[depths[int(rng.integers(len(depths)))]]
+    placement[at[int(rng.integers(len(at)))]] = int(rng.integers(num_devices))
+

@@ -44,7 +44,7 @@ import numpy as np
 from cluster.environment import Environment
 from placer.configs import LocalSearchConfig
 from placer.learner import Learner, Samples, register
-from placer.features import static_memory_load
+from placer.features import move_scope, scopes_by_depth, static_memory_load
 
 
 @register
@@ -77,6 +77,7 @@ class LocalSearch(Learner):
         self.best_score: tuple[int, float] | None = None
         self.accepted, self.stale, self.restarts = 0, 0, 0
         self.patience = config.patience or max(4, -(-self.num_groups * (self.num_devices - 1) // config.k))
+        self.scopes = scopes_by_depth(list(env.grouping.names)) if config.scope_prob > 0 else {}
 
     @property
     def batch_size(self) -> int:
@@ -86,6 +87,9 @@ class LocalSearch(Learner):
         p = (self.current if p is None else p).copy()
         g, d = self.num_groups, self.num_devices
         if d < 2:
+            return p
+        if self.scopes and self.rng.random() < self.config.scope_prob:  # named option: a whole name scope
+            move_scope(self.rng, p, self.scopes, d)
             return p
         if g >= 2 and self.rng.random() < self.config.block_prob:
             length = int(self.rng.integers(2, min(self.config.max_block, g) + 1))

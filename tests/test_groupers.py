@@ -357,3 +357,26 @@ def test_damaged_entry_is_a_miss(tmp_path):
     meta["key"]["seed"] = 7
     (folder / "meta.json").write_text(json.dumps(meta))
     assert cache.load_entry(tmp_path, key) is None
+
+
+def test_name_scopes_are_the_prefixes_that_hold_several_groups():
+    """TensorFlow ``/`` and PyTorch ``.`` scopes; a group named as a scope is in it; single-group
+    scopes, the scope of every group and scopes with the same groups as a shallower one are dropped."""
+    from compgraph.grouping import name_scopes
+
+    names = ["a/x", "a/y", "a/y/mul", "b", "h.1.attn", "h.1.mlp", "h.2", "z/only/one"]
+    scopes = [(d, [names[g] for g in groups]) for d, groups in name_scopes(names)]
+    assert scopes == [(1, ["a/x", "a/y", "a/y/mul"]), (1, ["h.1.attn", "h.1.mlp", "h.2"]),
+                      (2, ["a/y", "a/y/mul"]), (2, ["h.1.attn", "h.1.mlp"])]
+    assert name_scopes(["x", "y"]) == []
+    assert name_scopes(["s/a", "s/b"]) == []  # one scope holding every group: no move
+
+
+def test_rnnlm_layers_are_name_scopes(rnnlm_small):
+    """The expert's unit on RNNLM (2017 Sec. 4.2: each layer on its own GPU) is a name scope:
+    ``rnnlm/layer_1`` holds both LSTM groups of every step of the second layer and its variables."""
+    from compgraph.grouping import name_scopes
+
+    names = list(rnnlm_small.grouping.names)
+    layer_1 = {g for g, n in enumerate(names) if n.startswith("rnnlm/layer_1/")}
+    assert any(set(groups.tolist()) == layer_1 for _, groups in name_scopes(names))

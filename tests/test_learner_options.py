@@ -152,3 +152,48 @@ def test_moves_per_sample_never_explores_more_than_the_paper():
     assert learner.epsilon == pytest.approx(0.1)
     assert learner.init_prob == pytest.approx(0.9)
     assert np.allclose(_probs(learner).max(axis=1), 0.9)
+
+
+@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg"])
+def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80x2):
+    """``scope_moves=1``: once a placement is measured, every sample is the fastest placement so far
+    with one name scope (a layer, a time step) moved whole to one device; the incumbent survives
+    ``state_dict``."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import name_scopes
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    cls = LEARNERS[name]
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0))
+    first = learner.sample(4)  # nothing measured yet: the distributions' samples, one scope moved
+    times = np.array([m.step_time_s for m in env.measure_batch(first.placements)])
+    learner.update(first, times, np.zeros(4, dtype=bool))
+    best = first.placements[int(np.argmin(times))]
+    assert np.array_equal(learner.incumbent, best)
+    scopes = [set(groups.tolist()) for _, groups in name_scopes(list(env.grouping.names))]
+    samples = learner.sample(64).placements
+    for row in samples:
+        moved = set(np.flatnonzero(row != best).tolist())
+        assert any(moved <= s and len(set(row[sorted(s)].tolist())) == 1 for s in scopes), moved
+    assert (samples != best).any(axis=1).mean() > 0.3  # most moves change something
+    other = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0))
+    other.load_state_dict(learner.state_dict())
+    assert np.array_equal(other.incumbent, best) and other.incumbent_time == learner.incumbent_time
+
+
+def test_the_local_search_reference_can_make_the_same_scope_moves(rnnlm_small, k80x2):
+    """``local_search`` ``scope_prob=1``: every candidate is the current placement with one name
+    scope moved whole (the learners' ``scope_moves``, so the reference can search the same moves)."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import name_scopes
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    cls = LEARNERS["local_search"]
+    learner = cls(env, cls.Config(seed=0, scope_prob=1.0))
+    current = learner.current.copy()
+    scopes = [set(groups.tolist()) for _, groups in name_scopes(list(env.grouping.names))]
+    rows = learner.sample(32).placements[1:]  # the start first, then moves from it
+    for row in rows:
+        moved = set(np.flatnonzero(row != current).tolist())
+        assert any(moved <= s and len(set(row[sorted(s)].tolist())) == 1 for s in scopes), moved
+    assert (rows != current).any(axis=1).mean() > 0.3
