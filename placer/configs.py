@@ -131,6 +131,12 @@ class ReinforceConfig(LearnerConfig):
             0.07929 s, seeds 0-2: 0.07725, 0.07929, 0.07929 s with ``B`` from the failing
             signal, the last 100 samples' median 0.107-0.28 s; 0.07655 s each from the first
             batch, median 0.077-0.079 s).
+
+    Named option for moves a human expert makes (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
+        scope_moves: the share of samples (each by a coin flip) replaced by the fastest placement
+            measured so far with one name scope moved whole to one device
+            ([`placer.features.move_scope`][placer.features.move_scope]); the decoder scores the replaced samples
+            teacher-forced, so Eq. 3 learns from them as from its own. 0: the paper's.
     """
 
     budget: int = Field(400, ge=1)
@@ -151,6 +157,7 @@ class ReinforceConfig(LearnerConfig):
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     baseline_samples: Literal["all", "ran"] = "all"
     init: WarmInit = "uniform"
+    scope_moves: float = Field(0.0, ge=0, le=1)
 
 
 # placer.post

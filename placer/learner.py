@@ -127,6 +127,12 @@ class Learner(ABC):
             ``entropy``, ``kl`` (where the method has one), ``baseline`` and any other.
         """
 
+    def observe_start(self, step_time_s: float | None) -> None:
+        """The start's measured step time (seconds; ``None``: it did not run), before the first sample
+        of a search with a start ([`start`][placer.learner.Learner.start]: a warm start or device prior). The search
+        loop measures the start itself as placement 0; a learner that keeps an incumbent
+        (``scope_moves``) starts it there. Default: nothing."""
+
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue: policy tensors, optimizer state, baselines, RNG

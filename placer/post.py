@@ -242,6 +242,12 @@ class PostLearner(Learner):
                     stepped = True
         return {"cross_entropy": 1.0, "pooled_placements": float(self.sampled)} if stepped else None
 
+    def observe_start(self, step_time_s: float | None) -> None:
+        """The start (warm start or device prior) is the first incumbent when it ran (``scope_moves``
+        move scopes of it until a sample is faster)."""
+        if step_time_s is not None and self.start is not None and step_time_s < self.incumbent_time:
+            self.incumbent_time, self.incumbent = float(step_time_s), np.asarray(self.start, dtype=np.int64).copy()
+
     def state_dict(self) -> dict[str, Any]:
         k = len(self.period_times)
         return {

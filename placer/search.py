@@ -435,6 +435,9 @@ class LocalController:
     def update(self, batches, times, oom) -> list[dict | None]:
         return [self.learner.update(b, t, o) for b, t, o in zip(batches, times, oom)]
 
+    def observe_start(self, step_time_s: float | None) -> None:
+        self.learner.observe_start(step_time_s)
+
     def state_dict(self) -> dict | None:
         return self.learner.state_dict()
 
@@ -691,6 +694,8 @@ def search_loop(
             result.measured += 1
         times, oom, point = ledger.record([0])
         result.start = {"step_time_s": None if oom[0] or np.isnan(times[0]) else float(times[0]), "oom": bool(oom[0])}
+        if hasattr(controllers, "observe_start"):  # in-process: the learner may keep the start as its incumbent
+            controllers.observe_start(result.start["step_time_s"])
         sampled = 1
         info = {"placements": 1, "wall_s": wall_before + time.perf_counter() - began, "start": 1.0}
         result.updates.append(info)

@@ -154,7 +154,7 @@ def test_moves_per_sample_never_explores_more_than_the_paper():
     assert np.allclose(_probs(learner).max(axis=1), 0.9)
 
 
-@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg"])
+@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl"])
 def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80x2):
     """``scope_moves=1``: once a placement is measured, every sample is the fastest placement so far
     with one name scope (a layer, a time step) moved whole to one device; the incumbent survives
@@ -197,3 +197,20 @@ def test_the_local_search_reference_can_make_the_same_scope_moves(rnnlm_small, k
         moved = set(np.flatnonzero(row != current).tolist())
         assert any(moved <= s and len(set(row[sorted(s)].tolist())) == 1 for s in scopes), moved
     assert (rows != current).any(axis=1).mean() > 0.3
+
+
+def test_rl_scores_its_scope_moves_teacher_forced(rnnlm_small, k80x2):
+    """The 2017 placer's replaced samples carry their own log-probabilities under the policy (what
+    Eq. 3 needs), not those of the samples they replaced."""
+    from cluster.factory import make_environment
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    cls = LEARNERS["rl"]
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", scope_moves=1.0, hidden_size=16))
+    first = learner.sample(4)
+    learner.update(first, np.array([m.step_time_s for m in env.measure_batch(first.placements)]), np.zeros(4, dtype=bool))
+    samples = learner.sample(8)
+    with torch.no_grad():
+        _, logp, _ = learner.policy(8, actions=torch.from_numpy(samples.placements))
+    assert np.allclose(samples.log_prob, logp.numpy(), atol=1e-4)
+    assert samples.extra["logp"].requires_grad

@@ -339,3 +339,15 @@ def test_a_warm_start_is_scaled_to_the_graph(name, rnnlm_small, k80x2):
     if cls.units == "groups":  # a sample moves about 4 of the 61 groups off the start
         moved = (learner.sample(64).placements != np.asarray(learner.start)).sum(axis=1).mean()
         assert 3.0 <= moved <= 5.0, moved  # with 0.9: about 6.1
+
+
+@pytest.mark.parametrize("name", ["post_warm", "ce_warm", "rl_warm"])
+def test_the_start_is_the_first_incumbent_of_scope_moves(name, best):
+    """The search loop measures the start itself; it tells the learner (``observe_start``), so the
+    learners that move scopes of their incumbent (``scope_moves``) start from the start, not from the
+    best of their first samples: from the toy's optimum nothing beats it, and it stays the incumbent."""
+    t_opt, p_opt = best
+    learner, env = make_learner(name, 0, budget=30, init_ops=[int(x) for x in p_opt], init_prob=0.34, scope_moves=0.5)
+    run_search(learner, env)
+    assert learner.incumbent_time == pytest.approx(t_opt)
+    assert list(learner.incumbent) == [int(x) for x in p_opt]
