@@ -352,6 +352,14 @@ class HierarchicalConfig(LearnerConfig):
             ``sqrt(init_prob)`` likely ([`placer.warm.two_level_priors`][placer.warm.two_level_priors]); the baseline
             starts at the first reward instead of the failing signal (as the 2017 placer's,
             [`ReinforceConfig`][placer.configs.ReinforceConfig]).
+
+    Named option for moves a human expert makes (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
+        scope_moves: the share of samples (each by a coin flip) replaced by the fastest placement
+            measured so far with one name scope of units moved whole to one device
+            ([`placer.features.move_scope`][placer.features.move_scope]), written as grouper and placer actions (unit
+            ``u`` to group ``P[u]``, group ``d`` to device ``d``, as a warm start's priors) and
+            scored teacher-forced, so the joint REINFORCE step learns from them as from its own.
+            0: the paper's.
     """
 
     k: int = Field(1, ge=1)
@@ -379,6 +387,7 @@ class HierarchicalConfig(LearnerConfig):
     unit_pooling: Literal["sum", "mean"] = "mean"
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
+    scope_moves: float = Field(0.0, ge=0, le=1)
 
 
 # placer.eagle
@@ -441,6 +450,7 @@ class EagleConfig(LearnerConfig):
     unit_pooling: Literal["sum", "mean"] = "mean"
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
+    scope_moves: float = Field(0.0, ge=0, le=1)
 
 
 # placer.eagle

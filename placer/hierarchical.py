@@ -51,6 +51,7 @@ code's bi-LSTM alignment (its backward state at step ``i`` is the one after grou
 
 from __future__ import annotations
 
+import json
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ from cluster.environment import Environment
 from compgraph.ir import Grouping, OpGraph
 from placer.configs import HierarchicalConfig
 from placer.attention import additive_scores
-from placer.features import op_features
+from placer.features import move_scope, op_features, scopes_by_depth
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import serial_time
 
@@ -468,6 +469,11 @@ class HierarchicalPlanner(Learner):
         self.baseline: float | None = self.failing_signal if self.start is None else None
         self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.updates = 0
+        #: ``scope_moves`` (named option): the units' name scopes by depth, their generator and the incumbent
+        self.scopes = scopes_by_depth(list(env.grouping.names)) if c.scope_moves > 0 else {}
+        self.scope_rng = np.random.default_rng(c.seed)
+        self.incumbent_time = float("inf")
+        self.incumbent: np.ndarray | None = None
 
     @property
     def batch_size(self) -> int:
@@ -506,6 +512,20 @@ class HierarchicalPlanner(Learner):
             actions, pnoise, plogp = self.placer.sample(x, self.generator, c.logits_std_noise if noise_on else 0.0)
             glogp = torch.log_softmax(logits + gnoise, dim=2).gather(2, groups.unsqueeze(2)).squeeze(2).sum(1)
         placements = actions.gather(1, groups).numpy().astype(np.int64)
+        if self.scopes and self.incumbent is not None:  # scope_moves: some samples move a scope of the incumbent
+            rows = np.flatnonzero(self.scope_rng.random(k) < c.scope_moves)
+            if len(rows):
+                groups, actions = groups.clone(), actions.clone()
+                for i in rows:
+                    p = self.incumbent.copy()
+                    move_scope(self.scope_rng, p, self.scopes, self.num_devices)
+                    groups[i] = torch.from_numpy(p)  # unit u to group p[u], group d to device d
+                    actions[i, : self.num_devices] = torch.arange(self.num_devices)
+                    placements[i] = p
+                with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced
+                    x = group_embeddings(self.inputs, groups, self.num_groups)
+                    plogp, _ = self.placer.score(x, actions, pnoise)
+                    glogp = torch.log_softmax(logits + gnoise, dim=2).gather(2, groups.unsqueeze(2)).squeeze(2).sum(1)
         return Samples(placements, (glogp + plogp).numpy().astype(np.float64),
                        {"groups": groups, "actions": actions, "group_noise": gnoise, "place_noise": pnoise,
                         "embeddings": x})
@@ -515,6 +535,10 @@ class HierarchicalPlanner(Learner):
         c = self.config
         oom = np.asarray(oom, dtype=bool)
         t = np.where(oom, self.failing_time_s, np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=self.failing_time_s))
+        ran_t = np.where(oom, np.inf, t)
+        if len(ran_t) and float(ran_t.min()) < self.incumbent_time:  # the fastest placement so far (scope_moves)
+            i = int(np.argmin(ran_t))
+            self.incumbent_time, self.incumbent = float(ran_t[i]), np.asarray(samples.placements[i], dtype=np.int64).copy()
         r = torch.from_numpy(np.sqrt(t)).float()
         ran = torch.from_numpy(~oom)
         late = self.updates >= c.stop_updating_after_steps
@@ -554,10 +578,17 @@ class HierarchicalPlanner(Learner):
                 "grouper_entropy": float(gent.mean()), "placer_entropy": float(pent.mean()), "baseline": float(self.baseline),
                 "advantage": float(adv.mean()), "grad_norm": grad_norm, "learning_rate": self.learning_rate()}
 
+    def observe_start(self, step_time_s: float | None) -> None:
+        """The start is the first incumbent of ``scope_moves`` when it ran."""
+        if step_time_s is not None and self.start is not None and step_time_s < self.incumbent_time:
+            self.incumbent_time, self.incumbent = float(step_time_s), np.asarray(self.start, dtype=np.int64).copy()
+
     def state_dict(self) -> dict[str, Any]:
         return {"grouper": self.grouper.state_dict(), "placer": self.placer.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-                "baseline": None if self.baseline is None else float(self.baseline), "updates": int(self.updates)}
+                "baseline": None if self.baseline is None else float(self.baseline), "updates": int(self.updates),
+                "scope_rng": json.dumps(self.scope_rng.bit_generator.state), "incumbent_time": self.incumbent_time,
+                "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None else np.zeros(0, dtype=np.int64))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grouper.load_state_dict(state["grouper"])
@@ -566,3 +597,8 @@ class HierarchicalPlanner(Learner):
         self.generator.set_state(state["generator"])
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.updates = int(state["updates"])
+        if "scope_rng" in state:
+            self.scope_rng.bit_generator.state = json.loads(state["scope_rng"])
+        self.incumbent_time = float(state.get("incumbent_time", float("inf")))
+        kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
+        self.incumbent = kept if len(kept) else None

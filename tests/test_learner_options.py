@@ -154,7 +154,7 @@ def test_moves_per_sample_never_explores_more_than_the_paper():
     assert np.allclose(_probs(learner).max(axis=1), 0.9)
 
 
-@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl"])
+@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl", "hierarchical"])
 def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80x2):
     """``scope_moves=1``: once a placement is measured, every sample is the fastest placement so far
     with one name scope (a layer, a time step) moved whole to one device; the incumbent survives
@@ -162,9 +162,13 @@ def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80
     from cluster.factory import make_environment
     from compgraph.grouping import name_scopes
 
-    env = make_environment("sim", rnnlm_small, k80x2)
+    from compgraph.grouping import colocation_grouping
+
     cls = LEARNERS[name]
-    learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0))
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical") else {}
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0, **small))
     first = learner.sample(4)  # nothing measured yet: the distributions' samples, one scope moved
     times = np.array([m.step_time_s for m in env.measure_batch(first.placements)])
     learner.update(first, times, np.zeros(4, dtype=bool))
@@ -176,9 +180,13 @@ def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80
         moved = set(np.flatnonzero(row != best).tolist())
         assert any(moved <= s and len(set(row[sorted(s)].tolist())) == 1 for s in scopes), moved
     assert (samples != best).any(axis=1).mean() > 0.3  # most moves change something
-    other = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0))
+    other = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0, **small))
     other.load_state_dict(learner.state_dict())
     assert np.array_equal(other.incumbent, best) and other.incumbent_time == learner.incumbent_time
+    moved = learner.sample(4)  # the update learns from them as from its own samples
+    learner.update(moved, np.array([m.step_time_s or np.nan for m in env.measure_batch(moved.placements)]),
+                   np.array([m.oom for m in env.measure_batch(moved.placements)]))
+    assert np.isfinite(moved.log_prob).all()
 
 
 def test_the_local_search_reference_can_make_the_same_scope_moves(rnnlm_small, k80x2):
