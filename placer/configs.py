@@ -424,6 +424,12 @@ class EagleConfig(LearnerConfig):
             ([`placer.hierarchical.policy_compute`][placer.hierarchical.policy_compute]).
         init: ``uniform`` (random initialisation), ``single_gpu`` (a device prior), ``best_baseline`` or ``placement``: as the
             Hierarchical Planner's ([`HierarchicalConfig`][placer.configs.HierarchicalConfig]; in no paper, [`placer.warm`][placer.warm]).
+
+    Named option for moves a human expert makes (in no paper; as the Hierarchical Planner's,
+    [`HierarchicalConfig`][placer.configs.HierarchicalConfig]):
+        scope_moves: the share of samples replaced by the fastest placement measured so far with one
+            name scope of units moved whole to one device, written as grouper and placer actions and
+            scored teacher-forced (their PPO ratio starts at 1). 0: the paper's.
     """
 
     k: int = Field(10, ge=1)

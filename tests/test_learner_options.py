@@ -154,7 +154,7 @@ def test_moves_per_sample_never_explores_more_than_the_paper():
     assert np.allclose(_probs(learner).max(axis=1), 0.9)
 
 
-@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl", "hierarchical"])
+@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl", "hierarchical", "eagle", "eagle_ce"])
 def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80x2):
     """``scope_moves=1``: once a placement is measured, every sample is the fastest placement so far
     with one name scope (a layer, a time step) moved whole to one device; the incumbent survives
@@ -167,7 +167,7 @@ def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80
     cls = LEARNERS[name]
     grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
     env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
-    small = {"hidden_size": 16} if name in ("rl", "hierarchical") else {}
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle", "eagle_ce") else {}
     learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0, **small))
     first = learner.sample(4)  # nothing measured yet: the distributions' samples, one scope moved
     times = np.array([m.step_time_s for m in env.measure_batch(first.placements)])
