@@ -60,6 +60,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -521,12 +522,20 @@ SCOPE_SEPARATORS = "/."
 PyTorch module paths' ``.`` (``h.11.mlp``)."""
 
 
+GRADIENT_SCOPE = re.compile(r"^gradients(_[0-9]+)?/")
+"""TensorFlow's gradient name scope (``gradients/rnnlm/layer_1/...``): a gradient op's unit is also in
+the scope of its forward op, as ``colocate_gradients_with_ops`` would place it."""
+
+
 def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
     """The name scopes that hold several groups: each prefix of a group's name at a scope
     separator, and the name itself, ([`SCOPE_SEPARATORS`][compgraph.grouping.SCOPE_SEPARATORS]), with the groups under it.
 
-    A scope is kept when it holds at least 2 groups and not all of them; scopes with the same groups
-    are kept once (the shallowest). A TensorFlow layer (``rnnlm/layer_1``: 81 of small rnnlm's
+    A group named under TensorFlow's gradient scope ([`GRADIENT_SCOPE`][compgraph.grouping.GRADIENT_SCOPE]) is in the scopes
+    of its forward name too, so a layer's scope holds its gradient ops (colocation units of the
+    Hierarchical Planner and EAGLE: 722 of rnnlm paper's 2,662 are ``gradients/...``). A scope is
+    kept when it holds at least 2 groups and not all of them; scopes with the same groups are kept
+    once (the shallowest). A TensorFlow layer (``rnnlm/layer_1``: 81 of small rnnlm's
     groups), a time step, a PyTorch block (``h.11``) are such scopes: what a human expert moves at
     once (Mirhoseini et al. 2017, Sec. 4.2, "each layer on its own GPU").
 
@@ -537,10 +546,12 @@ def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
         ``rnnlm``, 2 for ``rnnlm/layer_1``); empty when no name has a scope.
     """
     members: dict[str, list[int]] = {}
-    for g, name in enumerate(names):
-        for i, ch in enumerate(name + "/"):  # the name itself too: group rnnlm/layer_0/step_3 is in that scope
-            if ch in SCOPE_SEPARATORS and i > 0:
-                members.setdefault(name[:i], []).append(g)
+    for g, raw in enumerate(names):
+        forward = GRADIENT_SCOPE.sub("", raw)  # gradients/rnnlm/layer_1/... is in rnnlm/layer_1 too
+        for name in {raw, forward}:
+            for i, ch in enumerate(name + "/"):  # the name itself too: group rnnlm/layer_0/step_3 is in that scope
+                if ch in SCOPE_SEPARATORS and i > 0:
+                    members.setdefault(name[:i], []).append(g)
     out: list[tuple[int, np.ndarray]] = []
     seen: set[tuple[int, ...]] = set()
     for scope in sorted(members, key=lambda s: (sum(s.count(c) for c in SCOPE_SEPARATORS), s)):

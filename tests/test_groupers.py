@@ -370,6 +370,10 @@ def test_name_scopes_are_the_prefixes_that_hold_several_groups():
                       (2, ["a/y", "a/y/mul"]), (2, ["h.1.attn", "h.1.mlp"])]
     assert name_scopes(["x", "y"]) == []
     assert name_scopes(["s/a", "s/b"]) == []  # one scope holding every group: no move
+    grads = ["m/l1/x", "gradients/m/l1/x_grad", "m/l2/y", "gradients_1/m/l2/y_grad"]
+    scopes = {tuple(grads[g] for g in groups) for _, groups in name_scopes(grads)}
+    assert ("m/l1/x", "gradients/m/l1/x_grad") in scopes  # a layer's scope holds its gradient ops
+    assert ("m/l2/y", "gradients_1/m/l2/y_grad") in scopes
 
 
 def test_rnnlm_layers_are_name_scopes(rnnlm_small):
