@@ -65,7 +65,6 @@ any other update: a choice of ours, not a pooled step as Post's.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, ClassVar, Literal
 
@@ -76,7 +75,7 @@ from torch import nn
 from cluster.environment import Environment
 from placer.configs import EagleCEConfig, EagleConfig
 from placer.attention import additive_scores
-from placer.features import move_scope, scopes_by_depth
+from placer.features import ScopeMoves
 from placer.hierarchical import (
     LinearGrouper,
     StepPrior,
@@ -84,6 +83,7 @@ from placer.hierarchical import (
     failing_time,
     group_embeddings,
     policy_compute,
+    scope_actions,
     sample_categorical,
     seeded_init,
     unit_inputs,
@@ -257,11 +257,8 @@ class Eagle(Learner):
         self.elite_times = torch.zeros(0, dtype=torch.float64)
         self.elite_groups = torch.zeros(0, u, dtype=torch.long)
         self.elite_actions = torch.zeros(0, g, dtype=torch.long)
-        #: ``scope_moves`` (named option): the units' name scopes by depth, their generator and the incumbent
-        self.scopes = scopes_by_depth(list(env.grouping.names)) if c.scope_moves > 0 else {}
-        self.scope_rng = np.random.default_rng(c.seed)
-        self.incumbent_time = float("inf")
-        self.incumbent: np.ndarray | None = None
+        #: ``scope_moves`` (named option): the units' name scopes, their own generator and the incumbent
+        self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed))
 
     @property
     def batch_size(self) -> int:
@@ -299,20 +296,13 @@ class Eagle(Learner):
             actions, plogp = self.placer.sample(self._placer_inputs(emb), self.generator)
             logp = torch.cat([glogp, plogp], dim=1)  # [k, U + G]
         placements = actions.gather(1, groups).numpy().astype(np.int64)
-        if self.scopes and self.incumbent is not None:  # scope_moves: some samples move a scope of the incumbent
-            rows = np.flatnonzero(self.scope_rng.random(k) < c.scope_moves)
-            if len(rows):
-                groups, actions = groups.clone(), actions.clone()
-                for i in rows:
-                    p = self.incumbent.copy()
-                    move_scope(self.scope_rng, p, self.scopes, self.num_devices)
-                    groups[i] = torch.from_numpy(p)  # unit u to group p[u], group d to device d
-                    actions[i, : self.num_devices] = torch.arange(self.num_devices)
-                    placements[i] = p
-                with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced
-                    emb = group_embeddings(self.inputs, groups, self.num_groups)
-                    plogp, _ = self.placer.score(self._placer_inputs(emb), actions)
-                    logp = torch.cat([glp.gather(1, groups.T).T, plogp], dim=1)
+        rows = self.scope.incumbent_rows(k)
+        if len(rows):  # scope_moves: some samples move a scope of the incumbent
+            groups, actions = scope_actions(self.scope, rows, groups, actions, placements, self.num_devices)
+            with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced (PPO ratio 1)
+                emb = group_embeddings(self.inputs, groups, self.num_groups)
+                plogp, _ = self.placer.score(self._placer_inputs(emb), actions)
+                logp = torch.cat([glp.gather(1, groups.T).T, plogp], dim=1)
         return Samples(placements, logp.sum(1).numpy().astype(np.float64),
                        {"groups": groups, "actions": actions, "embeddings": emb, "log_prob": logp})
 
@@ -323,10 +313,7 @@ class Eagle(Learner):
         t = np.where(oom, self.failing_time_s,
                      np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=self.failing_time_s))
         r = -np.sqrt(t)
-        ran_t = np.where(oom, np.inf, t)
-        if len(ran_t) and float(ran_t.min()) < self.incumbent_time:  # the fastest placement so far (scope_moves)
-            i = int(np.argmin(ran_t))
-            self.incumbent_time, self.incumbent = float(ran_t[i]), np.asarray(samples.placements[i], dtype=np.int64).copy()
+        self.scope.keep(samples.placements, np.where(oom, np.inf, t))  # the fastest placement so far
         self.sampled += len(t)
         # Eq. 4, t indexing placements: B_t = ExpMovAvg(R_1..R_t), A_t = R_t - B_t
         b = np.empty_like(r)
@@ -390,14 +377,11 @@ class Eagle(Learner):
                 "placer": self.placer.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "baseline": self.baseline, "sampled": self.sampled,
                 "updates": self.updates, "elite_times": self.elite_times, "elite_groups": self.elite_groups,
-                "elite_actions": self.elite_actions, "scope_rng": json.dumps(self.scope_rng.bit_generator.state),
-                "incumbent_time": self.incumbent_time,
-                "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None else np.zeros(0, dtype=np.int64))}
+                "elite_actions": self.elite_actions, **self.scope.state_dict()}
 
     def observe_start(self, step_time_s: float | None) -> None:
         """The start is the first incumbent of ``scope_moves`` when it ran."""
-        if step_time_s is not None and self.start is not None and step_time_s < self.incumbent_time:
-            self.incumbent_time, self.incumbent = float(step_time_s), np.asarray(self.start, dtype=np.int64).copy()
+        self.scope.observe_start(self.start, step_time_s)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grouper.load_state_dict(state["grouper"])
@@ -409,11 +393,7 @@ class Eagle(Learner):
         self.sampled, self.updates = int(state["sampled"]), int(state["updates"])
         self.elite_times, self.elite_groups = state["elite_times"], state["elite_groups"]
         self.elite_actions = state["elite_actions"]
-        if "scope_rng" in state:
-            self.scope_rng.bit_generator.state = json.loads(state["scope_rng"])
-        self.incumbent_time = float(state.get("incumbent_time", float("inf")))
-        kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
-        self.incumbent = kept if len(kept) else None
+        self.scope.load_state_dict(state)
 
 
 @register

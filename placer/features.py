@@ -338,3 +338,79 @@ def move_scope(rng: np.random.Generator, placement: np.ndarray, scopes: dict[int
     at = scopes[depths[int(rng.integers(len(depths)))]]
     placement[at[int(rng.integers(len(at)))]] = int(rng.integers(num_devices))
 
+
+class ScopeMoves:
+    """A learner's named option ``scope_moves`` (in no paper; [`placer.configs.PostConfig`][placer.configs.PostConfig]): the
+    name scopes, the generator that picks the moves, and the incumbent they start from.
+
+    Args:
+        names: ``[U]`` unit names (the scopes: [`scopes_by_depth`][placer.features.scopes_by_depth]).
+        share: the share of samples to replace (0: nothing is computed, nothing drawn).
+        num_devices: ``D``, the devices a scope can move to.
+        rng: the numpy generator of the moves.
+        owns_rng: the generator is this object's (its state goes in [`state_dict`][placer.features.ScopeMoves.state_dict]); else
+            the learner's own, which the learner saves.
+
+    Attributes:
+        incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
+        incumbent_time: its step time (seconds; ``inf`` before any).
+    """
+
+    def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
+                 owns_rng: bool = True) -> None:
+        self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
+        self.scopes = scopes_by_depth(names) if share > 0 else {}
+        self.incumbent: np.ndarray | None = None
+        self.incumbent_time = float("inf")
+
+    def rows(self, k: int) -> np.ndarray:
+        """Which of ``k`` samples to replace (one coin flip each; empty without scopes)."""
+        if not self.scopes:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.rng.random(k) < self.share)
+
+    def incumbent_rows(self, k: int) -> np.ndarray:
+        """[`rows`][placer.features.ScopeMoves.rows] once there is an incumbent; before, none (and nothing drawn)."""
+        return self.rows(k) if self.incumbent is not None else np.zeros(0, dtype=np.int64)
+
+    def moved(self, base: np.ndarray | None = None) -> np.ndarray:
+        """``base`` (default: the incumbent) with one scope moved whole to one device, a copy ``[U]``."""
+        p = np.array(self.incumbent if base is None else base, dtype=np.int64)
+        move_scope(self.rng, p, self.scopes, self.num_devices)
+        return p
+
+    def keep(self, placements: np.ndarray, times_s: np.ndarray) -> None:
+        """Keep the fastest of ``placements`` (``[K, U]``; ``times_s`` ``[K]`` seconds, ``inf`` for OOM,
+        or a learner's failing value) if it beats the incumbent."""
+        if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
+            i = int(np.argmin(times_s))
+            self.incumbent_time, self.incumbent = float(times_s[i]), np.asarray(placements[i], dtype=np.int64).copy()
+
+    def observe_start(self, start: np.ndarray | None, step_time_s: float | None) -> None:
+        """The start is the first incumbent when it ran ([`placer.learner.Learner.observe_start`][placer.learner.Learner.observe_start])."""
+        if start is not None and step_time_s is not None:
+            self.keep(np.asarray(start, dtype=np.int64)[None, :], np.array([step_time_s], dtype=np.float64))
+
+    def state_dict(self) -> dict:
+        """``incumbent`` (a tensor, empty for none), ``incumbent_time`` and the generator's state when owned."""
+        import json
+
+        import torch
+
+        state = {"incumbent_time": self.incumbent_time,
+                 "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None
+                                               else np.zeros(0, dtype=np.int64))}
+        if self.owns_rng:
+            state["scope_rng"] = json.dumps(self.rng.bit_generator.state)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """The inverse of [`state_dict`][placer.features.ScopeMoves.state_dict] (keys absent in older checkpoints: nothing kept)."""
+        import json
+
+        if self.owns_rng and "scope_rng" in state:
+            self.rng.bit_generator.state = json.loads(state["scope_rng"])
+        self.incumbent_time = float(state.get("incumbent_time", float("inf")))
+        kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
+        self.incumbent = kept if len(kept) else None
+

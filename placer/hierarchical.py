@@ -51,7 +51,6 @@ code's bi-LSTM alignment (its backward state at step ``i`` is the one after grou
 
 from __future__ import annotations
 
-import json
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ from cluster.environment import Environment
 from compgraph.ir import Grouping, OpGraph
 from placer.configs import HierarchicalConfig
 from placer.attention import additive_scores
-from placer.features import move_scope, op_features, scopes_by_depth
+from placer.features import ScopeMoves, op_features
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import serial_time
 
@@ -271,6 +270,22 @@ def warm_priors(start: np.ndarray | None, num_groups: int, num_devices: int, pro
     return torch.from_numpy(grouper_prior).float()
 
 
+def scope_actions(scope: ScopeMoves, rows, groups: torch.Tensor, actions: torch.Tensor, placements: np.ndarray,
+                  num_devices: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A grouper + placer batch (``groups [K, U]``, ``actions [K, G]``, ``placements [K, U]``) with
+    ``rows`` replaced by scope moves of the incumbent (named option ``scope_moves``), written as the
+    two levels' actions: unit ``u`` to group ``P[u]``, group ``d`` to device ``d`` (as a warm start's
+    priors, [`placer.warm.two_level_priors`][placer.warm.two_level_priors]). ``placements`` is changed in place; returns the new
+    ``(groups, actions)``, for the learner to score teacher-forced."""
+    groups, actions = groups.clone(), actions.clone()
+    for i in rows:
+        p = scope.moved()
+        groups[i] = torch.from_numpy(p)
+        actions[i, :num_devices] = torch.arange(num_devices)
+        placements[i] = p
+    return groups, actions
+
+
 def failing_time(env: Environment, failing_time_s: float | None) -> float:
     """The step time (seconds) given to an OOM placement: ``failing_time_s`` or ``10 x T_serial``."""
     return float(failing_time_s) if failing_time_s is not None else FAILING_FACTOR * serial_time(env)
@@ -469,11 +484,8 @@ class HierarchicalPlanner(Learner):
         self.baseline: float | None = self.failing_signal if self.start is None else None
         self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.updates = 0
-        #: ``scope_moves`` (named option): the units' name scopes by depth, their generator and the incumbent
-        self.scopes = scopes_by_depth(list(env.grouping.names)) if c.scope_moves > 0 else {}
-        self.scope_rng = np.random.default_rng(c.seed)
-        self.incumbent_time = float("inf")
-        self.incumbent: np.ndarray | None = None
+        #: ``scope_moves`` (named option): the units' name scopes, their own generator and the incumbent
+        self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed))
 
     @property
     def batch_size(self) -> int:
@@ -512,20 +524,13 @@ class HierarchicalPlanner(Learner):
             actions, pnoise, plogp = self.placer.sample(x, self.generator, c.logits_std_noise if noise_on else 0.0)
             glogp = torch.log_softmax(logits + gnoise, dim=2).gather(2, groups.unsqueeze(2)).squeeze(2).sum(1)
         placements = actions.gather(1, groups).numpy().astype(np.int64)
-        if self.scopes and self.incumbent is not None:  # scope_moves: some samples move a scope of the incumbent
-            rows = np.flatnonzero(self.scope_rng.random(k) < c.scope_moves)
-            if len(rows):
-                groups, actions = groups.clone(), actions.clone()
-                for i in rows:
-                    p = self.incumbent.copy()
-                    move_scope(self.scope_rng, p, self.scopes, self.num_devices)
-                    groups[i] = torch.from_numpy(p)  # unit u to group p[u], group d to device d
-                    actions[i, : self.num_devices] = torch.arange(self.num_devices)
-                    placements[i] = p
-                with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced
-                    x = group_embeddings(self.inputs, groups, self.num_groups)
-                    plogp, _ = self.placer.score(x, actions, pnoise)
-                    glogp = torch.log_softmax(logits + gnoise, dim=2).gather(2, groups.unsqueeze(2)).squeeze(2).sum(1)
+        rows = self.scope.incumbent_rows(k)
+        if len(rows):  # scope_moves: some samples move a scope of the incumbent
+            groups, actions = scope_actions(self.scope, rows, groups, actions, placements, self.num_devices)
+            with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced
+                x = group_embeddings(self.inputs, groups, self.num_groups)
+                plogp, _ = self.placer.score(x, actions, pnoise)
+                glogp = torch.log_softmax(logits + gnoise, dim=2).gather(2, groups.unsqueeze(2)).squeeze(2).sum(1)
         return Samples(placements, (glogp + plogp).numpy().astype(np.float64),
                        {"groups": groups, "actions": actions, "group_noise": gnoise, "place_noise": pnoise,
                         "embeddings": x})
@@ -535,10 +540,7 @@ class HierarchicalPlanner(Learner):
         c = self.config
         oom = np.asarray(oom, dtype=bool)
         t = np.where(oom, self.failing_time_s, np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=self.failing_time_s))
-        ran_t = np.where(oom, np.inf, t)
-        if len(ran_t) and float(ran_t.min()) < self.incumbent_time:  # the fastest placement so far (scope_moves)
-            i = int(np.argmin(ran_t))
-            self.incumbent_time, self.incumbent = float(ran_t[i]), np.asarray(samples.placements[i], dtype=np.int64).copy()
+        self.scope.keep(samples.placements, np.where(oom, np.inf, t))  # the fastest placement so far
         r = torch.from_numpy(np.sqrt(t)).float()
         ran = torch.from_numpy(~oom)
         late = self.updates >= c.stop_updating_after_steps
@@ -580,15 +582,13 @@ class HierarchicalPlanner(Learner):
 
     def observe_start(self, step_time_s: float | None) -> None:
         """The start is the first incumbent of ``scope_moves`` when it ran."""
-        if step_time_s is not None and self.start is not None and step_time_s < self.incumbent_time:
-            self.incumbent_time, self.incumbent = float(step_time_s), np.asarray(self.start, dtype=np.int64).copy()
+        self.scope.observe_start(self.start, step_time_s)
 
     def state_dict(self) -> dict[str, Any]:
         return {"grouper": self.grouper.state_dict(), "placer": self.placer.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
                 "baseline": None if self.baseline is None else float(self.baseline), "updates": int(self.updates),
-                "scope_rng": json.dumps(self.scope_rng.bit_generator.state), "incumbent_time": self.incumbent_time,
-                "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None else np.zeros(0, dtype=np.int64))}
+                **self.scope.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grouper.load_state_dict(state["grouper"])
@@ -597,8 +597,4 @@ class HierarchicalPlanner(Learner):
         self.generator.set_state(state["generator"])
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.updates = int(state["updates"])
-        if "scope_rng" in state:
-            self.scope_rng.bit_generator.state = json.loads(state["scope_rng"])
-        self.incumbent_time = float(state.get("incumbent_time", float("inf")))
-        kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
-        self.incumbent = kept if len(kept) else None
+        self.scope.load_state_dict(state)

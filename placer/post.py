@@ -47,7 +47,7 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import PostConfig
-from placer.features import move_scope, oom_values, scopes_by_depth, static_memory_load
+from placer.features import ScopeMoves, oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
 from placer.warm import exploration_rate, start_log_probs
@@ -98,11 +98,9 @@ class PostLearner(Learner):
         self.period_placements: list[np.ndarray] = []
         self.kept_times: list[float] = []  # the best placements so far (``elites_kept``), fastest first
         self.kept_placements: list[np.ndarray] = []
-        self.incumbent_time = float("inf")  # the fastest placement measured so far (scope_moves start there)
-        self.incumbent: np.ndarray | None = None
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
-        #: ``scope_moves`` (named option): the name scopes' groups by depth, ``{depth: [int64 [n]]}``
-        self.scopes = scopes_by_depth(list(env.grouping.names)) if config.scope_moves > 0 else {}
+        #: ``scope_moves`` (named option): the name scopes, drawn with the learner's generator, and the incumbent
+        self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, self.num_devices, self.rng, owns_rng=False)
 
     @property
     def batch_size(self) -> int:
@@ -114,11 +112,8 @@ class PostLearner(Learner):
         draws = self.rng.random((k, self.num_groups))
         cdf = np.cumsum(probs, axis=1)
         placements = np.minimum((draws[:, :, None] > cdf[None, :, :]).sum(axis=2), self.num_devices - 1).astype(np.int64)
-        if self.scopes:  # named option scope_moves: some samples move one name scope whole
-            for i in np.flatnonzero(self.rng.random(k) < self.config.scope_moves):
-                if self.incumbent is not None:  # from the fastest placement measured so far
-                    placements[i] = self.incumbent
-                move_scope(self.rng, placements[i], self.scopes, self.num_devices)
+        for i in self.scope.rows(k):  # named option scope_moves: move one name scope whole, of the incumbent
+            placements[i] = self.scope.moved(placements[i] if self.scope.incumbent is None else None)
         logp = np.log(np.take_along_axis(probs, placements.T, axis=1).clip(1e-300)).sum(axis=0)
         return Samples(placements, logp)
 
@@ -127,7 +122,7 @@ class PostLearner(Learner):
         ended during this batch, else the policy update (PPO Eq. 11, or the ``pg`` step)."""
         config = self.config
         t_arr = self._times(samples.placements, step_times_s, oom)
-        self._keep_incumbent(samples.placements, t_arr)
+        self.scope.keep(samples.placements, t_arr)
         ce_due = False
         for t, row in zip(t_arr.tolist(), samples.placements):
             self.sampled += 1
@@ -151,12 +146,6 @@ class PostLearner(Learner):
         p = torch.softmax(self.u, dim=1)
         diagnostics["entropy"] = float(-(p * torch.log(p.clamp_min(1e-300))).sum(dim=1).mean())
         return diagnostics
-
-    def _keep_incumbent(self, placements: np.ndarray, t_arr: np.ndarray) -> None:
-        """Keep the fastest of ``placements`` (``[K, G]``, times ``[K]`` seconds) if it beats the incumbent."""
-        if len(t_arr) and float(t_arr.min()) < self.incumbent_time:
-            i = int(np.argmin(t_arr))
-            self.incumbent_time, self.incumbent = float(t_arr[i]), np.asarray(placements[i], dtype=np.int64).copy()
 
     def _times(self, placements: np.ndarray, step_times_s: np.ndarray, oom: np.ndarray) -> np.ndarray:
         """Step times ``[K]`` (seconds) with OOM placements at the failing time (times their
@@ -231,7 +220,7 @@ class PostLearner(Learner):
         stepped = False
         for samples, times, oom in batches:
             t_arr = self._times(np.asarray(samples.placements), times, np.asarray(oom))
-            self._keep_incumbent(np.asarray(samples.placements), t_arr)
+            self.scope.keep(np.asarray(samples.placements), t_arr)
             for t, row in zip(t_arr.tolist(), samples.placements):
                 self.sampled += 1
                 self.period_times.append(t)
@@ -245,8 +234,7 @@ class PostLearner(Learner):
     def observe_start(self, step_time_s: float | None) -> None:
         """The start (warm start or device prior) is the first incumbent when it ran (``scope_moves``
         move scopes of it until a sample is faster)."""
-        if step_time_s is not None and self.start is not None and step_time_s < self.incumbent_time:
-            self.incumbent_time, self.incumbent = float(step_time_s), np.asarray(self.start, dtype=np.int64).copy()
+        self.scope.observe_start(self.start, step_time_s)
 
     def state_dict(self) -> dict[str, Any]:
         k = len(self.period_times)
@@ -262,9 +250,7 @@ class PostLearner(Learner):
             "kept_placements": torch.from_numpy(np.stack(self.kept_placements) if self.kept_placements
                                                 else np.zeros((0, self.num_groups), dtype=np.int64)),
             "rng": json.dumps(self.rng.bit_generator.state),
-            "incumbent_time": self.incumbent_time,
-            "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None
-                                          else np.zeros((0,), dtype=np.int64)),
+            **self.scope.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -276,6 +262,4 @@ class PostLearner(Learner):
         self.kept_times = state["kept_times"].tolist() if "kept_times" in state else []
         self.kept_placements = [row.copy() for row in state["kept_placements"].numpy()] if "kept_placements" in state else []
         self.rng.bit_generator.state = json.loads(state["rng"])
-        self.incumbent_time = float(state.get("incumbent_time", float("inf")))
-        kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
-        self.incumbent = kept if len(kept) else None
+        self.scope.load_state_dict(state)

@@ -19,7 +19,6 @@ resumes where it stopped (same seed and settings: same result).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -28,7 +27,7 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import ReinforceConfig
-from placer.features import group_features, move_scope, oom_values, scopes_by_depth, static_memory_load
+from placer.features import ScopeMoves, group_features, oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
 from placer.seq2seq import Seq2SeqPlacer
@@ -112,11 +111,9 @@ class ReinforceLearner(Learner):
         self.baseline: float | None = self.failing_signal if self.start is None else None
         self.updates = 0
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
-        #: ``scope_moves`` (named option): the name scopes by depth, their numpy generator and the incumbent
-        self.scopes = scopes_by_depth(list(env.grouping.names)) if config.scope_moves > 0 else {}
-        self.scope_rng = np.random.default_rng(config.seed)
-        self.incumbent_time = float("inf")
-        self.incumbent: np.ndarray | None = None
+        #: ``scope_moves`` (named option): the name scopes, their own generator and the incumbent
+        self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, len(env.spec.devices),
+                                np.random.default_rng(config.seed))
 
     @property
     def batch_size(self) -> int:
@@ -137,15 +134,13 @@ class ReinforceLearner(Learner):
     def sample(self, k: int) -> Samples:
         """``k`` placements from the seq2seq policy, scored in the same pass (kept for the update)."""
         placements, logp, ent = self.policy(k, generator=self.generator)
-        if self.scopes and self.incumbent is not None:  # scope_moves: some samples move a scope of the incumbent
-            rows = np.flatnonzero(self.scope_rng.random(k) < self.config.scope_moves)
-            if len(rows):
-                moved = placements.cpu().numpy().copy()
-                for i in rows:
-                    moved[i] = self.incumbent
-                    move_scope(self.scope_rng, moved[i], self.scopes, len(self.env.spec.devices))
-                placements = torch.from_numpy(moved).to(placements.device)
-                _, logp, ent = self.policy(k, actions=placements)  # teacher-forced: their own log-probabilities
+        rows = self.scope.incumbent_rows(k)
+        if len(rows):  # scope_moves: some samples move a scope of the incumbent
+            moved = placements.cpu().numpy().copy()
+            for i in rows:
+                moved[i] = self.scope.moved()
+            placements = torch.from_numpy(moved).to(placements.device)
+            _, logp, ent = self.policy(k, actions=placements)  # teacher-forced: their own log-probabilities
         return Samples(placements.cpu().numpy(), logp.detach().cpu().numpy().astype(np.float64),
                        extra={"actions": placements, "logp": logp, "entropy": ent})
 
@@ -154,10 +149,7 @@ class ReinforceLearner(Learner):
         config = self.config
         k = len(step_times_s)
         oom_r = oom_values(self.failing_signal, self.memory_load, samples.placements, oom)
-        ran_times = np.where(oom, np.inf, step_times_s)
-        if len(ran_times) and float(ran_times.min()) < self.incumbent_time:  # the fastest placement so far
-            i = int(np.argmin(ran_times))
-            self.incumbent_time, self.incumbent = float(ran_times[i]), np.asarray(samples.placements[i], dtype=np.int64).copy()
+        self.scope.keep(samples.placements, np.where(oom, np.inf, step_times_s))  # the fastest placement so far
         rewards = [float(f) if o else math.sqrt(t) for t, o, f in zip(step_times_s.tolist(), oom.tolist(), oom_r.tolist())]
         ran = [not o for o in oom.tolist()]
         logp, ent = samples.extra["logp"], samples.extra["entropy"]
@@ -204,8 +196,7 @@ class ReinforceLearner(Learner):
     def observe_start(self, step_time_s: float | None) -> None:
         """The start (warm start or device prior) is the first incumbent when it ran (``scope_moves``
         move scopes of it until a sample is faster)."""
-        if step_time_s is not None and self.start is not None and step_time_s < self.incumbent_time:
-            self.incumbent_time, self.incumbent = float(step_time_s), np.asarray(self.start, dtype=np.int64).copy()
+        self.scope.observe_start(self.start, step_time_s)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -216,9 +207,7 @@ class ReinforceLearner(Learner):
             "baseline": self.baseline,
             "updates": self.updates,
             "failing_signal": self.failing_signal,
-            "scope_rng": json.dumps(self.scope_rng.bit_generator.state),
-            "incumbent_time": self.incumbent_time,
-            "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None else np.zeros(0, dtype=np.int64)),
+            **self.scope.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -229,8 +218,4 @@ class ReinforceLearner(Learner):
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.updates = int(state["updates"])
         self.failing_signal = float(state["failing_signal"])
-        if "scope_rng" in state:
-            self.scope_rng.bit_generator.state = json.loads(state["scope_rng"])
-        self.incumbent_time = float(state.get("incumbent_time", float("inf")))
-        kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
-        self.incumbent = kept if len(kept) else None
+        self.scope.load_state_dict(state)

@@ -173,7 +173,7 @@ def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80
     times = np.array([m.step_time_s for m in env.measure_batch(first.placements)])
     learner.update(first, times, np.zeros(4, dtype=bool))
     best = first.placements[int(np.argmin(times))]
-    assert np.array_equal(learner.incumbent, best)
+    assert np.array_equal(learner.scope.incumbent, best)
     scopes = [set(groups.tolist()) for _, groups in name_scopes(list(env.grouping.names))]
     samples = learner.sample(64).placements
     for row in samples:
@@ -182,7 +182,7 @@ def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80
     assert (samples != best).any(axis=1).mean() > 0.3  # most moves change something
     other = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0, **small))
     other.load_state_dict(learner.state_dict())
-    assert np.array_equal(other.incumbent, best) and other.incumbent_time == learner.incumbent_time
+    assert np.array_equal(other.scope.incumbent, best) and other.scope.incumbent_time == learner.scope.incumbent_time
     moved = learner.sample(4)  # the update learns from them as from its own samples
     learner.update(moved, np.array([m.step_time_s or np.nan for m in env.measure_batch(moved.placements)]),
                    np.array([m.oom for m in env.measure_batch(moved.placements)]))

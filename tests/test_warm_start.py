@@ -349,5 +349,5 @@ def test_the_start_is_the_first_incumbent_of_scope_moves(name, best):
     t_opt, p_opt = best
     learner, env = make_learner(name, 0, budget=30, init_ops=[int(x) for x in p_opt], init_prob=0.34, scope_moves=0.5)
     run_search(learner, env)
-    assert learner.incumbent_time == pytest.approx(t_opt)
-    assert list(learner.incumbent) == [int(x) for x in p_opt]
+    assert learner.scope.incumbent_time == pytest.approx(t_opt)
+    assert list(learner.scope.incumbent) == [int(x) for x in p_opt]
