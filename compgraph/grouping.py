@@ -528,14 +528,14 @@ the scope of its forward op, as ``colocate_gradients_with_ops`` would place it."
 
 
 def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
-    """The name scopes that hold several groups: each prefix of a group's name at a scope
-    separator, and the name itself, ([`SCOPE_SEPARATORS`][compgraph.grouping.SCOPE_SEPARATORS]), with the groups under it.
+    """The name scopes that hold several groups, with the groups under each: every prefix of a
+    group's name at a scope separator ([`SCOPE_SEPARATORS`][compgraph.grouping.SCOPE_SEPARATORS]), and the name itself.
 
     A group named under TensorFlow's gradient scope ([`GRADIENT_SCOPE`][compgraph.grouping.GRADIENT_SCOPE]) is in the scopes
     of its forward name too, so a layer's scope holds its gradient ops (colocation units of the
     Hierarchical Planner and EAGLE: 722 of rnnlm paper's 2,662 are ``gradients/...``). A scope is
     kept when it holds at least 2 groups and not all of them; scopes with the same groups are kept
-    once (the shallowest). A TensorFlow layer (``rnnlm/layer_1``: 81 of small rnnlm's
+    once (the shallowest). A TensorFlow layer (``rnnlm/layer_1``: 81 of paper rnnlm's 253
     groups), a time step, a PyTorch block (``h.11``) are such scopes: what a human expert moves at
     once (Mirhoseini et al. 2017, Sec. 4.2, "each layer on its own GPU").
 
@@ -545,20 +545,21 @@ def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
         ``[(depth, int64 [n] group indices)]``, ordered by depth then name (``depth`` 1 for
         ``rnnlm``, 2 for ``rnnlm/layer_1``); empty when no name has a scope.
     """
-    members: dict[str, list[int]] = {}
+    members: dict[str, set[int]] = {}
     for g, raw in enumerate(names):
         forward = GRADIENT_SCOPE.sub("", raw)  # gradients/rnnlm/layer_1/... is in rnnlm/layer_1 too
         for name in {raw, forward}:
             for i, ch in enumerate(name + "/"):  # the name itself too: group rnnlm/layer_0/step_3 is in that scope
                 if ch in SCOPE_SEPARATORS and i > 0:
-                    members.setdefault(name[:i], []).append(g)
+                    members.setdefault(name[:i], set()).add(g)
+    depth = {scope: 1 + sum(scope.count(c) for c in SCOPE_SEPARATORS) for scope in members}
     out: list[tuple[int, np.ndarray]] = []
     seen: set[tuple[int, ...]] = set()
-    for scope in sorted(members, key=lambda s: (sum(s.count(c) for c in SCOPE_SEPARATORS), s)):
-        groups = tuple(sorted(set(members[scope])))
+    for scope in sorted(members, key=lambda s: (depth[s], s)):
+        groups = tuple(sorted(members[scope]))
         if 2 <= len(groups) < len(names) and groups not in seen:
             seen.add(groups)
-            out.append((1 + sum(scope.count(c) for c in SCOPE_SEPARATORS), np.asarray(groups, dtype=np.int64)))
+            out.append((depth[scope], np.asarray(groups, dtype=np.int64)))
     return out
 
 

@@ -560,6 +560,10 @@ class RayControllers:
         self._snapshot()
         return [diag for diag, _ in done]
 
+    def observe_start(self, step_time_s: float | None) -> None:
+        """Not forwarded to the controller actors: on Ray a learner's incumbent (``scope_moves``)
+        starts at its first measured batch, not at the start."""
+
     def state_dict(self) -> dict | None:
         """``None``: a search on Ray is not checkpointed (resume replays its log)."""
         return None

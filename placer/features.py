@@ -413,4 +413,3 @@ class ScopeMoves:
         self.incumbent_time = float(state.get("incumbent_time", float("inf")))
         kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
         self.incumbent = kept if len(kept) else None
-

@@ -361,6 +361,11 @@ class Controllers(Protocol):
         ``[k]`` bool -> each controller's diagnostics."""
         ...
 
+    def observe_start(self, step_time_s: float | None) -> None:
+        """The start's measured step time (``None``: it did not run), before the first batch
+        ([`placer.learner.Learner.observe_start`][placer.learner.Learner.observe_start])."""
+        ...
+
     def state_dict(self) -> dict | None:
         """A checkpoint of the controllers, or ``None`` when they are not checkpointed (Ray)."""
         ...
@@ -694,8 +699,7 @@ def search_loop(
             result.measured += 1
         times, oom, point = ledger.record([0])
         result.start = {"step_time_s": None if oom[0] or np.isnan(times[0]) else float(times[0]), "oom": bool(oom[0])}
-        if hasattr(controllers, "observe_start"):  # in-process: the learner may keep the start as its incumbent
-            controllers.observe_start(result.start["step_time_s"])
+        controllers.observe_start(result.start["step_time_s"])  # the learner may keep it as its incumbent
         sampled = 1
         info = {"placements": 1, "wall_s": wall_before + time.perf_counter() - began, "start": 1.0}
         result.updates.append(info)

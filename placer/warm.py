@@ -161,10 +161,9 @@ def start_prob(config, num_units: int, num_devices: int) -> float:
     Returns:
         A probability in ``[init_prob, 1)``.
     """
-    moves = getattr(config, "moves_per_sample", None)
-    if moves is None or num_devices < 2:
+    if config.moves_per_sample is None or num_devices < 2:
         return float(config.init_prob)
-    return 1.0 - exploration_rate(moves, num_units, num_devices, 1.0 - float(config.init_prob))
+    return 1.0 - exploration_rate(config.moves_per_sample, num_units, num_devices, 1.0 - float(config.init_prob))
 
 
 def start_log_probs(start: np.ndarray, num_choices: int, prob: float) -> np.ndarray:
