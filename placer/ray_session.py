@@ -27,6 +27,7 @@ LOCAL_RAY_ENV = {
 #: Ray keeps unix sockets under its temp dir (``<dir>/ray-XXXXXXXX/session_<date>_<time>_<us>_<pid>/sockets/
 #: plasma_store``), whose paths must stay within 107 bytes: longer parents fall back to the system temp folder.
 _MAX_TEMP_DIR_CHARS = 30
+logger = logging.getLogger(__name__)
 
 
 def check_ray_address(address: str) -> tuple[str, int] | None:
@@ -87,6 +88,7 @@ def ray_session(
     temp_dir: str | Path | None = None,
     runtime_env: dict | None = None,
     connect_timeout_s: float = 5.0,
+    start_attempts: int = 3,
 ) -> Iterator[bool]:
     """Run the body with Ray initialised in this process; yields True if this call initialised it
     (started a local Ray or connected to ``address``; it shuts it down or disconnects after).
@@ -101,13 +103,16 @@ def ray_session(
       disconnects after. Its nodes must be able to import this project (install it there,
       or pass ``runtime_env={"working_dir": ...}``).
 
-    Ray's start takes ~2-5 s and ~1 GB of memory over about a dozen processes on a 2-core machine.
+    Ray's start takes ~2-5 s and ~1 GB of memory over about a dozen processes on a 2-core machine,
+    27 s at load 12 (measured here). Ray gives its raylet a fixed 30 s to register, so a local start
+    that fails is tried again, up to ``start_attempts`` times in all, each in a fresh folder.
 
     Raises:
         ValueError: a malformed ``address``.
         ConnectionError: nothing answers at ``address`` within ``connect_timeout_s`` seconds,
             or Ray cannot connect to it (the message names the address).
-        RuntimeError: an ``address`` given while Ray is already initialised in this process.
+        RuntimeError: an ``address`` given while Ray is already initialised in this process, or a
+            local Ray that did not start in ``start_attempts`` tries (the last error in the message).
     """
     import ray
 
@@ -145,10 +150,21 @@ def ray_session(
     if parent is None or len(str(parent)) > _MAX_TEMP_DIR_CHARS:
         parent = Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="ray-", dir=parent)
-    with _loopback_only():
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=folder, runtime_env=runtime_env,
-                 logging_level=logging.WARNING)
+    for attempt in range(1, start_attempts + 1):
+        folder = tempfile.mkdtemp(prefix="ray-", dir=parent)
+        try:
+            with _loopback_only():
+                ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=folder, runtime_env=runtime_env,
+                         logging_level=logging.WARNING)
+            break
+        except Exception as e:  # Ray's start-up timeouts are plain Exception ("timed out during startup")
+            ray.shutdown()
+            shutil.rmtree(folder, ignore_errors=True)
+            if attempt == start_attempts:
+                raise RuntimeError(f"a local Ray did not start in {start_attempts} attempts (Ray waits 30 s for its "
+                                   f"raylet; a loaded machine can take longer): {e}") from e
+            logger.warning("a local Ray did not start (attempt %d of %d), starting it again: %s", attempt,
+                           start_attempts, e)
     try:
         yield True
     finally:

@@ -84,6 +84,16 @@ RUNS = {
 }
 
 
+def _run_log_tail(client, flow_run_id, lines: int = 40) -> str:
+    """The last ``lines`` log lines the flow run sent to the Prefect API (its traceback among them)."""
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])), limit=lines,
+                            sort=LogSort.TIMESTAMP_DESC)
+    return "\n".join(f"{log.level} {log.message}" for log in reversed(logs))
+
+
 def _finished_mlflow_runs(out: Path) -> dict[str, int]:
     """experiment name -> FINISHED runs in ``out/mlflow.db``."""
     from mlflow.tracking import MlflowClient
@@ -137,11 +147,13 @@ def test_deploy_all_and_run_every_deployment_through_one_worker(server, tmp_path
     with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
         with get_client(sync_client=True) as client:
             names = {d.id: f"{client.read_flow(d.flow_id).name}/{d.name}" for d in client.read_deployments()}
-            states = {names[r.deployment_id]: r.state_type.value for r in client.read_flow_runs() if r.deployment_id}
+            runs = [r for r in client.read_flow_runs() if r.deployment_id]
+            states = {names[r.deployment_id]: r.state_type.value for r in runs}
+            why = {names[r.deployment_id]: _run_log_tail(client, r.id) for r in runs if r.state_type.value != "COMPLETED"}
             # by name: the runs make more task runs than one page of the API returns (200)
             wanted = TaskRunFilter(name=TaskRunFilterName(any_=["search-post-ray", "search-hierarchical-ray"]))
             task_names = {t.name for t in client.read_task_runs(task_run_filter=wanted)}
-    assert states == dict.fromkeys(RUNS, "COMPLETED"), states  # first: a run that did not complete says so
+    assert states == dict.fromkeys(RUNS, "COMPLETED"), (states, why)  # first: a run that did not complete says why
     # the distributed searches say what they are; the op-grouping learner too (it once ran in-process)
     assert {"search-post-ray", "search-hierarchical-ray"} <= task_names, sorted(task_names)
     # what came out: run folders, MLflow runs, the cost table
