@@ -24,6 +24,9 @@ LOCAL_RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
+#: Start-up waits of a local Ray that fit a loaded 2-core machine, each set only where the user has not set it:
+#: a worker process (an actor importing torch and this project) gets 300 s to register instead of Ray's 60.
+LOCAL_RAY_WAITS = {"RAY_worker_register_timeout_seconds": "300"}
 #: Ray keeps unix sockets under its temp dir (``<dir>/ray-XXXXXXXX/session_<date>_<time>_<us>_<pid>/sockets/
 #: plasma_store``), whose paths must stay within 107 bytes: longer parents fall back to the system temp folder.
 _MAX_TEMP_DIR_CHARS = 30
@@ -60,15 +63,17 @@ def check_ray_address(address: str) -> tuple[str, int] | None:
 
 @contextlib.contextmanager
 def _loopback_only() -> Iterator[None]:
-    """Set [`LOCAL_RAY_ENV`][placer.ray_session.LOCAL_RAY_ENV] (inherited by the processes Ray starts meanwhile) and Ray's own
+    """Set [`LOCAL_RAY_ENV`][placer.ray_session.LOCAL_RAY_ENV] and [`LOCAL_RAY_WAITS`][placer.ray_session.LOCAL_RAY_WAITS] (inherited by the processes Ray starts meanwhile) and Ray's own
     flag for it: Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when imported, and with it
     off takes 127.0.0.1 as this node's address, so a local Ray's servers listen there only and a
     driver joins a cluster on 127.0.0.1 by that address. Restores both afterwards."""
     from ray._private import ray_constants
 
-    saved = {k: os.environ.get(k) for k in LOCAL_RAY_ENV}
+    saved = {k: os.environ.get(k) for k in (*LOCAL_RAY_ENV, *LOCAL_RAY_WAITS)}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     os.environ.update(LOCAL_RAY_ENV)
+    for k, v in LOCAL_RAY_WAITS.items():
+        os.environ.setdefault(k, v)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         yield
