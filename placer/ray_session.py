@@ -72,8 +72,8 @@ def _loopback_only() -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in (*LOCAL_RAY_ENV, *LOCAL_RAY_WAITS)}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     os.environ.update(LOCAL_RAY_ENV)
-    for k, v in LOCAL_RAY_WAITS.items():
-        os.environ.setdefault(k, v)
+    for name, wait in LOCAL_RAY_WAITS.items():
+        os.environ.setdefault(name, wait)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         yield
