@@ -360,6 +360,13 @@ class HierarchicalConfig(LearnerConfig):
             ``u`` to group ``P[u]``, group ``d`` to device ``d``, as a warm start's priors) and
             scored teacher-forced, so the joint REINFORCE step learns from them as from its own.
             0: the paper's.
+
+    Named option for out-of-memory placements (in no paper; as the 2017 placer's, [`ReinforceConfig`][placer.configs.ReinforceConfig]):
+        oom_reward: ``constant`` (the code: every OOM placement gets ``failing_time_s``) or
+            ``memory_scaled``: ``failing_time_s`` times the placement's static memory load
+            ``max(1, max_d bytes_d / memory_d)`` ([`placer.hierarchical.measured_times`][placer.hierarchical.measured_times]), so
+            that from a start that does not fit (the 6.7B decoder on one H100) the samples that
+            overflow least score best.
     """
 
     k: int = Field(1, ge=1)
@@ -388,6 +395,7 @@ class HierarchicalConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
 
 # placer.eagle
@@ -430,6 +438,10 @@ class EagleConfig(LearnerConfig):
         scope_moves: the share of samples replaced by the fastest placement measured so far with one
             name scope of units moved whole to one device, written as grouper and placer actions and
             scored teacher-forced (their PPO ratio starts at 1). 0: the paper's.
+
+    Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
+        oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
+            (times the placement's static memory load).
     """
 
     k: int = Field(10, ge=1)
@@ -457,6 +469,7 @@ class EagleConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
 
 # placer.eagle

@@ -75,13 +75,14 @@ from torch import nn
 from cluster.environment import Environment
 from placer.configs import EagleCEConfig, EagleConfig
 from placer.attention import additive_scores
-from placer.features import ScopeMoves
+from placer.features import ScopeMoves, static_memory_load
 from placer.hierarchical import (
     LinearGrouper,
     StepPrior,
     clip_and_step,
     failing_time,
     group_embeddings,
+    measured_times,
     policy_compute,
     scope_actions,
     sample_categorical,
@@ -249,6 +250,7 @@ class Eagle(Learner):
         self.optimizer = torch.optim.Adam(self.params, lr=c.learning_rate)
         self.generator = torch.Generator().manual_seed(c.seed)
         self.failing_time_s = failing_time(env, c.failing_time_s)
+        self.memory_load = static_memory_load(env) if c.oom_reward == "memory_scaled" else None
         self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.baseline: float | None = None
         self.sampled = 0
@@ -310,8 +312,7 @@ class Eagle(Learner):
         """PPO epochs on the mini-batch (Eq. 3-4), then a CE update when one is due."""
         c = self.config
         oom = np.asarray(oom, dtype=bool)
-        t = np.where(oom, self.failing_time_s,
-                     np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=self.failing_time_s))
+        t = measured_times(self.failing_time_s, self.memory_load, samples.placements, step_times_s, oom)
         r = -np.sqrt(t)
         self.scope.keep(samples.placements, np.where(oom, np.inf, t))  # the fastest placement so far
         self.sampled += len(t)

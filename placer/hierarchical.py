@@ -64,7 +64,7 @@ from cluster.environment import Environment
 from compgraph.ir import Grouping, OpGraph
 from placer.configs import HierarchicalConfig
 from placer.attention import additive_scores
-from placer.features import ScopeMoves, op_features
+from placer.features import ScopeMoves, oom_values, op_features, static_memory_load
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import serial_time
 
@@ -291,6 +291,20 @@ def failing_time(env: Environment, failing_time_s: float | None) -> float:
     return float(failing_time_s) if failing_time_s is not None else FAILING_FACTOR * serial_time(env)
 
 
+def measured_times(failing_time_s: float, memory_load, placements: np.ndarray, step_times_s: np.ndarray,
+                   oom: np.ndarray) -> np.ndarray:
+    """The step time each of ``K`` placements is scored by (seconds, float64 ``[K]``): its
+    measured time; for an OOM placement (``oom`` bool ``[K]``) ``failing_time_s``, times
+    ``max(1, static memory load)`` of its row of ``placements`` (int ``[K, units]``) when
+    ``memory_load`` is given (``oom_reward="memory_scaled"``,
+    [`placer.features.oom_values`][placer.features.oom_values]); a time that is NaN (no
+    measurement) gets ``failing_time_s``."""
+    oom = np.asarray(oom, dtype=bool)
+    fail = oom_values(failing_time_s, memory_load, placements, oom)
+    t = np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=failing_time_s)
+    return np.where(oom, fail, t)
+
+
 @contextmanager
 def policy_compute(threads: int):
     """Run the policy's small tensor ops on ``threads`` intra-op threads (restored after). On 2
@@ -479,6 +493,7 @@ class HierarchicalPlanner(Learner):
         self.generator = torch.Generator().manual_seed(c.seed)
         self.failing_time_s = failing_time(env, c.failing_time_s)
         self.failing_signal = math.sqrt(self.failing_time_s)
+        self.memory_load = static_memory_load(env) if c.oom_reward == "memory_scaled" else None
         # start_with_failing_signal=True; a warm start (placer.warm) starts B at its first reward instead: the
         # failing signal's exploration would undo the start
         self.baseline: float | None = self.failing_signal if self.start is None else None
@@ -539,7 +554,7 @@ class HierarchicalPlanner(Learner):
         """One REINFORCE step on the grouper and placer together (module docstring)."""
         c = self.config
         oom = np.asarray(oom, dtype=bool)
-        t = np.where(oom, self.failing_time_s, np.nan_to_num(np.asarray(step_times_s, dtype=np.float64), nan=self.failing_time_s))
+        t = measured_times(self.failing_time_s, self.memory_load, samples.placements, step_times_s, oom)
         self.scope.keep(samples.placements, np.where(oom, np.inf, t))  # the fastest placement so far
         r = torch.from_numpy(np.sqrt(t)).float()
         ran = torch.from_numpy(~oom)

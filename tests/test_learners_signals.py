@@ -157,3 +157,45 @@ def test_post_and_ce_end_within_5_percent_of_the_known_best(name):
     result = run_search(cls(env, cls.Config(seed=0)), env)  # the paper's 2,400 placements and settings
     assert result.step_times[0] > 1.5 * 27.0  # it starts far from the best
     assert result.best_step_time_s <= 1.05 * 27.0
+
+
+# --- the grouper + placer learners: oom_reward (named option) ----------------------------
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "eagle"])
+def test_grouper_placer_oom_times_scale_with_the_memory_load_under_the_option(name):
+    """The code's constant gives every OOM placement ``failing_time_s``; ``memory_scaled`` scales it by
+    the static memory load, so the placement that overflows least scores best."""
+    from placer import LEARNERS
+    from placer.hierarchical import measured_times
+
+    env = _always_oom_env()
+    rows = np.array([[0] * 6, [0, 0, 1, 1, 2, 2]])
+    oom = np.ones(2, bool)
+    cls = LEARNERS[name]
+    small = {"hidden_size": 16, "num_groups": 3}
+    paper = cls(env, cls.Config(**small))
+    assert paper.memory_load is None
+    t = measured_times(paper.failing_time_s, paper.memory_load, rows, np.full(2, np.nan), oom)
+    assert t.tolist() == [paper.failing_time_s] * 2
+    scaled = cls(env, cls.Config(**small, oom_reward="memory_scaled"))
+    t = measured_times(scaled.failing_time_s, scaled.memory_load, rows, np.full(2, np.nan), oom)
+    assert t == pytest.approx(scaled.failing_time_s * np.array([4.0, 200 / 150]))
+    ran = measured_times(scaled.failing_time_s, scaled.memory_load, rows, np.array([0.5, np.nan]), np.zeros(2, bool))
+    assert ran.tolist() == [0.5, scaled.failing_time_s]  # a placement that ran keeps its time; no time: the constant
+
+
+def test_hierarchical_whose_batches_are_all_oom_learns_only_under_memory_scaled():
+    """The code's constant with B started at the failing signal: R - B = 0 on an all-OOM batch and
+    the policy stays; with ``memory_scaled`` the rewards differ and it moves."""
+    from placer.hierarchical import HierarchicalConfig, HierarchicalPlanner
+
+    for option, moves in (("constant", False), ("memory_scaled", True)):
+        env = _always_oom_env()
+        config = HierarchicalConfig(budget=8, k=4, hidden_size=16, num_groups=3, logits_std_noise=0.0,
+                                    oom_reward=option)
+        learner = HierarchicalPlanner(env, config)
+        before = _params(learner)
+        result = run_search(learner, env)
+        assert all(t is None for t in result.step_times)
+        assert (not torch.equal(_params(learner), before)) == moves, option
