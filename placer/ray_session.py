@@ -24,9 +24,11 @@ LOCAL_RAY_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-#: Start-up waits of a local Ray that fit a loaded 2-core machine, each set only where the user has not set it:
-#: a worker process (an actor importing torch and this project) gets 300 s to register instead of Ray's 60.
-LOCAL_RAY_WAITS = {"RAY_worker_register_timeout_seconds": "300"}
+#: Settings of a local Ray for a loaded 2-core machine, each set only where the user has not set it: a worker
+#: process (an actor importing torch and this project) gets 300 s to register instead of Ray's 60, and runs at
+#: the driver's priority (niceness 0) instead of Ray's 15 (measured: at 15, beside three busy nice-0 processes,
+#: two controllers did not start within 300 s; the actors are the search's own work, not background work).
+LOCAL_RAY_WAITS = {"RAY_worker_register_timeout_seconds": "300", "RAY_worker_niceness": "0"}
 #: Ray keeps unix sockets under its temp dir (``<dir>/ray-XXXXXXXX/session_<date>_<time>_<us>_<pid>/sockets/
 #: plasma_store``), whose paths must stay within 107 bytes: longer parents fall back to the system temp folder.
 _MAX_TEMP_DIR_CHARS = 30

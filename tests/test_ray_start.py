@@ -50,6 +50,18 @@ def test_a_local_ray_that_timed_out_at_start_up_is_started_again_in_a_fresh_fold
     with ray_session(num_cpus=1, temp_dir=short_dir) as started:
         assert started and ray.is_initialized()
         assert ray.get(ray.put(41)) + 1 == 42
+
+        @ray.remote
+        def niceness() -> int:
+            import os
+
+            return os.nice(0)
+
+        # Ray's workers run at niceness 15 unless told: starved beside busy processes (controllers did not
+        # start within 300 s beside three); a local Ray's run at the driver's priority
+        import os
+
+        assert ray.get(niceness.remote()) == os.nice(0)
     assert not ray.is_initialized()
     assert len(folders) == 2 and folders[0] != folders[1] and all(f.startswith(str(short_dir)) for f in folders)
     assert list(short_dir.iterdir()) == []  # both folders removed: the failed one at once, the other after
