@@ -52,6 +52,7 @@ code's bi-LSTM alignment (its backward state at step ``i`` is the one after grou
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
@@ -291,8 +292,8 @@ def failing_time(env: Environment, failing_time_s: float | None) -> float:
     return float(failing_time_s) if failing_time_s is not None else FAILING_FACTOR * serial_time(env)
 
 
-def measured_times(failing_time_s: float, memory_load, placements: np.ndarray, step_times_s: np.ndarray,
-                   oom: np.ndarray) -> np.ndarray:
+def measured_times(failing_time_s: float, memory_load: Callable[[np.ndarray], np.ndarray] | None,
+                   placements: np.ndarray, step_times_s: np.ndarray, oom: np.ndarray) -> np.ndarray:
     """The step time each of ``K`` placements is scored by (seconds, float64 ``[K]``): its
     measured time; for an OOM placement (``oom`` bool ``[K]``) ``failing_time_s``, times
     ``max(1, static memory load)`` of its row of ``placements`` (int ``[K, units]``) when

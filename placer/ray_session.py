@@ -28,7 +28,7 @@ LOCAL_RAY_ENV = {
 #: process (an actor importing torch and this project) gets 300 s to register instead of Ray's 60, and runs at
 #: the driver's priority (niceness 0) instead of Ray's 15 (measured: at 15, beside three busy nice-0 processes,
 #: two controllers did not start within 300 s; the actors are the search's own work, not background work).
-LOCAL_RAY_WAITS = {"RAY_worker_register_timeout_seconds": "300", "RAY_worker_niceness": "0"}
+LOCAL_RAY_DEFAULTS = {"RAY_worker_register_timeout_seconds": "300", "RAY_worker_niceness": "0"}
 #: Ray keeps unix sockets under its temp dir (``<dir>/ray-XXXXXXXX/session_<date>_<time>_<us>_<pid>/sockets/
 #: plasma_store``), whose paths must stay within 107 bytes: longer parents fall back to the system temp folder.
 _MAX_TEMP_DIR_CHARS = 30
@@ -65,16 +65,16 @@ def check_ray_address(address: str) -> tuple[str, int] | None:
 
 @contextlib.contextmanager
 def _loopback_only() -> Iterator[None]:
-    """Set [`LOCAL_RAY_ENV`][placer.ray_session.LOCAL_RAY_ENV] and [`LOCAL_RAY_WAITS`][placer.ray_session.LOCAL_RAY_WAITS] (inherited by the processes Ray starts meanwhile) and Ray's own
+    """Set [`LOCAL_RAY_ENV`][placer.ray_session.LOCAL_RAY_ENV] and [`LOCAL_RAY_DEFAULTS`][placer.ray_session.LOCAL_RAY_DEFAULTS] (inherited by the processes Ray starts meanwhile) and Ray's own
     flag for it: Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when imported, and with it
     off takes 127.0.0.1 as this node's address, so a local Ray's servers listen there only and a
     driver joins a cluster on 127.0.0.1 by that address. Restores both afterwards."""
     from ray._private import ray_constants
 
-    saved = {k: os.environ.get(k) for k in (*LOCAL_RAY_ENV, *LOCAL_RAY_WAITS)}
+    saved = {k: os.environ.get(k) for k in (*LOCAL_RAY_ENV, *LOCAL_RAY_DEFAULTS)}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     os.environ.update(LOCAL_RAY_ENV)
-    for name, wait in LOCAL_RAY_WAITS.items():
+    for name, wait in LOCAL_RAY_DEFAULTS.items():
         os.environ.setdefault(name, wait)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
