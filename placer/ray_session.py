@@ -74,8 +74,8 @@ def _loopback_only() -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in (*LOCAL_RAY_ENV, *LOCAL_RAY_DEFAULTS)}
     saved_flag = ray_constants.ENABLE_RAY_CLUSTER
     os.environ.update(LOCAL_RAY_ENV)
-    for name, wait in LOCAL_RAY_DEFAULTS.items():
-        os.environ.setdefault(name, wait)
+    for name, value in LOCAL_RAY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         yield
