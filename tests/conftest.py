@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +32,48 @@ os.environ["PLACEMENT_HOME"] = SUITE_HOME
 #: unsets ``PLACEMENT_HOME``: inside the temporary home too.
 SUITE_XDG_DATA_HOME = os.path.join(SUITE_HOME, "xdg-data")
 os.environ["XDG_DATA_HOME"] = SUITE_XDG_DATA_HOME
+
+
+#: One line per test module (the seconds since the suite began, and the load average) where ``CI`` is set, as CI
+#: sets it, or ``PLACEMENT_TEST_TIMELINE=1``: a CI log cut off at its time limit then says where the time went.
+TIMELINE = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("PLACEMENT_TEST_TIMELINE") == "1"
+_timeline: dict = {"config": None, "seen": set(), "t0": time.monotonic()}
+#: The test modules that start many processes (Ray's actors, several flows, a killed run's server): under
+#: ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run one after the other in one worker, first, never
+#: two at once (eight flows beside Ray's actors starved them: CI of stop 43); every other module runs whole in
+#: one worker, its module fixtures (a Prefect server, a Ray) started once.
+MANY_PROCESSES = ("test_distributed.py", "test_ops_deploy.py", "test_ops_runtime.py", "test_ray_start.py",
+                  "test_stale_runs.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
+def pytest_collection_modifyitems(config, items):
+    """Group the tests for pytest-xdist's ``--dist loadgroup``: one group per module, the modules in
+    ``MANY_PROCESSES`` together in one group that runs first. Without xdist the marks do nothing."""
+    def heavy(item) -> bool:
+        return item.path.name in MANY_PROCESSES
+
+    items.sort(key=lambda item: not heavy(item))  # stable: the order inside each part is kept
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("many-processes" if heavy(item) else item.path.stem))
+
+
+def pytest_configure(config):
+    """Keep the config for the timeline's terminal writer."""
+    _timeline["config"] = config
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Print the timeline's line as each test module begins: its first test, whichever worker runs it."""
+    module = nodeid.split("::", 1)[0]
+    if not TIMELINE or module in _timeline["seen"] or _timeline["config"] is None:
+        return
+    _timeline["seen"].add(module)
+    reporter = _timeline["config"].pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        load = os.getloadavg()[0]
+        reporter.write("\n")  # after the module's dots (write_line starts no new line in -q's progress)
+        reporter.write_line(f"[{time.monotonic() - _timeline['t0']:5.0f} s, load {load:4.1f}] {module}")
 
 
 @pytest.fixture(autouse=True)
