@@ -10,6 +10,6 @@ ruff check --quiet .   # pyproject.toml [tool.ruff]
 echo "[test] mypy: the core packages placer, baselines, compgraph, cluster (about 30 s) ..."
 mypy                   # pyproject.toml [tool.mypy]
 # two workers (pytest-xdist): one core sat idle before (load about 1.1 through most of the suite, which
-# took about 115 minutes here in one process); tests/conftest.py groups the modules (--dist loadgroup)
-echo "[test] pytest -n 2 --dist loadgroup $* ..."
-exec python -m pytest -q -n 2 --dist loadgroup "$@"
+# took about 115 minutes here in one process); tests/conftest.py schedules whole modules (--dist loadfile)
+echo "[test] pytest -n 2 --dist loadfile $* ..."
+exec python -m pytest -q -n 2 --dist loadfile "$@"

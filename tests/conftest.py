@@ -39,23 +39,39 @@ os.environ["XDG_DATA_HOME"] = SUITE_XDG_DATA_HOME
 TIMELINE = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("PLACEMENT_TEST_TIMELINE") == "1"
 _timeline: dict = {"config": None, "seen": set(), "t0": time.monotonic()}
 #: The test modules that start many processes (Ray's actors, several flows, a killed run's server): under
-#: ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) they run one after the other in one worker, first, never
+#: ``pytest -n 2 --dist loadfile`` (scripts/test.sh) they run one after the other in one worker, first, never
 #: two at once (eight flows beside Ray's actors starved them: CI of stop 43); every other module runs whole in
 #: one worker, its module fixtures (a Prefect server, a Ray) started once.
 MANY_PROCESSES = ("test_distributed.py", "test_ops_deploy.py", "test_ops_runtime.py", "test_ray_start.py",
                   "test_stale_runs.py")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
-def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist's ``--dist loadgroup``: one group per module, the modules in
-    ``MANY_PROCESSES`` together in one group that runs first. Without xdist the marks do nothing."""
-    def heavy(item) -> bool:
-        return item.path.name in MANY_PROCESSES
+def _many_processes(nodeid: str) -> bool:
+    return Path(nodeid.split("::", 1)[0]).name in MANY_PROCESSES
 
-    items.sort(key=lambda item: not heavy(item))  # stable: the order inside each part is kept
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("many-processes" if heavy(item) else item.path.stem))
+
+def pytest_collection_modifyitems(config, items):
+    """The modules in ``MANY_PROCESSES`` first (the order inside each part kept), so that the worker that takes
+    them starts at once and the other runs the rest beside it."""
+    items.sort(key=lambda item: not _many_processes(item.nodeid))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: nothing without it (``-p no:xdist``)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the modules in ``MANY_PROCESSES`` as one unit (pytest-xdist's ``loadgroup``
+    cannot group under pytest 9.2: it renames ``item._nodeid``, which pytest 9.2 no longer reads)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        """One unit per test module, the modules in ``MANY_PROCESSES`` one unit together, in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "many-processes" if _many_processes(nodeid) else nodeid.split("::", 1)[0]
+
+    config.option.loadscopereorder = False  # the units in collection order: the many-processes one first
+    return ModuleScheduling(config, log)
 
 
 def pytest_configure(config):
