@@ -33,3 +33,38 @@ def test_prefect_servers_start_through_the_shared_harness():
     assert PREFECT_STARTUP_LIMIT_S >= 180
     users = [p.name for p in TESTS.glob("test_*.py") if _calls_to("harness", p)]
     assert len(users) >= 8, users  # the modules that run flows under Prefect
+
+
+def test_a_time_budget_skips_only_the_slow_tests_not_begun_and_orders_the_fast_ones_first(monkeypatch, request):
+    """CI's 90 minutes: with ``PLACEMENT_TEST_BUDGET_S`` spent, a slow test is skipped saying why, a fast one runs."""
+    import pytest
+
+    import conftest
+
+    fast_item, slow_item = request.node, _Marked(request.node, slow=True)
+    monkeypatch.setattr(conftest, "BUDGET_S", 10.0)
+    monkeypatch.setitem(conftest._timeline, "t0", conftest.time.monotonic() - 11.0)
+    conftest.pytest_runtest_setup(fast_item)  # a fast test runs whatever the time
+    with pytest.raises(pytest.skip.Exception, match="time budget is spent .*PLACEMENT_TEST_BUDGET_S=10 s"):
+        conftest.pytest_runtest_setup(slow_item)
+    monkeypatch.setitem(conftest._timeline, "t0", conftest.time.monotonic())
+    conftest.pytest_runtest_setup(slow_item)  # inside the budget: runs
+    items = [slow_item, fast_item]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert items == [fast_item, slow_item]
+    monkeypatch.setattr(conftest, "BUDGET_S", 0.0)  # no budget (outside CI): the order is kept, nothing skipped
+    items = [slow_item, fast_item]
+    conftest.pytest_collection_modifyitems(None, items)
+    assert items == [slow_item, fast_item]
+    monkeypatch.setitem(conftest._timeline, "t0", conftest.time.monotonic() - 1e6)
+    conftest.pytest_runtest_setup(slow_item)
+
+
+class _Marked:
+    """A stand-in item whose ``get_closest_marker("slow")`` says it is slow."""
+
+    def __init__(self, item, slow: bool):
+        self.item, self.slow = item, slow
+
+    def get_closest_marker(self, name):
+        return object() if name == "slow" and self.slow else self.item.get_closest_marker(name)
