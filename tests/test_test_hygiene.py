@@ -49,9 +49,17 @@ def test_a_time_budget_skips_only_the_slow_tests_not_begun_and_orders_the_fast_o
         conftest.pytest_runtest_setup(slow_item)
     monkeypatch.setitem(conftest._timeline, "t0", conftest.time.monotonic())
     conftest.pytest_runtest_setup(slow_item)  # inside the budget: runs
-    items = [slow_item, fast_item]
-    conftest.pytest_collection_modifyitems(None, items)
-    assert items == [fast_item, slow_item]
+    slow_b = _Marked(request.node, slow=True, path="tests/test_b.py")
+    slow_a1, slow_a2 = (_Marked(request.node, slow=True, path="tests/test_a.py") for _ in range(2))
+    orders = []
+    for commit in ("c1", "c5", "c1"):  # sha256 mod 2: 0, 1, 0
+        monkeypatch.setattr(conftest, "_commit", lambda commit=commit: commit)
+        items = [slow_a1, fast_item, slow_b, slow_a2]
+        conftest.pytest_collection_modifyitems(None, items)
+        assert items[0] is fast_item and {items.index(slow_a2) - items.index(slow_a1)} <= {1, 3}
+        assert items.index(slow_a1) < items.index(slow_a2)  # a module's tests together, in their order
+        orders.append(tuple(id(i) for i in items))
+    assert orders[0] == orders[-1] and len(set(orders)) == 2  # the commit picks the first module; the same commit, the same order
     monkeypatch.setattr(conftest, "BUDGET_S", 0.0)  # no budget (outside CI): the order is kept, nothing skipped
     items = [slow_item, fast_item]
     conftest.pytest_collection_modifyitems(None, items)
@@ -63,8 +71,8 @@ def test_a_time_budget_skips_only_the_slow_tests_not_begun_and_orders_the_fast_o
 class _Marked:
     """A stand-in item whose ``get_closest_marker("slow")`` says it is slow."""
 
-    def __init__(self, item, slow: bool):
-        self.item, self.slow = item, slow
+    def __init__(self, item, slow: bool, path: str = "tests/test_x.py"):
+        self.item, self.slow, self.path = item, slow, path
 
     def get_closest_marker(self, name):
         return object() if name == "slow" and self.slow else self.item.get_closest_marker(name)
