@@ -41,8 +41,8 @@ _timeline: dict = {"config": None, "seen": set(), "t0": time.monotonic()}
 #: Under CI (``CI=true``): the seconds after which the suite skips the slow tests it has not begun
 #: (``PLACEMENT_TEST_BUDGET_S``; 0 or unset: none skipped). In one process the whole suite had grown to
 #: about 115 minutes on 2 cores, CPU-bound (two workers were no faster), past CI's 90. The fast tests run
-#: first, then the slow ones module by module from a module the commit picks; each one skipped says so, and ``bash scripts/test.sh``
-#: outside CI runs every test.
+#: first, then the slow ones module by module from a module the commit picks; each one skipped says so,
+#: and ``bash scripts/test.sh`` outside CI runs every test.
 BUDGET_S = float(os.environ.get("PLACEMENT_TEST_BUDGET_S") or 0)
 
 
@@ -89,7 +89,7 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logstart(nodeid, location):
-    """Print the timeline's line as each test module begins: its first test, whichever worker runs it."""
+    """Print the timeline's line as each test module begins (its first test)."""
     module = nodeid.split("::", 1)[0]
     if not TIMELINE or module in _timeline["seen"] or _timeline["config"] is None:
         return
