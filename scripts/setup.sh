@@ -90,6 +90,8 @@ else
   fi
 fi
 export VIRTUAL_ENV="$PWD/.venv"
+# uv run as `python3 -m uv` targets the Python that ran it (the system's), not $VIRTUAL_ENV: name the venv.
+VENV_PY=(--python "$PWD/.venv/bin/python")
 
 # pip_install WHAT ARGS...: uv pip install ARGS, or pip install ARGS when uv is missing or fails (the
 # arguments mean the same to both).
@@ -97,7 +99,7 @@ pip_install() {
   local label=$1
   shift
   if [ ${#UV[@]} -gt 0 ]; then
-    step "$label" "${UV[@]}" pip install "$@" && return 0
+    step "$label" "${UV[@]}" pip install "${VENV_PY[@]}" "$@" && return 0
     say "uv could not do it: trying pip instead (slower)"
   fi
   step "$label (pip)" .venv/bin/python -m pip install --disable-pip-version-check "$@"
@@ -127,7 +129,7 @@ else
   pip_install "installing the project (editable)" --no-deps -e .
 fi
 if [ ${#UV[@]} -gt 0 ]; then
-  step "checking the installed requirements" "${UV[@]}" pip check
+  step "checking the installed requirements" "${UV[@]}" pip check "${VENV_PY[@]}"
 else
   step "checking the installed requirements" .venv/bin/python -m pip check
 fi
