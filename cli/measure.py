@@ -72,7 +72,7 @@ def _check_tensorflow_benchmark(model: str, command: str) -> None:
 
 
 def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None, holdout: str | None,
-                    json_path: str | None) -> None:
+                    json_path: str | None, copies_from: str | None = None) -> None:
     """``calibrate --torch``: fit ``cluster``'s cost-model terms to PyTorch profiles ([`cluster.torch_calibrate`][cluster.torch_calibrate])
     and write the fitted preset YAML with its provenance."""
     if not from_profile:
@@ -88,10 +88,10 @@ def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None,
         _fail(f"--holdout {holdout!r}: valid: {', '.join(tc.PROFILE_MODELS)}")
     base = _load_spec(cluster)
     try:
-        prof = tc.load_profile(from_profile)
-        spec, report = tc.fit_from_profile(from_profile, base, holdout=holdout)
+        prof = tc.load_profile(from_profile, copies_from)
+        spec, report = tc.fit_from_profile(from_profile, base, holdout=holdout, copies_from=copies_from)
     except ValueError as exc:
-        _fail(f"--from-profile: {exc}")
+        _fail(f"--copies-from: {exc}" if copies_from and "copies_from" in str(exc) else f"--from-profile: {exc}")
     Path(output).write_text(tc.calibrated_yaml(spec, report, prof.env, str(from_profile)))
     from cluster.spec import ClusterSpec
 
@@ -124,14 +124,17 @@ def calibrate(
                                      "(shared format: steps.json, prof_<model>_shapes.json, cpuprof_<model>.json, copies.json)"),
     output: str = typer.Option(None, "--output", help="with --torch: the fitted preset YAML to write"),
     holdout: str = typer.Option(None, "--holdout", help="with --torch: a profiled model left out of the fit (gpt2 | resnet50)"),
+    copies_from: str = typer.Option(None, "--copies-from", help="with --torch: a copies.json (the profile format) to fit "
+                                    "the host<->GPU copy terms on instead of the profile's own; its to_cuda_new and "
+                                    "to_cpu_new rows, the copies a placed step makes, are used where present"),
 ) -> None:
     """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table;
     with --torch, fit a cluster preset to PyTorch profiles instead."""
     if torch_profile:
-        _calibrate_torch(from_profile, cluster, output, holdout, json_path)
+        _calibrate_torch(from_profile, cluster, output, holdout, json_path, copies_from)
         return
-    if from_profile or output or holdout:
-        _fail("--from-profile, --output and --holdout are for --torch")
+    if from_profile or output or holdout or copies_from:
+        _fail("--from-profile, --output, --holdout and --copies-from are for --torch")
     if model is None:
         _fail("give --model (a TensorFlow benchmark), or --torch --from-profile DIR for PyTorch profiles")
     _check_model(model, size)

@@ -23,10 +23,10 @@ documentation):
   (a device-to-device copy is asynchronous to the host).
 
 The step ends when the host and every stream are done (the timing synchronizes). Measured against the
-two lent GPUs' CPU+GPU placements (``benchmarks/gpu_truth.py --judge``, 2026-11-26): median
-``|sim/real - 1|`` 0.178 (GPT-2) and 0.257 (ResNet-50) on the H200 whose profiles ``h200x1`` was
-fitted on, against 0.314 and 0.410 with the dataflow model; 0.298 and 0.471 on the H100 (held out),
-against 0.403 and 0.580.
+two lent GPUs' CPU+GPU placements (``benchmarks/gpu_truth.py --judge``, 2026-11-26, with the copy terms
+of then): median ``|sim/real - 1|`` 0.178 (GPT-2) and 0.257 (ResNet-50) on the H200 whose profiles
+``h200x1`` was fitted on, against 0.314 and 0.410 with the dataflow model; 0.298 and 0.471 on the H100
+(held out), against 0.403 and 0.580. The figures as shipped, four lent machines: docs/measurement.md.
 
 Not modelled: peak memory ([`cluster.simulated.SimulatedEnvironment`][cluster.simulated.SimulatedEnvironment] keeps the dataflow
 simulator's, which frees a tensor after its last reader as the eager step does, but orders ops by

@@ -45,9 +45,13 @@ host dispatch per op (``dispatch_s``, [`cluster.spec.Device`][cluster.spec.Devic
 least its ops' dispatches).
 
 **Copies** ([`fit_copies`][cluster.torch_calibrate.fit_copies]). A copy of ``b`` bytes takes ``overhead + b / (eff * link)``; the
-pageable copies (what the exported placed step's ``aten._to_copy`` does) set the spec's
-``transfer`` (``send_recv_overhead_s``, ``bandwidth_efficiency``); the pinned ones are fitted the same
-way and kept in the fit record (``fit["pinned"]``): the simulator has one transfer model.
+pageable copies set the spec's ``transfer`` (``send_recv_overhead_s``, ``bandwidth_efficiency``); the
+pinned ones are fitted the same way and kept in the fit record (``fit["pinned"]``): the simulator has one
+transfer model. Where the profile has them, the fit takes the copies a placed step makes
+([`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]: ``aten._to_copy`` allocating its result, to the GPU and to the host):
+a copy to the host into new pageable memory of 256 MiB takes 4-8x as long as one into a reused buffer
+(fresh pages; the lent H100s and H200s, ``benchmarks/results/``), and a placed step's every copy to the
+host is one. Older profiles without ``to_cpu_new`` rows fit on all pageable rows, as before.
 
 **Memory.** ``allocator_overhead`` (GPU) is the measured peak over the simulated peak of the fit
 models, at least 1 and at most [`ALLOCATOR_BOUND`][cluster.torch_calibrate.ALLOCATOR_BOUND] (PyTorch's caching allocator rounds blocks up
@@ -192,11 +196,14 @@ def _read_json(path: Path, max_bytes: int = 20_000_000):
     return json.loads(path.read_text())
 
 
-def load_profile(profile_dir: str | Path) -> Profile:
-    """Read the shared files of ``profile_dir`` (missing model files are skipped).
+def load_profile(profile_dir: str | Path, copies_from: str | Path | None = None) -> Profile:
+    """Read the shared files of ``profile_dir`` (missing model files are skipped); the copies from the
+    ``copies.json``-format file ``copies_from`` instead of the folder's, where given (a later
+    measurement of the same machine's copies).
 
     Raises:
-        ValueError: the folder or its ``steps.json`` is missing, or a file is not the format.
+        ValueError: the folder or its ``steps.json`` is missing, ``copies_from`` is missing, or a file is not
+            the format.
     """
     root = Path(profile_dir)
     if not (root / "steps.json").is_file():
@@ -211,7 +218,14 @@ def load_profile(profile_dir: str | Path) -> Profile:
             if (root / f"cpuprof_{m}.json").is_file():
                 d = _read_json(root / f"cpuprof_{m}.json")
                 cpu[m], wall[m] = list(d["rows"]), float(d["wall_s"])
-        copies = list(_read_json(root / "copies.json")) if (root / "copies.json").is_file() else []
+        if copies_from is not None:
+            if not Path(copies_from).is_file():
+                raise ValueError(f"copies_from {str(copies_from)!r}: no such file (a copies.json of the profile format)")
+            copies = list(_read_json(Path(copies_from)))
+            if any(not {"bytes", "pinned", "dir", "median_s"} <= set(c) for c in copies):
+                raise ValueError(f"copies_from {str(copies_from)!r}: rows need bytes, pinned, dir and median_s")
+        else:
+            copies = list(_read_json(root / "copies.json")) if (root / "copies.json").is_file() else []
         env = dict(_read_json(root / "env.json")) if (root / "env.json").is_file() else {}
     except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{root}: not the shared profile format ({type(exc).__name__}: {exc})") from None
@@ -430,14 +444,26 @@ def fit_device(kind: str, base: ClusterSpec, targets: list[tuple[Captured, Match
             "unmatched_s": {cap.graph.name: m.unmatched_s for cap, m, _ in targets}}
 
 
+PLACED_STEP_COPIES = ("to_cuda_new", "to_cpu_new")
+"""The ``copies.json`` rows of the copies a placed PyTorch step makes (``aten._to_copy`` to the other device,
+allocating its result): pageable host memory to a new GPU tensor, and a GPU tensor to new pageable host memory."""
+
+
 def _copy_rows(copies: list[dict], pinned: bool) -> list[dict]:
-    return [c for c in copies if bool(c["pinned"]) == pinned and c["dir"] in ("h2d", "d2h", "to_cuda_new")]
+    """The rows [`fit_copies`][cluster.torch_calibrate.fit_copies] fits: pageable, the placed step's
+    ([`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]) where the profile has ``to_cpu_new`` rows, else every direction."""
+    dirs: tuple[str, ...] = ("h2d", "d2h", "to_cuda_new")
+    if not pinned and any(c["dir"] == "to_cpu_new" and not c["pinned"] for c in copies):
+        dirs = PLACED_STEP_COPIES
+    return [c for c in copies if bool(c["pinned"]) == pinned and c["dir"] in dirs]
 
 
 def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float, pinned: bool,
                params: tuple[FitParam, ...] = TORCH_TRANSFER_PARAMS) -> dict:
     """Fit ``overhead + b / (eff * link_bandwidth)`` (plus the link's ``latency_s``) to the copies of one
-    kind (``pinned`` or pageable) in log space, inside [`TORCH_TRANSFER_PARAMS`][cluster.torch_calibrate.TORCH_TRANSFER_PARAMS]' bounds.
+    kind (``pinned`` or pageable; of the pageable ones the placed step's where the profile has ``to_cpu_new``
+    rows, [`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]) in log space, inside
+    [`TORCH_TRANSFER_PARAMS`][cluster.torch_calibrate.TORCH_TRANSFER_PARAMS]' bounds.
 
     Returns:
         ``{"values": {"transfer.send_recv_overhead_s", "transfer.bandwidth_efficiency"}, "on_bound",
@@ -481,7 +507,8 @@ def simulate_single(cap: Captured, spec: ClusterSpec, kind: str) -> tuple[float,
 
 
 def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: str | None = None,
-                     models: tuple[str, ...] | None = None) -> tuple[ClusterSpec, dict]:
+                     models: tuple[str, ...] | None = None,
+                     copies_from: str | Path | None = None) -> tuple[ClusterSpec, dict]:
     """Fit ``base_spec``'s cost-model terms to the PyTorch profiles in ``profile_dir`` (module docstring).
 
     Args:
@@ -490,13 +517,15 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
             [`ALL_PARAMS`][cluster.torch_calibrate.ALL_PARAMS] are replaced by the fit. A spec without a GPU fits the CPU only.
         holdout: a model of [`PROFILE_MODELS`][cluster.torch_calibrate.PROFILE_MODELS] left out of the fit (judged in the report), or ``None``.
         models: the models to use (default: every model with files in ``profile_dir``).
+        copies_from: a ``copies.json``-format file to fit the copies on instead of the folder's
+            ([`load_profile`][cluster.torch_calibrate.load_profile]).
     Returns:
         ``(spec, report)``: the fitted spec (its ``fit`` records the fit) and ``{"gpu", "cpu", "pageable",
         "pinned", "memory", "fit_models", "holdout", "values"}``.
     Raises:
         ValueError: an unknown ``holdout`` or model, or no model left to fit on.
     """
-    prof = load_profile(profile_dir)
+    prof = load_profile(profile_dir, copies_from)
     models = tuple(models or [m for m in PROFILE_MODELS if m in prof.gpu_rows or m in prof.cpu_rows])
     for m in (*models, *([holdout] if holdout else [])):
         if m not in PROFILE_MODELS:
@@ -555,6 +584,8 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
                            **report.get("pageable", {}).get("on_bound", {})},
               "params": [{"key": p.key, "lower": p.lo, "upper": p.hi, "ref": p.ref, "source": p.source}
                          for p in ALL_PARAMS]}
+    if copies_from is not None:
+        record["copies_from"] = str(copies_from)
     if "pinned" in report:
         record["pinned"] = report["pinned"]["values"]
     if "memory" in report:
@@ -567,13 +598,14 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
 
 
 def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[str, ...] | list[str],
-                  copies: bool = True) -> list[dict]:
+                  copies: bool = True, copies_from: str | Path | None = None) -> list[dict]:
     """Every figure of the shared set simulated on ``spec`` beside the measurement: each model's eager
     single-GPU step (``foreach=False``; the ``foreach=True`` figure beside it, which the capture's
     single-tensor update does not model), its CPU step, GPU peak memory, and the copies (pageable from
     ``spec.transfer``, pinned from ``spec.fit["pinned"]`` when present). ``set`` is ``fit`` for a
-    model in ``fit_models`` (copies: always fit), else ``held-out``."""
-    prof = load_profile(profile_dir)
+    model in ``fit_models`` and a copy the fit uses ([`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES] where
+    present), else ``held-out``. ``copies_from``: as [`load_profile`][cluster.torch_calibrate.load_profile]'s."""
+    prof = load_profile(profile_dir, copies_from)
     out: list[dict] = []
     for m in PROFILE_MODELS:
         which = "fit" if m in fit_models else "held-out"
@@ -601,8 +633,9 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
         link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0])
         raw = spec.raw_link(spec.cpu_indices[0], spec.gpu_indices[0])
         pinned = (spec.fit or {}).get("pinned")
+        fitted = {id(c) for c in _copy_rows(prof.copies, False) + _copy_rows(prof.copies, True)}
         for c in prof.copies:
-            if c["dir"] not in ("h2d", "d2h", "to_cuda_new"):
+            if c["dir"] not in ("h2d", "d2h", "to_cuda_new", "to_cpu_new"):
                 continue
             if c["pinned"] and pinned:
                 sim = (pinned["transfer.send_recv_overhead_s"] + raw.latency_s
@@ -612,7 +645,8 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
             else:
                 sim = link.latency_s + c["bytes"] / link.bandwidth
             out.append({"figure": f"copy {c['dir']} {c['bytes']:,} B {'pinned' if c['pinned'] else 'pageable'}",
-                        "set": "fit", "unit": "us", "simulated": sim * 1e6, "measured": c["median_s"] * 1e6})
+                        "set": "fit" if id(c) in fitted else "held-out", "unit": "us", "simulated": sim * 1e6,
+                        "measured": c["median_s"] * 1e6})
     for r in out:
         r["ratio"] = r["simulated"] / r["measured"]
     return out
@@ -635,7 +669,13 @@ def print_fidelity(profile_dir: str | Path, spec: ClusterSpec | None = None) -> 
 
     spec = spec or load_cluster("h200x1")
     fit_models = tuple((spec.fit or {}).get("fit_models", PROFILE_MODELS))
-    print(format_table(fidelity_rows(profile_dir, spec, fit_models), f"{spec.name} (fit on {', '.join(fit_models)})"))
+    copies_from = (spec.fit or {}).get("copies_from")
+    if copies_from and not Path(copies_from).is_absolute():
+        copies_from = _ROOT / copies_from
+    if copies_from and not Path(copies_from).is_file():
+        copies_from = None
+    print(format_table(fidelity_rows(profile_dir, spec, fit_models, copies_from=copies_from),
+                       f"{spec.name} (fit on {', '.join(fit_models)})"))
     for holdout in PROFILE_MODELS:
         fitted, rep = fit_from_profile(profile_dir, spec, holdout=holdout)
         print()
@@ -701,9 +741,17 @@ def calibrated_yaml(spec: ClusterSpec, report: dict, env: dict, profile_label: s
     return preset_yaml(spec, header + (extra or []))
 
 
+_ROOT = Path(__file__).resolve().parents[1]
+H200_PLACED_COPIES = _ROOT / "benchmarks/results/h200-2026-11-27/profile/copies.json"
+"""The copies h200x1's transfer terms are fitted on: ``python -m cluster.torch_profile`` on a lent H200 on
+2026-11-27 (the shared set of 2026-11-26 has no copy to new host memory, ``to_cpu_new``)."""
+
+
 def write_single_gpu_presets(profile_dir: str | Path, out_dir: str | Path | None = None,
-                             profile_label: str = "shared/measurements/h200-2026-11-26") -> list[Path]:
-    """Fit ``h200x1`` from ``profile_dir`` (both models) on its datasheet figures
+                             profile_label: str = "shared/measurements/h200-2026-11-26",
+                             copies_from: str | Path | None = H200_PLACED_COPIES) -> list[Path]:
+    """Fit ``h200x1`` from ``profile_dir`` (both models; the copies from ``copies_from``, default
+    [`H200_PLACED_COPIES`][cluster.torch_calibrate.H200_PLACED_COPIES], ``None``: the folder's) on its datasheet figures
     ([`cluster.servers.single_gpu_datasheet_spec`][cluster.servers.single_gpu_datasheet_spec]) and derive ``h100x1`` (the H100's datasheet
     figures, h200x1's chip-independent terms: "derived, unmeasured"); write both into ``out_dir``
     (default ``cluster/presets``). Returns the paths."""
@@ -712,25 +760,36 @@ def write_single_gpu_presets(profile_dir: str | Path, out_dir: str | Path | None
 
     out = Path(out_dir or PRESET_DIR)
     prof = load_profile(profile_dir)
-    spec, report = fit_from_profile(profile_dir, single_gpu_datasheet_spec("h200x1"))
-    spec = spec.model_copy(update={"fit": {**(spec.fit or {}), "profile_dir": profile_label}})
-    rows = fidelity_rows(profile_dir, spec, report["fit_models"])
+    spec, report = fit_from_profile(profile_dir, single_gpu_datasheet_spec("h200x1"), copies_from=copies_from)
+    copies_label = ""
+    if copies_from is not None:
+        cf = Path(copies_from).resolve()
+        copies_label = str(cf.relative_to(_ROOT)) if cf.is_relative_to(_ROOT) else str(copies_from)
+    spec = spec.model_copy(update={"fit": {**(spec.fit or {}), "profile_dir": profile_label,
+                                           **({"copies_from": copies_label} if copies_label else {})}})
+    rows = fidelity_rows(profile_dir, spec, report["fit_models"], copies_from=copies_from)
     table = [f"- {r['figure']}: simulated {r['simulated']:.4g} {r['unit']}, measured {r['measured']:.4g} {r['unit']} "
              f"({r['set']})" for r in rows if "copy" not in r["figure"]]
     paths = [out / "h200x1.yaml", out / "h100x1.yaml"]
     paths[0].write_text(calibrated_yaml(spec, report, prof.env, profile_label,
                                         ["", "FIDELITY on the calibration set (cluster/torch_calibrate.py fidelity_rows):",
-                                         *table, "", "measured 2026-11-26 with the project at f20744c."]))
+                                         *table, "", "measured 2026-11-26 with the project at f20744c."]
+                                        + ([f"COPIES: the pageable copy terms (transfer) are fitted on the copies a placed "
+                                            f"step makes (to_cuda_new, to_cpu_new) in {copies_label}: "
+                                            "python -m cluster.torch_profile on a lent H200, 2026-11-27."]
+                                           if copies_label else [])))
     h100 = single_gpu_datasheet_spec("h100x1")
     carried = {k: v for k, v in report["values"].items() if k.split(".")[0] in ("gpu", "cpu", "transfer")}
     carried["allocator.gpu"] = report.get("memory", {}).get("allocator_overhead", 1.0)
     derived = _with(h100, carried).model_copy(update={"fit": {"derived_from": "h200x1", "measured": False,
                                                               "values": report["values"]}})
     header = [f"{h100.description}.", "", "DERIVED: nothing here was fitted on an H100. Judged out of sample against "
-              "two gpu_truth runs on a lent H100 (benchmarks/results/h100-2026-11-26; the README's fidelity table).",
+              "gpu_truth runs on two lent H100s (benchmarks/results/h100-2026-11-26 and h100-2026-11-27; "
+              "docs/measurement.md's fidelity table).",
               "- CARRIED from h200x1 (fitted on one H200, torch 2.11.0+cu130, 2026-11-26, GPT-2 small and ResNet-50; "
-              "cluster/torch_calibrate.py): every efficiency, half_efficiency_flops, op_overhead_s, dispatch_s, "
-              "allocator_overhead, and the pageable copy terms (transfer); the CPU's efficiencies although the host "
+              "cluster/torch_calibrate.py; its copies on 2026-11-27): every efficiency, half_efficiency_flops, "
+              "op_overhead_s, dispatch_s, allocator_overhead, and the pageable copy terms (transfer); the CPU's "
+              "efficiencies although the host "
               "differs (Sapphire Rapids here, Emerald Rapids there).",
               *[f"  - {k.replace('allocator.gpu', 'gpu.allocator_overhead')} = {v:.6g}" for k, v in sorted(carried.items())],
               "- DATASHEET: the H100 SXM5 80GB's peaks, HBM3 3.35 TB/s and 80 GB; the host's (lscpu on the lent H100: "

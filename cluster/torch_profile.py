@@ -17,7 +17,9 @@ the folder as it reads that one):
   step: ``wall_s`` and the rows.
 * ``copies.json``: one tensor of ``bytes`` host to device (``h2d``), back (``d2h``) and
   ``tensor.to("cuda")`` allocating its result (``to_cuda_new``), pageable and pinned host memory,
-  median of 30 (up to 1 MiB) or 8 copies after 2 warm-ups.
+  and ``tensor.to("cpu")`` into new pageable host memory (``to_cpu_new``: what a placed step's copy to
+  the host does; fresh pages cost more than a copy into a reused buffer), median of 30 (up to 1 MiB)
+  or 8 copies after 2 warm-ups.
 * ``env.json``: torch and CUDA versions, the GPU, the thread count, the TF32 switches, ``/proc/meminfo``'s
   first lines and ``lscpu``.
 
@@ -152,6 +154,8 @@ def copies(repeats_small: int = 30, repeats_large: int = 8) -> list[dict]:
             dst = torch.empty_like(src, pin_memory=pinned)
             cases = {"h2d": lambda: dev.copy_(src, non_blocking=pinned), "d2h": lambda: dst.copy_(dev, non_blocking=pinned),
                      "to_cuda_new": lambda: src.to("cuda", non_blocking=pinned)}
+            if not pinned:  # what the placed step's aten._to_copy to the host does: a new pageable tensor each time
+                cases["to_cpu_new"] = lambda: dev.to("cpu")
             for direction, fn in cases.items():
                 for _ in range(2):
                     fn()
@@ -165,7 +169,7 @@ def copies(repeats_small: int = 30, repeats_large: int = 8) -> list[dict]:
                     times.append(time.perf_counter() - t)
                 med = statistics.median(times)
                 row = {"bytes": nbytes, "pinned": pinned, "dir": direction, "median_s": med}
-                if direction != "to_cuda_new":
+                if direction not in ("to_cuda_new", "to_cpu_new"):
                     row["GBps"] = nbytes / med / 1e9
                 rows.append(row)
     return rows

@@ -12,6 +12,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _gpu_truth():
+    """benchmarks/gpu_truth.py as a module, loaded from its path: putting benchmarks/ on sys.path would let
+    its baselines.py shadow the baselines package for every later test of the process."""
+    import importlib.util
+
+    if "gpu_truth" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gpu_truth", ROOT / "benchmarks" / "gpu_truth.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gpu_truth"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["gpu_truth"]
+
+
 @pytest.mark.slow
 def test_the_cpu_form_measures_placements_beside_the_simulator(tmp_path):
     out = tmp_path / "truth.json"
@@ -45,8 +59,7 @@ def test_the_cpu_form_measures_placements_beside_the_simulator(tmp_path):
 
 
 def test_kendall_tau():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from gpu_truth import kendall_tau
+    kendall_tau = _gpu_truth().kendall_tau
 
     assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0
     assert kendall_tau([1, 2, 3], [30, 20, 10]) == -1.0
@@ -55,45 +68,52 @@ def test_kendall_tau():
 
 def _judge(tmp_path, machine: str, cluster: str) -> dict:
     runs = sorted(str(p) for p in (ROOT / "benchmarks" / "results" / machine).glob("gpu_truth-run*.json"))
-    assert len(runs) == 2
+    assert runs, machine
     out = tmp_path / "judge.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_truth.py"), "--judge", *runs,
                            "--cluster", cluster, "--json", str(out)], capture_output=True, text=True, timeout=1200,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(out.read_text())
+    verdict = json.loads(out.read_text())
+    assert len(verdict["runs"]) == len(runs)
+    return verdict
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("machine, cluster, single, median", [
-    # the H200 whose single-device profiles h200x1 was fitted on (its CPU+GPU placements were not)
-    ("h200-2026-11-26", "h200x1", (1.010, 1.033), (0.178, 0.257)),
-    # the lent H100, kept aside: nothing of h100x1 was fitted on it
-    ("h100-2026-11-26", "h100x1", (1.056, 0.989), (0.298, 0.471)),
+@pytest.mark.parametrize("machine, cluster, single, median, tau, last_ops", [
+    # the H200 whose single-device profiles h200x1 was fitted on (its CPU+GPU placements were not), 2 runs
+    ("h200-2026-11-26", "h200x1", (1.010, 1.033), (0.064, 0.107), (1.0, 1.0), 555),
+    # another lent H200, 2026-11-27: its copies fitted h200x1's transfer terms, its placements did not
+    ("h200-2026-11-27", "h200x1", (1.006, 1.014), (0.087, 0.266), (1.0, 0.867), 234),
+    # two lent H100s, kept aside: nothing of h100x1 was fitted on them (2 and 3 runs)
+    ("h100-2026-11-26", "h100x1", (1.056, 0.989), (0.198, 0.338), (1.0, 1.0), 555),
+    ("h100-2026-11-27", "h100x1", (1.054, 1.050), (0.036, 0.230), (0.867, 0.867), 234),
 ])
-def test_the_out_of_sample_tables_come_from_the_saved_runs(tmp_path, machine, cluster, single, median):
-    """`--judge` over the two saved runs of each lent GPU gives the documented figures (presets as
-    shipped). The runs were measured with PyTorch 2.11, whose capture then named backward ops without
-    their module: the placements are simulated as they ran (every backward op in the last layer)."""
+def test_the_out_of_sample_tables_come_from_the_saved_runs(tmp_path, machine, cluster, single, median, tau, last_ops):
+    """`--judge` over the saved runs of each lent GPU gives the documented figures (presets as shipped).
+    The 2026-11-26 runs were measured with a capture that named backward ops without their module: their
+    placements are simulated as they ran ("the last block" with every backward op, 555 GPT-2 ops); the
+    2026-11-27 runs place the last block and its own backward ops (234)."""
     verdict = _judge(tmp_path, machine, cluster)
     gpt, resnet = verdict["models"]["gpt"], verdict["models"]["resnet50_torch"]
     assert gpt["single_gpu"]["sim_over_real"] == pytest.approx(single[0], abs=0.002)
     assert resnet["single_gpu"]["sim_over_real"] == pytest.approx(single[1], abs=0.002)
-    assert gpt["kendall_tau_mixed"] == pytest.approx(1.0) and resnet["kendall_tau_mixed"] == pytest.approx(1.0)
+    assert gpt["kendall_tau_mixed"] == pytest.approx(tau[0], abs=0.001)
+    assert resnet["kendall_tau_mixed"] == pytest.approx(tau[1], abs=0.001)
     assert gpt["median_abs_err_mixed"] == pytest.approx(median[0], abs=0.002)
     assert resnet["median_abs_err_mixed"] == pytest.approx(median[1], abs=0.002)
     assert len(gpt["rows"]) == len(resnet["rows"]) == 7
     last = next(r for r in gpt["rows"] if r["placement"] == "cpu_last")
-    assert last["cpu_ops"] == 555  # the last block and the whole backward pass, as the run placed them
+    assert last["cpu_ops"] == last_ops
 
 
 def test_recorded_units_match_by_node_name_and_refuse_a_stranger():
     """A run's CPU units map onto this graph's units whole or by their fx node name (a capture that
     names backward ops without their module); a name that matches nothing is refused, not dropped."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    gt = _gpu_truth()
     from types import SimpleNamespace
 
-    from gpu_truth import backward_attributed, placement_from_units
+    backward_attributed, placement_from_units = gt.backward_attributed, gt.placement_from_units
 
     units = SimpleNamespace(names=["h.0.attn/addmm", "gradients/h.0.attn/mm_3", "gradients/mm_7", "wte.weight"])
     gp = placement_from_units(units, ["mm_3", "wte.weight"], 0, 1)

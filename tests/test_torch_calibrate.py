@@ -186,3 +186,39 @@ def test_cli_writes_a_loadable_preset(tmp_path):
     res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(tmp_path), "--cluster", "h200x1",
                                    "--output", str(out)])
     assert res.exit_code == 2 and "steps.json" in res.output
+    res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(DATA), "--cluster", "h200x1",
+                                   "--output", str(out), "--copies-from", str(tmp_path / "none.json")])
+    assert res.exit_code == 2 and "--copies-from" in res.output and "none.json" in res.output
+
+
+PLACED_COPIES = ROOT / "benchmarks" / "results" / "h200-2026-11-27" / "profile" / "copies.json"
+
+
+def test_the_copies_a_placed_step_makes_set_the_shipped_transfer_terms():
+    """A profile with copies to new host memory (``to_cpu_new``) fits the pageable terms on the copies a placed
+    step makes (to a new GPU tensor, to new host memory), which cost more than copies into reused buffers;
+    the shipped h200x1 (and h100x1, derived) carry that fit of the 2026-11-27 H200's copies."""
+    rows = json.loads(PLACED_COPIES.read_text())
+    assert {c["dir"] for c in tc._copy_rows(rows, pinned=False)} == set(tc.PLACED_STEP_COPIES)
+    legacy_rows = [c for c in rows if c["dir"] != "to_cpu_new"]
+    assert {c["dir"] for c in tc._copy_rows(legacy_rows, pinned=False)} == {"h2d", "d2h", "to_cuda_new"}
+    raw = _base().raw_link(0, 1)
+    placed = tc.fit_copies(rows, raw.bandwidth, raw.latency_s, pinned=False)["values"]
+    legacy = tc.fit_copies(legacy_rows, raw.bandwidth, raw.latency_s, pinned=False)["values"]
+    assert placed["transfer.bandwidth_efficiency"] < legacy["transfer.bandwidth_efficiency"]
+    for name in ("h200x1", "h100x1"):
+        tr = load_cluster(name).transfer
+        assert tr.send_recv_overhead_s == placed["transfer.send_recv_overhead_s"], name
+        assert tr.bandwidth_efficiency == placed["transfer.bandwidth_efficiency"], name
+    assert load_cluster("h200x1").fit["copies_from"] == "benchmarks/results/h200-2026-11-27/profile/copies.json"
+
+
+def test_copies_from_must_be_a_copies_file(tmp_path):
+    with pytest.raises(ValueError, match="copies_from .*no such file"):
+        tc.load_profile(DATA, tmp_path / "missing.json")
+    bad = tmp_path / "copies.json"
+    bad.write_text(json.dumps([{"bytes": 4096, "dir": "h2d"}]))
+    with pytest.raises(ValueError, match="rows need bytes, pinned, dir and median_s"):
+        tc.load_profile(DATA, bad)
+    prof = tc.load_profile(DATA, PLACED_COPIES)
+    assert any(c["dir"] == "to_cpu_new" for c in prof.copies) and prof.steps == tc.load_profile(DATA).steps
