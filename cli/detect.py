@@ -20,14 +20,20 @@ def detect_command(
                                                                       "with estimated figures, flagged in the YAML; "
                                                                       "default: refuse it"),
     force: bool = typer.Option(False, "--force", help="overwrite --output if it exists"),
+    host_terms: str = typer.Option("h200x1", "--host-terms", help="the preset whose host CPU and host<->GPU copy terms "
+                                   "the spec carries: h200x1 (fitted on real PyTorch steps on a 16-vCPU Xeon host) or "
+                                   "k80x2 (the 2017 K80 fit's CPU terms, TensorFlow's, with PyTorch's named copy terms)"),
 ) -> None:
     """Detect this machine's CPU (model, cores, clock, ISA -> peak FP32 FLOP/s; RAM), GPUs (torch's device
     properties and a datasheet table) and PCIe/NVLink links, and write its cluster spec: a YAML file that
     --cluster loads, every figure with its source (read, datasheet, assumed, carried) in a comment."""
     from pathlib import Path
 
-    from cluster.detect import DetectError, detect_machine, detected_yaml, summary
+    from cluster.detect import HOST_PRESETS, DetectError, detect_machine, detected_yaml, summary
     from cluster.spec import ClusterSpec
+
+    if host_terms not in HOST_PRESETS:
+        _fail(f"--host-terms {host_terms!r}: valid: {', '.join(HOST_PRESETS)}")
 
     path = Path(output) if output else None
     if path is not None:
@@ -37,7 +43,7 @@ def detect_command(
             _fail(f"--output {output!r} exists; pass --force to overwrite it")
     try:
         det = detect_machine(cpuinfo_path=cpuinfo or "/proc/cpuinfo", use_gpu=not no_gpu, allow_unknown=allow_unknown)
-        text = detected_yaml(det, name)
+        text = detected_yaml(det, name, host_terms)
     except DetectError as exc:
         _fail(str(exc))
     except ValueError as exc:  # a preset the carried terms come from does not load

@@ -151,6 +151,18 @@ CPU_MEMORY_BANDWIDTH: list[tuple[str, float, str]] = [
 """(regex on the CPU model name, peak memory bandwidth per socket in bytes/s, source): the CPUs whose
 datasheets [`cluster.servers`][cluster.servers] and [`cluster.machines`][cluster.machines] cite, with their figures."""
 
+CPU_MEMORY_BANDWIDTH_BY_MODEL: dict[tuple[str, int, int], tuple[float, str]] = {
+    ("GenuineIntel", 6, 143): (SERVER_CHIPS["xeon-spr-16vcpu"].memory_bandwidth,
+                               "Intel family 6 model 143, 4th Gen Xeon Scalable (Sapphire Rapids): 8 channels DDR5-4800; "
+                               + SERVER_CHIPS["xeon-spr-16vcpu"].sources[1]),
+    ("GenuineIntel", 6, 207): (SERVER_CHIPS["xeon-emr-16vcpu"].memory_bandwidth,
+                               "Intel family 6 model 207, 5th Gen Xeon Scalable (Emerald Rapids): 8 channels DDR5-5600; "
+                               + SERVER_CHIPS["xeon-emr-16vcpu"].sources[1]),
+}
+"""((vendor, family, model), (peak memory bandwidth per socket in bytes/s, source)): CPUs a cloud VM names only
+"Intel(R) Xeon(R) Processor", told apart by the family and model numbers it does show (the lent H100s' and H200s'
+hosts)."""
+
 
 FP32_LANES_PER_SM: dict[tuple[int, int | None], int] = {(3, None): 192, (5, None): 128, (6, 0): 64, (6, None): 128, (7, None): 64, (8, 0): 64,
                      (8, None): 128, (9, None): 128, (10, None): 128, (12, None): 128}

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.datasheets import (GPU_DATASHEETS, H200, KNOWN_GPUS, NEW_CHIPS, NVLINK, NVLINK1,  # noqa: F401 (re-exported)
-                                 PCIE_ENCODING, PCIE_GT_S, CPU_MEMORY_BANDWIDTH, FP32_LANES_PER_SM, GpuDatasheet,
-                                 match_gpu, pcie_bandwidth)
+                                 PCIE_ENCODING, PCIE_GT_S, CPU_MEMORY_BANDWIDTH, CPU_MEMORY_BANDWIDTH_BY_MODEL,
+                                 FP32_LANES_PER_SM, GpuDatasheet, match_gpu, pcie_bandwidth)
 from cluster.machine_readers import (NVIDIA_SMI_TIMEOUT_S, DetectError, PcieLink, _float, _int,  # noqa: F401
                                      _pcie_gen, _read, parse_cpuinfo, parse_lscpu, parse_meminfo,  # noqa: F401
                                      parse_nvidia_topo, read_pcie_link, run_lscpu, run_nvidia_topo)  # noqa: F401
@@ -220,6 +220,12 @@ def detect_cpu(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str | Non
         if re.search(pattern, model):
             bandwidth = Figure(sockets * per_socket, f"datasheet: {sockets} socket(s) x {per_socket / 1e9:g} GB/s ({source})")
             break
+    family_model = (vendor, _int(first.get("cpu family") or lscpu.get("CPU family")),
+                    _int(first.get("model") or lscpu.get("Model")))
+    if bandwidth is None and family_model in CPU_MEMORY_BANDWIDTH_BY_MODEL:
+        per_socket, source = CPU_MEMORY_BANDWIDTH_BY_MODEL[family_model]  # type: ignore[index]
+        bandwidth = Figure(sockets * per_socket, f"datasheet: {sockets} socket(s) x {per_socket / 1e9:g} GB/s, the "
+                                                 f"socket's, shared with other tenants of a VM ({source})")
     if bandwidth is None:
         value = min(cores * ASSUMED_BANDWIDTH_PER_CORE, sockets * ASSUMED_SOCKET_BANDWIDTH_CAP)
         bandwidth = Figure(value, f"assumed: {model!r} is not in the datasheet table (DDR channels unknown): "
@@ -458,15 +464,26 @@ def detect_machine(cpuinfo_path: str | Path = "/proc/cpuinfo", lscpu_text: str |
     return Detected(host or socket.gethostname() or "localhost", cpu, gpus, note, pairs, peer)
 
 
+HOST_PRESETS = ("h200x1", "k80x2")
+"""The presets whose host terms a detected spec can carry ([`carried_terms`][cluster.detect.carried_terms]): ``h200x1`` (the default),
+fitted on real PyTorch steps on a lent H200's 16-vCPU Xeon host, and ``k80x2``, the 2017 K80 fit's (TensorFlow)."""
+HOST_CPU_TERMS = (*CHIP_TERMS, "dense_memory_efficiency", "conv_memory_efficiency", "op_overhead_s")
+"""The CPU terms carried from a host preset that has them (``h200x1``'s fit: per-class efficiencies, the memory
+terms of dense ops and convolutions, the per-op overhead); ``k80x2`` has [`cluster.servers.CHIP_TERMS`][cluster.servers.CHIP_TERMS] only."""
+
+
 @dataclass(frozen=True)
 class Carried:
-    """The terms a detected spec cannot detect, carried as [`cluster.servers.build_server_spec`][cluster.servers.build_server_spec] carries them.
+    """The terms a detected spec cannot detect, carried from presets.
 
     Attributes:
         gpu: the GPU terms of [`cluster.servers.GPU_CARRIED`][cluster.servers.GPU_CARRIED] (fractions of peak, FLOP, seconds) and
             gpu_from: the preset they come from (the servers' reference, [`cluster.servers.REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET]).
-        cpu: the CPU terms of [`cluster.servers.CHIP_TERMS`][cluster.servers.CHIP_TERMS] and cpu_from: their preset (``k80x2``).
-        compute_memory_overlap: the CPU reference's (as ``build_server_spec``).
+        cpu: the CPU terms of [`HOST_CPU_TERMS`][cluster.detect.HOST_CPU_TERMS] the host preset sets and cpu_from: that preset.
+        transfer: the host<->GPU copy terms (``send_recv_overhead_s`` seconds, ``bandwidth_efficiency``) of the
+            host preset where it fitted them (``h200x1``), else PyTorch's named ones
+            ([`cluster.servers.PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]); transfer_from says which.
+        compute_memory_overlap: the host preset's.
         note: why a fallback was taken, else empty.
     """
 
@@ -476,26 +493,48 @@ class Carried:
     cpu_from: str
     compute_memory_overlap: bool
     note: str = ""
+    transfer: dict[str, float] = field(default_factory=dict)
+    transfer_from: str = ""
 
 
-def carried_terms() -> Carried:
-    """The GPU terms of the servers' reference preset ([`cluster.servers.load_reference`][cluster.servers.load_reference]) and the CPU
-    terms of their CPU reference ([`cluster.servers.load_cpu_reference`][cluster.servers.load_cpu_reference]). Where the reference preset is
-    not written yet ([`cluster.torch_calibrate`][cluster.torch_calibrate] writes it), the GPU terms come from the CPU reference's
-    GPU, and [`Carried.note`][cluster.detect.Carried.note] says so."""
-    cpu_ref = load_cpu_reference()
+def carried_terms(host: str = HOST_PRESETS[0]) -> Carried:
+    """The GPU terms of the servers' reference preset ([`cluster.servers.load_reference`][cluster.servers.load_reference]) and the host
+    terms (CPU, copies) of ``host``: ``h200x1`` (default; fitted on PyTorch steps on a 16-vCPU Xeon host, its
+    copies the copies a placed step makes: the spec `detect` writes from three lent machines' lscpu carrying
+    them judged those machines' CPU+GPU placements with median |sim/real - 1| 0.10-0.34, where k80x2's gave
+    0.51-0.64, docs/measurement.md) or ``k80x2`` (the K80 fit's CPU terms, TensorFlow 2017 on a dual-socket host, with
+    PyTorch's named copy terms). Where the reference preset is not written yet
+    ([`cluster.torch_calibrate`][cluster.torch_calibrate] writes it), the GPU terms come from ``k80x2``'s GPU, and
+    [`Carried.note`][cluster.detect.Carried.note] says so.
+
+    Raises:
+        ValueError: ``host`` is not one of [`HOST_PRESETS`][cluster.detect.HOST_PRESETS], or its preset does not load.
+    """
+    if host not in HOST_PRESETS:
+        raise ValueError(f"host terms {host!r}: valid: {', '.join(HOST_PRESETS)}")
+    from cluster.spec import load_cluster
+
+    cpu_ref = load_cpu_reference() if host == "k80x2" else load_cluster(host)
     note = ""
     try:
         gpu_ref = load_reference()
     except ValueError:
-        gpu_ref = cpu_ref
+        gpu_ref = load_cpu_reference()
         note = (f"the servers' reference preset {REFERENCE_PRESET} is not written (cluster/torch_calibrate.py "
-                f"writes it), so the GPU terms are {cpu_ref.name}'s")
+                f"writes it), so the GPU terms are {gpu_ref.name}'s")
     ref_gpu = next((d for d in gpu_ref.devices if d.kind == "gpu"), None)
     ref_cpu = next(d for d in cpu_ref.devices if d.kind == "cpu")
     gpu = {k: getattr(ref_gpu, k) for k in GPU_CARRIED} if ref_gpu is not None else {}
-    return Carried(gpu, gpu_ref.name, {k: getattr(ref_cpu, k) for k in CHIP_TERMS}, cpu_ref.name,
-                   cpu_ref.compute_memory_overlap, note)
+    keys = CHIP_TERMS if host == "k80x2" else HOST_CPU_TERMS
+    cpu = {k: getattr(ref_cpu, k) for k in keys if getattr(ref_cpu, k) is not None}
+    if host == "k80x2":
+        transfer = {k: PYTORCH_TERMS[k][0] for k in ("send_recv_overhead_s", "bandwidth_efficiency")}
+        transfer_from = "cluster/servers.py PYTORCH_TERMS (named, not fitted)"
+    else:
+        transfer = {"send_recv_overhead_s": cpu_ref.transfer.send_recv_overhead_s,
+                    "bandwidth_efficiency": cpu_ref.transfer.bandwidth_efficiency}
+        transfer_from = f"the shipped {host} preset (fitted on a placed step's copies)"
+    return Carried(gpu, gpu_ref.name, cpu, cpu_ref.name, cpu_ref.compute_memory_overlap, note, transfer, transfer_from)
 
 
 def detected_spec(det: Detected, name: str | None = None, carried: Carried | None = None) -> ClusterSpec:
@@ -509,7 +548,8 @@ def detected_spec(det: Detected, name: str | None = None, carried: Carried | Non
     devices: list[dict[str, Any]] = [dict(
         name="/cpu:0", kind="cpu", model=cpu.model, peak_flops=cpu.peak_flops,
         memory_bandwidth=cpu.memory_bandwidth.value, memory_bytes=cpu.memory_bytes.value,
-        op_overhead_s=terms["op_overhead_s"], software_flops_fraction=terms["software_flops_fraction"], **carried.cpu)]
+        op_overhead_s=terms["op_overhead_s"], software_flops_fraction=terms["software_flops_fraction"])]
+    devices[0].update(carried.cpu)
     for g in det.gpus:
         devices.append({
             "name": f"/gpu:{g.index}", "kind": "gpu", "model": g.model, "peak_flops": g.peak_flops.value,
@@ -531,15 +571,16 @@ def detected_spec(det: Detected, name: str | None = None, carried: Carried | Non
                "each named in this file's comments"]
     sources += sorted({s for g in det.gpus if g.key for s in GPU_DATASHEETS[g.key].chip.sources})
     gpu_terms = f"the GPU terms of {carried.gpu_from} and " if det.gpus else ""
-    sources.append(f"cluster/servers.py: {gpu_terms}the CPU terms of {carried.cpu_from} (carried, as build_server_spec), "
-                   "PyTorch's software terms")
+    sources.append(f"cluster/servers.py: {gpu_terms}the CPU terms of {carried.cpu_from} (carried), the copy terms of "
+                   f"{carried.transfer_from or 'PyTorch (named)'}, PyTorch's software terms")
     if det.gpus:
         sources.append("PCI-SIG, PCI Express base specifications (GT/s and encoding)")
     return ClusterSpec(
         name=name or f"detected-{det.host}", description=description, devices=devices, links=links,
         default_link=default_link,
-        transfer={"send_recv_overhead_s": terms["send_recv_overhead_s"],
-                  "bandwidth_efficiency": terms["bandwidth_efficiency"], "gpu_peer_access": det.peer_access[0]},
+        transfer={"send_recv_overhead_s": carried.transfer.get("send_recv_overhead_s", terms["send_recv_overhead_s"]),
+                  "bandwidth_efficiency": carried.transfer.get("bandwidth_efficiency", terms["bandwidth_efficiency"]),
+                  "gpu_peer_access": det.peer_access[0]},
         compute_memory_overlap=carried.compute_memory_overlap, sources=sources)
 
 
@@ -554,13 +595,17 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.4g} GB"
 
 
-def detected_yaml(det: Detected, name: str | None = None) -> str:
+def detected_yaml(det: Detected, name: str | None = None, host: str = HOST_PRESETS[0]) -> str:
     """The YAML text of [`detected_spec`][cluster.detect.detected_spec], every figure with its provenance in a comment (``read``,
     ``datasheet``, ``assumed``, ``estimated``, ``carried from``), loadable by
-    [`cluster.spec.ClusterSpec.from_yaml`][cluster.spec.ClusterSpec.from_yaml]."""
+    [`cluster.spec.ClusterSpec.from_yaml`][cluster.spec.ClusterSpec.from_yaml]; the host terms from ``host``
+    ([`carried_terms`][cluster.detect.carried_terms]).
+
+    Raises:
+        ValueError: an unknown ``host``."""
     import yaml
 
-    carried = carried_terms()
+    carried = carried_terms(host)
     spec = detected_spec(det, name, carried)
     cpu = det.cpu
     lines = [f"# {spec.description}.", "# Written by `placement detect` (cluster/detect.py). Every figure says where it "
@@ -591,19 +636,25 @@ def detected_yaml(det: Detected, name: str | None = None) -> str:
     if det.gpus:
         lines += [f"# - latency_s {LINK_LATENCY_S:g} s on every link: assumed (an estimate, as cluster/servers.py).",
                   f"# - transfer.gpu_peer_access {str(det.peer_access[0]).lower()}: {det.peer_access[1]}."]
-    lines += ["#", "# CARRIED (not detectable; as cluster/servers.py's build_server_spec carries them):"]
+    lines += ["#", "# CARRIED (not detectable):"]
     if det.gpus:
         lines.append(f"# - gpu: from the shipped {carried.gpu_from} preset: "
                      + ", ".join(f"{k} {v:.6g}" for k, v in carried.gpu.items()) + ".")
-    lines.append(f"# - cpu: from the shipped {carried.cpu_from} preset (the K80 fit's chip-independent terms): "
+    what = ("the K80 fit's chip-independent terms, TensorFlow 2017" if carried.cpu_from == "k80x2" else
+            "fitted on real PyTorch steps on a lent H200's 16-vCPU Xeon host")
+    lines.append(f"# - cpu: from the shipped {carried.cpu_from} preset ({what}): "
                  + ", ".join(f"{k} {v:.6g}" for k, v in carried.cpu.items()) + ".")
+    if det.gpus:
+        lines.append(f"# - transfer: from {carried.transfer_from}: "
+                     + ", ".join(f"{k} {v:.6g}" for k, v in carried.transfer.items()) + ".")
     lines.append(f"# - compute_memory_overlap {str(carried.compute_memory_overlap).lower()}, {carried.cpu_from}'s.")
     if carried.note:
         lines.append(f"# - NOTE: {carried.note}.")
     lines += ["#", "# SOFTWARE terms of PyTorch (carried from cluster/servers.py PYTORCH_TERMS; named, not fitted):"]
     lines += [f"# - {k} = {v}: {why}" + (f" (the CPU's; the GPU's is carried from {carried.gpu_from})"
                                           if k in carried.gpu and det.gpus else "") + "."
-              for k, (v, why) in PYTORCH_TERMS.items()]
+              for k, (v, why) in PYTORCH_TERMS.items()
+              if k not in carried.cpu and (k not in carried.transfer or not det.gpus)]
     lines += ["# - allocator_overhead = 1 (PyTorch's caching allocator is not modelled)."]
     if det.unknown:
         lines += ["#", f"# WARNING: unknown GPU(s) {', '.join(det.unknown)}: their figures are estimates, not datasheet "

@@ -112,10 +112,31 @@ def test_no_cuda_gives_a_cpu_only_spec_that_loads(fake_host, tmp_path, monkeypat
     assert spec.name == "fake" and spec.device_names == ["/cpu:0"]
     assert spec.devices[0].peak_flops == pytest.approx(1.28e12)
     assert spec.devices[0].memory_bytes == 67108864 * 1024
-    cpu_ref = load_cluster("k80x2").devices[0]
-    assert spec.devices[0].dense_efficiency == cpu_ref.dense_efficiency  # carried, not detected
+    host = load_cluster("h200x1").devices[0]  # the host terms carried by default: h200x1's, fitted on PyTorch steps
+    for term in ("dense_efficiency", "conv_memory_efficiency", "op_overhead_s"):
+        assert getattr(spec.devices[0], term) == getattr(host, term), term  # carried, not detected
     text = path.read_text()
-    assert "read: " in text and "assumed: " in text and "CARRIED" in text and "k80x2" in text
+    assert "read: " in text and "assumed: " in text and "CARRIED" in text and "h200x1" in text
+    path.write_text(detected_yaml(det, "fake", "k80x2"))  # the 2017 K80 fit's CPU terms instead
+    k80 = ClusterSpec.from_yaml(path)
+    assert k80.devices[0].dense_efficiency == load_cluster("k80x2").devices[0].dense_efficiency
+    assert k80.devices[0].conv_memory_efficiency is None and "k80x2" in path.read_text()
+    with pytest.raises(ValueError, match="host terms 'p100x4': valid: h200x1, k80x2"):
+        detected_yaml(det, "fake", "p100x4")
+
+
+def test_a_vm_named_only_xeon_processor_gets_its_datasheet_bandwidth_by_family_and_model(tmp_path):
+    """A cloud VM shows "Intel(R) Xeon(R) Processor" and the family/model numbers: model 207 (Emerald Rapids,
+    the lent H200s' and the second H100's host) and 143 (Sapphire Rapids) take their DDR5 datasheets'."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 131981020 kB\n")
+    for model_no, expected in ((207, 8 * 5600e6 * 8), (143, 8 * 4800e6 * 8), (106, 16 * 10e9)):
+        cpuinfo = tmp_path / f"cpuinfo{model_no}"
+        cpuinfo.write_text(_cpuinfo("Intel(R) Xeon(R) Processor", 1, 16, 1, GOLD_FLAGS.replace(" ht", ""),
+                                    "cpu MHz\t\t: 2100.000\n", model_no=model_no))
+        cpu = detect_cpu(cpuinfo, None, meminfo)
+        assert cpu.memory_bandwidth.value == pytest.approx(expected), model_no
+        assert cpu.memory_bandwidth.provenance.startswith("assumed:" if model_no == 106 else "datasheet:"), model_no
 
 
 def _h100_props(bus: int = 0x18, name: str = "NVIDIA H100 80GB HBM3", total: int = 85_520_809_984):
@@ -241,6 +262,12 @@ def test_cli_prints_yaml_without_output(fake_host):
     data = yaml.safe_load(r.stdout)
     assert ClusterSpec.model_validate(data).devices[0].model.startswith("2x Intel(R) Xeon(R) Gold 6248")
     assert r.stderr.startswith("detected: CPU")
+    r = _invoke(["detect", "--cpuinfo", str(cpuinfo), "--no-gpu", "--host-terms", "k80x2"])
+    assert r.exit_code == 0, r.output
+    k80 = ClusterSpec.model_validate(yaml.safe_load(r.stdout)).devices[0]
+    assert k80.dense_efficiency == load_cluster("k80x2").devices[0].dense_efficiency
+    r = _invoke(["detect", "--cpuinfo", str(cpuinfo), "--no-gpu", "--host-terms", "tpu"])
+    assert r.exit_code == 2 and "--host-terms 'tpu': valid: h200x1, k80x2" in r.output
 
 
 def test_cli_refuses_an_unknown_gpu_in_one_line(fake_host, tmp_path, monkeypatch):
