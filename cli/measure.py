@@ -72,14 +72,14 @@ def _check_tensorflow_benchmark(model: str, command: str) -> None:
 
 
 def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None, holdout: str | None,
-                    json_path: str | None, copies_from: str | None = None) -> None:
+                    json_path: str | None, copies_from: str | None = None, profile_dir: str | None = None) -> None:
     """``calibrate --torch``: fit ``cluster``'s cost-model terms to PyTorch profiles ([`cluster.torch_calibrate`][cluster.torch_calibrate])
-    and write the fitted preset YAML with its provenance."""
-    if not from_profile:
-        _fail("--torch: give --from-profile DIR (a folder of PyTorch profiles in the shared format: steps.json, "
-              "prof_<model>_shapes.json, cpuprof_<model>.json, copies.json, env.json); live profiling is not implemented")
+    and write the fitted preset YAML with its provenance. Without ``from_profile`` the profiles are taken here
+    first ([`cluster.torch_profile.collect`][cluster.torch_profile.collect], about a minute on one GPU) into ``profile_dir``."""
     if not output:
         _fail("--torch: give --output PRESET.yaml (the fitted preset is written there)")
+    if from_profile and profile_dir:
+        _fail("--profile-dir is where a live profile is written; with --from-profile nothing is profiled")
     from pathlib import Path
 
     from cluster import torch_calibrate as tc
@@ -87,6 +87,8 @@ def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None,
     if holdout is not None and holdout not in tc.PROFILE_MODELS:
         _fail(f"--holdout {holdout!r}: valid: {', '.join(tc.PROFILE_MODELS)}")
     base = _load_spec(cluster)
+    if not from_profile:
+        from_profile = _profile_live(profile_dir, output, json_path)
     try:
         prof = tc.load_profile(from_profile, copies_from)
         spec, report = tc.fit_from_profile(from_profile, base, holdout=holdout, copies_from=copies_from)
@@ -107,6 +109,31 @@ def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None,
                      "holdout": holdout, "rows": rows}, json_path)
 
 
+def _profile_live(profile_dir: str | None, output: str, json_path: str | None) -> str:
+    """Profile this machine's GPU and host ([`cluster.torch_profile.collect`][cluster.torch_profile.collect]) into ``profile_dir``
+    (default: ``<output without .yaml>-profile`` beside the preset); returns the folder."""
+    from pathlib import Path
+
+    import torch
+
+    if not torch.cuda.is_available():
+        _fail("--torch: no CUDA device here to profile; give --from-profile DIR (profiles taken on the GPU machine "
+              "with `python -m cluster.torch_profile DIR`, or the shared format)")
+    out = Path(profile_dir) if profile_dir else Path(output).with_suffix("").with_name(Path(output).stem + "-profile")
+    if out.exists() and any(out.iterdir()):
+        _fail(f"--profile-dir {str(out)!r} exists and is not empty; give an empty or new folder")
+    from cluster.torch_profile import collect
+
+    console = _console(json_path)
+    console.print(f"profiling this machine into {out} (GPT-2 small and ResNet-50 steps, copies; about a minute)",
+                  soft_wrap=True)
+    try:
+        collect(out)
+    except RuntimeError as exc:
+        _fail(f"--torch: {exc}")
+    return str(out)
+
+
 @app.command()
 def calibrate(
     model: str = typer.Option(None, help="benchmark name (see `placement models`); not with --torch"),
@@ -119,10 +146,13 @@ def calibrate(
                                               "$PLACEMENT_HOME, else the user data folder)"),
     json_path: Json = None,
     torch_profile: bool = typer.Option(False, "--torch", help="fit the cluster's cost-model terms to PyTorch profiles "
-                                       "(--from-profile) and write a preset (--output) instead of a cost table"),
+                                       "(--from-profile, else profiled here on the GPU) and write a preset (--output) "
+                                       "instead of a cost table"),
     from_profile: str = typer.Option(None, "--from-profile", help="with --torch: a folder of PyTorch profiles "
                                      "(shared format: steps.json, prof_<model>_shapes.json, cpuprof_<model>.json, copies.json)"),
     output: str = typer.Option(None, "--output", help="with --torch: the fitted preset YAML to write"),
+    profile_dir: str = typer.Option(None, "--profile-dir", help="with --torch and no --from-profile: where this "
+                                    "machine's live profile is written (default: <output>-profile beside the preset)"),
     holdout: str = typer.Option(None, "--holdout", help="with --torch: a profiled model left out of the fit (gpt2 | resnet50)"),
     copies_from: str = typer.Option(None, "--copies-from", help="with --torch: a copies.json (the profile format) to fit "
                                     "the host<->GPU copy terms on instead of the profile's own; its to_cuda_new and "
@@ -131,10 +161,10 @@ def calibrate(
     """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table;
     with --torch, fit a cluster preset to PyTorch profiles instead."""
     if torch_profile:
-        _calibrate_torch(from_profile, cluster, output, holdout, json_path, copies_from)
+        _calibrate_torch(from_profile, cluster, output, holdout, json_path, copies_from, profile_dir)
         return
-    if from_profile or output or holdout or copies_from:
-        _fail("--from-profile, --output, --holdout and --copies-from are for --torch")
+    if from_profile or output or holdout or copies_from or profile_dir:
+        _fail("--from-profile, --output, --holdout, --copies-from and --profile-dir are for --torch")
     if model is None:
         _fail("give --model (a TensorFlow benchmark), or --torch --from-profile DIR for PyTorch profiles")
     _check_model(model, size)

@@ -222,3 +222,36 @@ def test_copies_from_must_be_a_copies_file(tmp_path):
         tc.load_profile(DATA, bad)
     prof = tc.load_profile(DATA, PLACED_COPIES)
     assert any(c["dir"] == "to_cpu_new" for c in prof.copies) and prof.steps == tc.load_profile(DATA).steps
+
+
+def test_cli_profiles_live_when_a_gpu_is_here_else_asks_for_a_profile(tmp_path, monkeypatch):
+    """Without --from-profile, `calibrate --torch` takes this machine's profile first (here the collect is
+    replaced by a copy of the shared set, and CUDA is faked present), then fits it; with no GPU it refuses
+    in one line."""
+    import torch
+    from typer.testing import CliRunner
+
+    import cluster.torch_profile
+    from cli.main import app
+
+    out = tmp_path / "mine.yaml"
+    args = ["calibrate", "--torch", "--cluster", "h200x1", "--output", str(out)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "no CUDA device here" in res.output and not out.exists()
+
+    taken = []
+
+    def fake_collect(out_dir, **kwargs):
+        taken.append(Path(out_dir))
+        shutil.copytree(DATA, out_dir, dirs_exist_ok=True)
+        return Path(out_dir)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cluster.torch_profile, "collect", fake_collect)
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert taken == [tmp_path / "mine-profile"] and "profiling this machine into" in res.output
+    assert ClusterSpec.from_yaml(out).fit["profile_dir"] == str(tmp_path / "mine-profile")
+    res = CliRunner().invoke(app, [*args, "--profile-dir", str(tmp_path / "mine-profile")])
+    assert res.exit_code == 2 and "exists and is not empty" in res.output
