@@ -24,11 +24,11 @@ datasheet's; per direction ``GT/s x lanes x encoding / 8`` ([`pcie_bandwidth`][c
 ``nvidia-smi topo -m`` lists (links x the chip's per-link bandwidth), else peer-to-peer over PCIe (the
 slower of the two GPUs' PCIe links), flagged.
 
-**Terms that are not detectable** (efficiencies, per-op and per-transfer overheads) are carried as
-[`cluster.servers.build_server_spec`][cluster.servers.build_server_spec] carries them ([`carried_terms`][cluster.detect.carried_terms]): the GPU's from the servers'
-reference preset ([`cluster.servers.REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET], [`cluster.servers.GPU_CARRIED`][cluster.servers.GPU_CARRIED]), the CPU's
-from the shipped ``k80x2`` ([`cluster.servers.CHIP_TERMS`][cluster.servers.CHIP_TERMS]), and PyTorch's software terms
-([`cluster.servers.PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]); the YAML says so.
+**Terms that are not detectable** (efficiencies, per-op and per-transfer overheads) are carried
+([`carried_terms`][cluster.detect.carried_terms]): the GPU's from the servers' reference preset
+([`cluster.servers.REFERENCE_PRESET`][cluster.servers.REFERENCE_PRESET], [`cluster.servers.GPU_CARRIED`][cluster.servers.GPU_CARRIED]), the host's (CPU terms and host<->GPU copy terms)
+from ``h200x1`` by default ([`HOST_PRESETS`][cluster.detect.HOST_PRESETS]; ``k80x2``'s CPU terms on request), and
+PyTorch's software terms ([`cluster.servers.PYTORCH_TERMS`][cluster.servers.PYTORCH_TERMS]); the YAML says so.
 """
 
 from __future__ import annotations
