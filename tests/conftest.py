@@ -37,7 +37,7 @@ os.environ["XDG_DATA_HOME"] = SUITE_XDG_DATA_HOME
 #: One line per test module (the seconds since the suite began, and the load average) where ``CI`` is set, as CI
 #: sets it, or ``PLACEMENT_TEST_TIMELINE=1``: a CI log cut off at its time limit then says where the time went.
 TIMELINE = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("PLACEMENT_TEST_TIMELINE") == "1"
-_timeline: dict = {"config": None, "seen": set(), "t0": time.monotonic()}
+_timeline: dict = {"config": None, "last": None, "t0": time.monotonic()}
 #: Under CI (``CI=true``): the seconds after which the suite skips the slow tests it has not begun
 #: (``PLACEMENT_TEST_BUDGET_S``; 0 or unset: none skipped). In one process the whole suite had grown to
 #: about 115 minutes on 2 cores, CPU-bound (two workers were no faster), past CI's 90. The fast tests run
@@ -89,11 +89,12 @@ def pytest_configure(config):
 
 
 def pytest_runtest_logstart(nodeid, location):
-    """Print the timeline's line as each test module begins (its first test)."""
+    """Print the timeline's line as each run of a test module's tests begins: under the budget a module's
+    fast tests and its slow ones come apart, so its slow ones get a line of their own."""
     module = nodeid.split("::", 1)[0]
-    if not TIMELINE or module in _timeline["seen"] or _timeline["config"] is None:
+    if not TIMELINE or module == _timeline["last"] or _timeline["config"] is None:
         return
-    _timeline["seen"].add(module)
+    _timeline["last"] = module
     reporter = _timeline["config"].pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         load = os.getloadavg()[0]
