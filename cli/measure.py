@@ -119,7 +119,7 @@ def _profile_live(profile_dir: str | None, output: str, json_path: str | None) -
     if not torch.cuda.is_available():
         _fail("--torch: no CUDA device here to profile; give --from-profile DIR (profiles taken on the GPU machine "
               "with `python -m cluster.torch_profile DIR`, or the shared format)")
-    out = Path(profile_dir) if profile_dir else Path(output).with_suffix("").with_name(Path(output).stem + "-profile")
+    out = Path(profile_dir) if profile_dir else Path(output).with_name(Path(output).stem + "-profile")
     if out.exists() and any(out.iterdir()):
         _fail(f"--profile-dir {str(out)!r} exists and is not empty; give an empty or new folder")
     from cluster.torch_profile import collect

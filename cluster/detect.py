@@ -514,7 +514,7 @@ def carried_terms(host: str = HOST_PRESETS[0]) -> Carried:
         raise ValueError(f"host terms {host!r}: valid: {', '.join(HOST_PRESETS)}")
     from cluster.spec import load_cluster
 
-    cpu_ref = load_cpu_reference() if host == "k80x2" else load_cluster(host)
+    cpu_ref = load_cluster(host)
     note = ""
     try:
         gpu_ref = load_reference()

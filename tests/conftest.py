@@ -40,7 +40,7 @@ TIMELINE = os.environ.get("CI", "").lower() in ("1", "true") or os.environ.get("
 _timeline: dict = {"config": None, "last": None, "t0": time.monotonic()}
 #: Under CI (``CI=true``): the seconds after which the suite skips the slow tests it has not begun
 #: (``PLACEMENT_TEST_BUDGET_S``; 0 or unset: none skipped). In one process the whole suite had grown to
-#: about 115 minutes on 2 cores, CPU-bound (two workers were no faster), past CI's 90. The fast tests run
+#: 57-115 minutes on 2 cores by the load, CPU-bound (two workers were no faster), past CI's 90. The fast tests run
 #: first, then the slow ones module by module from a module the commit picks; each one skipped says so,
 #: and ``bash scripts/test.sh`` outside CI runs every test.
 BUDGET_S = float(os.environ.get("PLACEMENT_TEST_BUDGET_S") or 0)
