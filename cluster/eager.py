@@ -18,7 +18,10 @@ documentation):
   elsewhere, once per tensor and destination) with pageable host memory is synchronous: it waits for
   the GPU stream(s) it involves to drain (the tensor's producer and everything launched before it),
   then holds the host and those streams for ``latency_s + bytes / bandwidth`` of the link
-  ([`cluster.spec.ClusterSpec.link`][cluster.spec.ClusterSpec.link]); a copy between two logical CPUs is a host memcpy; a copy
+  ([`cluster.spec.ClusterSpec.link`][cluster.spec.ClusterSpec.link]), and a copy from a GPU to the host of at least
+  ``fresh_host_threshold_bytes`` also ``bytes / fresh_host_bytes_per_s`` where the spec has that term (the copy
+  lands in new pageable memory, ``aten._to_copy``, and glibc maps every allocation above 32 MiB afresh, so the
+  kernel faults in and zeroes its pages; [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec]); a copy between two logical CPUs is a host memcpy; a copy
   between two GPUs is ordered after both streams' earlier work and holds both streams, not the host
   (a device-to-device copy is asynchronous to the host).
 
@@ -47,10 +50,11 @@ from compgraph.ir import OpGraph
 
 @njit(cache=True, nogil=True)
 def _eager_steps(places, times, in_ptr, in_key, in_src, in_bytes, gpu_ok, is_gpu, fallback,
-                 dispatch, works, lat, bw, num_keys):
+                 dispatch, works, lat, bw, fresh, fresh_threshold, num_keys):
     """Step seconds of ``K`` op placements (``places[K, n]``) executed in program order (module
     docstring). ``in_ptr``/``in_key``/``in_src``/``in_bytes``: each op's data inputs (CSR), the
-    tensor's key (producer and output), its producer and its bytes."""
+    tensor's key (producer and output), its producer and its bytes; ``fresh[a, d]``: seconds a byte
+    of a copy from ``a`` to ``d`` of at least ``fresh_threshold`` bytes pays on top (fresh host pages)."""
     K, n = places.shape
     D = times.shape[1]
     out = np.empty(K, np.float64)
@@ -71,6 +75,8 @@ def _eager_steps(places, times, in_ptr, in_key, in_src, in_bytes, gpu_ok, is_gpu
                     continue
                 stamp[in_key[j], d] = k
                 t = lat[a, d] + in_bytes[j] / bw[a, d]
+                if in_bytes[j] >= fresh_threshold:
+                    t += in_bytes[j] * fresh[a, d]
                 start = host
                 if is_gpu[a] and stream[a] > start:
                     start = stream[a]
@@ -98,6 +104,23 @@ def _eager_steps(places, times, in_ptr, in_key, in_src, in_bytes, gpu_ok, is_gpu
                 step = stream[d]
         out[k] = step
     return out
+
+
+def fresh_page_matrix(spec: ClusterSpec) -> tuple[np.ndarray, int]:
+    """``(seconds per byte [D, D], threshold bytes)``: what a copy from device ``a`` to ``d`` of at least the
+    threshold pays on top of its link for fresh host pages ([`cluster.spec.TransferSpec`][cluster.spec.TransferSpec]'s
+    ``fresh_host_bytes_per_s``): ``1 / fresh_host_bytes_per_s`` from a GPU to a CPU, 0 elsewhere and when
+    the spec has no such term."""
+    d = len(spec.devices)
+    out = np.zeros((d, d), np.float64)
+    rate = spec.transfer.fresh_host_bytes_per_s
+    if rate:
+        gpu = gpu_mask(spec)
+        for a in range(d):
+            for b in range(d):
+                if gpu[a] and not gpu[b]:
+                    out[a, b] = 1.0 / rate
+    return out, int(spec.transfer.fresh_host_threshold_bytes)
 
 
 class EagerExecution:
@@ -132,10 +155,12 @@ class EagerExecution:
         self.dispatch = np.array([d.dispatch_s for d in spec.devices], np.float64)
         self.works = np.array([op.flops > 0 or op.bytes_accessed > 0 for op in graph.ops], bool)
         self.bw, self.lat = link_matrices(spec)
+        self.fresh, self.fresh_threshold = fresh_page_matrix(spec)
 
     def step_times(self, op_placements: np.ndarray) -> np.ndarray:
         """Step seconds ``[K]`` of ``K`` op placements (``[K, num_ops]`` device indices; a GPU op
         without a GPU kernel runs on the first CPU, as in the dataflow simulator)."""
         p = np.ascontiguousarray(np.atleast_2d(op_placements), dtype=np.int64)
         return _eager_steps(p, self.times, self.in_ptr, self.in_key, self.in_src, self.in_bytes, self.gpu_ok,
-                            self.is_gpu, self.fallback, self.dispatch, self.works, self.lat, self.bw, self.num_keys)
+                            self.is_gpu, self.fallback, self.dispatch, self.works, self.lat, self.bw, self.fresh,
+                            float(self.fresh_threshold), self.num_keys)

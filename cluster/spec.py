@@ -187,11 +187,20 @@ class TransferSpec(_Strict):
         bandwidth_efficiency: achieved fraction of the link's bandwidth (pageable host memory,
             small DMA chunks).
         gpu_peer_access: GPUs copy to each other directly (``true``) or through the host (``false``).
+        fresh_host_bytes_per_s: PyTorch placed steps only ([`cluster.eager`][cluster.eager]): a copy from a
+            GPU into new pageable host memory of at least ``fresh_host_threshold_bytes`` also pays
+            ``bytes / fresh_host_bytes_per_s`` seconds, the kernel faulting in and zeroing fresh pages
+            (glibc serves every allocation above its largest dynamic mmap threshold, 32 MiB on 64-bit,
+            with a new ``mmap``: mallopt(3), ``M_MMAP_THRESHOLD``). ``None``: not modelled. TensorFlow's
+            dataflow model ([`cluster.simulator`][cluster.simulator]) ignores it.
+        fresh_host_threshold_bytes: the size (bytes) from which that cost is paid.
     """
 
     send_recv_overhead_s: float = Field(0.0, ge=0)
     bandwidth_efficiency: float = Field(1.0, gt=0, le=1)
     gpu_peer_access: bool = True
+    fresh_host_bytes_per_s: float | None = Field(None, gt=0)
+    fresh_host_threshold_bytes: int = Field(32 * 2**20, ge=0)
 
 
 class Link(LinkSpec):

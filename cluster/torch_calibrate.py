@@ -164,7 +164,14 @@ TORCH_TRANSFER_PARAMS: tuple[FitParam, ...] = (
              "(0.90, NVIDIA bandwidthTest on Gen5 hosts)"),
 )
 """The host<->GPU copy terms, each with its cited bound (pageable into the spec, pinned into the record)."""
-ALL_PARAMS = TORCH_GPU_PARAMS + TORCH_CPU_PARAMS + TORCH_TRANSFER_PARAMS
+FRESH_PAGE_PARAM = FitParam(
+    "transfer", "fresh_host_bytes_per_s", 5e8, 5e10, 2e9,
+    "bytes a second at which the kernel faults in and zeroes fresh anonymous pages: a 4 KiB fault with its zeroing "
+    "costs about 0.5-3 us (1.4-8 GB/s; Linux page-fault latency as measured by will-it-scale's page_fault "
+    "tests), a 2 MiB transparent huge page is zeroed at up to a core's memory bandwidth (tens of GB/s); "
+    "0.5 to 50 GB/s")
+"""The fresh-page term of a copy into new host memory ([`fit_fresh_pages`][cluster.torch_calibrate.fit_fresh_pages])."""
+ALL_PARAMS = TORCH_GPU_PARAMS + TORCH_CPU_PARAMS + TORCH_TRANSFER_PARAMS + (FRESH_PAGE_PARAM,)
 
 
 # ----------------------------------------------------------------------------------------------- input
@@ -458,12 +465,45 @@ def _copy_rows(copies: list[dict], pinned: bool) -> list[dict]:
     return [c for c in copies if bool(c["pinned"]) == pinned and c["dir"] in dirs]
 
 
+FRESH_THRESHOLD_BYTES = 32 * 2**20
+"""glibc's largest dynamic mmap threshold on 64-bit (``DEFAULT_MMAP_THRESHOLD_MAX``, mallopt(3)): every
+allocation from this size up is a new ``mmap``, whose pages the kernel faults in and zeroes on first touch."""
+
+
+def fit_fresh_pages(copies: list[dict], threshold: int = FRESH_THRESHOLD_BYTES) -> dict | None:
+    """The fresh-page rate from a profile's copies: for each pageable size of at least ``threshold`` bytes
+    measured both into new host memory (``to_cpu_new``) and into a reused buffer (``d2h``), the rate
+    ``bytes / (t_new - t_reused)``; their median, clipped to [`FRESH_PAGE_PARAM`][cluster.torch_calibrate.FRESH_PAGE_PARAM]'s
+    bound. A copy of 256 MiB to new host memory took 0.179 s against 0.021 s into a reused buffer on a lent
+    H200 (1.70 GB/s for the pages), 0.176 s against 0.018 s on a lent H100 (``benchmarks/results/``).
+
+    Returns:
+        ``{"values": {"transfer.fresh_host_bytes_per_s"}, "on_bound", "rows": [{bytes, new_s, reused_s,
+        rate}]}``, or ``None`` when the profile has no such pair (older profiles) or the new copy was not
+        slower.
+    """
+    new = {c["bytes"]: c["median_s"] for c in copies if c["dir"] == "to_cpu_new" and not c["pinned"]}
+    reused = {c["bytes"]: c["median_s"] for c in copies if c["dir"] == "d2h" and not c["pinned"]}
+    rows = [{"bytes": b, "new_s": new[b], "reused_s": reused[b], "rate": b / (new[b] - reused[b])}
+            for b in sorted(new) if b >= threshold and b in reused and new[b] > reused[b]]
+    if not rows:
+        return None
+    p = FRESH_PAGE_PARAM
+    rate = float(np.median([r["rate"] for r in rows]))
+    values = rounded({p.key: min(max(rate, p.lo), p.hi)}, (p,))
+    check_bounds(values, (p,))
+    return {"values": values, "on_bound": on_bound(values, (p,)), "rows": rows}
+
+
 def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float, pinned: bool,
-               params: tuple[FitParam, ...] = TORCH_TRANSFER_PARAMS) -> dict:
+               params: tuple[FitParam, ...] = TORCH_TRANSFER_PARAMS, fresh_bytes_per_s: float | None = None,
+               fresh_threshold: int = FRESH_THRESHOLD_BYTES) -> dict:
     """Fit ``overhead + b / (eff * link_bandwidth)`` (plus the link's ``latency_s``) to the copies of one
     kind (``pinned`` or pageable; of the pageable ones the placed step's where the profile has ``to_cpu_new``
     rows, [`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]) in log space, inside
-    [`TORCH_TRANSFER_PARAMS`][cluster.torch_calibrate.TORCH_TRANSFER_PARAMS]' bounds.
+    [`TORCH_TRANSFER_PARAMS`][cluster.torch_calibrate.TORCH_TRANSFER_PARAMS]' bounds. With ``fresh_bytes_per_s``
+    ([`fit_fresh_pages`][cluster.torch_calibrate.fit_fresh_pages]) a ``to_cpu_new`` copy of at least ``fresh_threshold``
+    bytes is predicted with ``bytes / fresh_bytes_per_s`` on top, as the eager model prices it.
 
     Returns:
         ``{"values": {"transfer.send_recv_overhead_s", "transfer.bandwidth_efficiency"}, "on_bound",
@@ -476,11 +516,15 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
     hi = np.log([p.hi for p in params])
     refs = np.log([p.ref for p in params])
 
+    def fresh(c):
+        paid = fresh_bytes_per_s and c["dir"] == "to_cpu_new" and c["bytes"] >= fresh_threshold
+        return c["bytes"] / fresh_bytes_per_s if paid else 0.0
+
     def pred(x, b):
         return math.exp(x[0]) + link_latency_s + b / (math.exp(x[1]) * link_bandwidth)
 
     def residuals(x):
-        r = [math.log(pred(x, c["bytes"]) / c["median_s"]) for c in rows]
+        r = [math.log((pred(x, c["bytes"]) + fresh(c)) / c["median_s"]) for c in rows]
         return np.array(r + list(PRIOR_WEIGHT * (np.asarray(x) - refs)))
 
     if rows:
@@ -493,7 +537,7 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
     xr = np.log([values[p.key] for p in params])
     return {"values": values, "on_bound": on_bound(values, params),
             "rows": [{"bytes": c["bytes"], "dir": c["dir"], "pinned": pinned, "measured_s": c["median_s"],
-                      "predicted_s": pred(xr, c["bytes"])} for c in rows]}
+                      "predicted_s": pred(xr, c["bytes"]) + fresh(c)} for c in rows]}
 
 
 def simulate_single(cap: Captured, spec: ClusterSpec, kind: str) -> tuple[float, int]:
@@ -560,9 +604,14 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
     if "gpu" in kinds and "cpu" in kinds and prof.copies:
         c, g = base_spec.cpu_indices[0], base_spec.gpu_indices[0]
         raw = base_spec.raw_link(c, g)
-        report["pageable"] = fit_copies(prof.copies, raw.bandwidth, raw.latency_s, pinned=False)
+        fresh = fit_fresh_pages(prof.copies)
+        rate = fresh["values"][FRESH_PAGE_PARAM.key] if fresh else None
+        report["pageable"] = fit_copies(prof.copies, raw.bandwidth, raw.latency_s, pinned=False, fresh_bytes_per_s=rate)
         report["pinned"] = fit_copies(prof.copies, raw.bandwidth, raw.latency_s, pinned=True)
         values.update(report["pageable"]["values"])
+        if fresh:
+            report["fresh_pages"] = fresh
+            values.update(fresh["values"])
     spec = _with(base_spec, values)
     # memory: the measured peak over the simulated one (fit models), inside ALLOCATOR_BOUND
     ratios, mem_rows = [], []
@@ -581,7 +630,8 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
     record = {"script": "cluster/torch_calibrate.py fit_from_profile", "profile_dir": str(prof.root),
               "fit_models": fit_models, "holdout": holdout, "values": values,
               "on_bound": {**report.get("gpu", {}).get("on_bound", {}), **report.get("cpu", {}).get("on_bound", {}),
-                           **report.get("pageable", {}).get("on_bound", {})},
+                           **report.get("pageable", {}).get("on_bound", {}),
+                           **report.get("fresh_pages", {}).get("on_bound", {})},
               "params": [{"key": p.key, "lower": p.lo, "upper": p.hi, "ref": p.ref, "source": p.source}
                          for p in ALL_PARAMS]}
     if copies_from is not None:
@@ -644,6 +694,9 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
                 continue
             else:
                 sim = link.latency_s + c["bytes"] / link.bandwidth
+                rate, thr = spec.transfer.fresh_host_bytes_per_s, spec.transfer.fresh_host_threshold_bytes
+                if rate and c["dir"] == "to_cpu_new" and c["bytes"] >= thr:
+                    sim += c["bytes"] / rate
             out.append({"figure": f"copy {c['dir']} {c['bytes']:,} B {'pinned' if c['pinned'] else 'pageable'}",
                         "set": "fit" if id(c) in fitted else "held-out", "unit": "us", "simulated": sim * 1e6,
                         "measured": c["median_s"] * 1e6})
@@ -775,7 +828,9 @@ def write_single_gpu_presets(profile_dir: str | Path, out_dir: str | Path | None
                                         ["", "FIDELITY on the calibration set (cluster/torch_calibrate.py fidelity_rows):",
                                          *table, "", "measured 2026-11-26 with the project at f20744c."]
                                         + ([f"COPIES: the pageable copy terms (transfer) are fitted on the copies a placed "
-                                            f"step makes (to_cuda_new, to_cpu_new) in {copies_label}: "
+                                            f"step makes (to_cuda_new, to_cpu_new) in {copies_label}, the fresh pages of "
+                                            "a copy to new host memory of 32 MiB and up priced apart "
+                                            "(transfer.fresh_host_bytes_per_s, fit_fresh_pages): "
                                             "python -m cluster.torch_profile on a lent H200, 2026-11-27."]
                                            if copies_label else [])))
     h100 = single_gpu_datasheet_spec("h100x1")
@@ -788,7 +843,8 @@ def write_single_gpu_presets(profile_dir: str | Path, out_dir: str | Path | None
               "docs/measurement.md's fidelity table).",
               "- CARRIED from h200x1 (fitted on one H200, torch 2.11.0+cu130, 2026-11-26, GPT-2 small and ResNet-50; "
               "cluster/torch_calibrate.py; its copies on 2026-11-27): every efficiency, half_efficiency_flops, "
-              "op_overhead_s, dispatch_s, allocator_overhead, and the pageable copy terms (transfer); the CPU's "
+              "op_overhead_s, dispatch_s, allocator_overhead, and the pageable copy terms with the fresh-page rate "
+              "(transfer); the CPU's "
               "efficiencies although the host "
               "differs (Sapphire Rapids here, Emerald Rapids there).",
               *[f"  - {k.replace('allocator.gpu', 'gpu.allocator_overhead')} = {v:.6g}" for k, v in sorted(carried.items())],

@@ -119,3 +119,23 @@ def test_the_optimum_measures_placements_as_the_eager_environment_does():
         assert res.step_time_s == pytest.approx(env.measure(res.placement).step_time_s) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="execution"):
         optimum(g, _singletons(2), _spec(), op_times=times, execution="lazy")
+
+
+@pytest.mark.parametrize("nbytes, src, dst, paid", [
+    (200, 1, 0, True),    # GPU -> host, at the threshold: fresh pages
+    (199, 1, 0, False),   # below it: a reused heap block
+    (200, 0, 1, False),   # host -> GPU: the new tensor is device memory
+])
+def test_a_large_copy_to_the_host_pays_for_fresh_pages(nbytes, src, dst, paid):
+    """``transfer.fresh_host_bytes_per_s``: a copy from a GPU into new host memory of at least the
+    threshold also pays ``bytes / rate`` (here 200 B at 100 B/s: 2 s on top of the link's 2 s)."""
+    spec = _spec().model_copy(update={"transfer": _spec().transfer.model_copy(
+        update={"fresh_host_bytes_per_s": 100.0, "fresh_host_threshold_bytes": 200})})
+    g = _graph([(0, 1, nbytes)], 2)
+    times = np.zeros((2, 2))
+    place = np.array([[src, dst]])
+    link = nbytes / 100.0
+    assert EagerExecution(g, spec, op_times=times).step_times(place)[0] == pytest.approx(link + (nbytes / 100.0 if paid else 0))
+    assert EagerExecution(g, _spec(), op_times=times).step_times(place)[0] == pytest.approx(link)
+    # TensorFlow's dataflow model has no such term
+    assert SimulatedEnvironment(g, _singletons(2), spec, op_times=times).measure(place[0]).step_time_s == pytest.approx(link)
