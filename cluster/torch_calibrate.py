@@ -490,7 +490,7 @@ def fit_fresh_pages(copies: list[dict], threshold: int = FRESH_THRESHOLD_BYTES) 
         return None
     p = FRESH_PAGE_PARAM
     rate = float(np.median([r["rate"] for r in rows]))
-    values = rounded({p.key: min(max(rate, p.lo), p.hi)}, (p,))
+    values = rounded({p.key: rate}, (p,))  # rounded keeps it inside the bound
     check_bounds(values, (p,))
     return {"values": values, "on_bound": on_bound(values, (p,)), "rows": rows}
 
