@@ -156,14 +156,18 @@ def rule_placement(prepared, units, rule_layers: list[int], cpu: int, gpu: int, 
 
 
 def copies(form: str, repeats: int, spec) -> list[dict]:
-    """Host<->device copy times (median seconds) by size, pageable and pinned, beside the spec's link."""
+    """Host<->device copy times (median seconds) by size, pageable and pinned, beside the spec's links:
+    ``sim_s`` to the GPU, ``sim_to_host_s`` from it (without fresh pages)."""
     import torch
 
     from cluster.cost_model import transfer_time
 
     rows = []
     sizes = [4096, 262144, 4 << 20, 64 << 20, 256 << 20] if form == "gpu" else [4096, 262144, 4 << 20]
-    link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0]) if spec.cpu_indices and spec.gpu_indices else None
+    link = back = None
+    if spec.cpu_indices and spec.gpu_indices:
+        link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0])
+        back = spec.link(spec.gpu_indices[0], spec.cpu_indices[0])
     for nbytes in sizes:
         n = nbytes // 4
         reps = repeats if nbytes <= (4 << 20) else max(3, repeats // 4)
@@ -187,6 +191,8 @@ def copies(form: str, repeats: int, spec) -> list[dict]:
             row[f"{name}_s"] = statistics.median(times)
         if link is not None:
             row["sim_s"] = transfer_time(nbytes, link.bandwidth, link.latency_s)
+        if back is not None:
+            row["sim_to_host_s"] = transfer_time(nbytes, back.bandwidth, back.latency_s)
         rows.append(row)
     return rows
 

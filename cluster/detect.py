@@ -533,6 +533,8 @@ def carried_terms(host: str = HOST_PRESETS[0]) -> Carried:
     else:
         transfer = {"send_recv_overhead_s": cpu_ref.transfer.send_recv_overhead_s,
                     "bandwidth_efficiency": cpu_ref.transfer.bandwidth_efficiency}
+        if cpu_ref.transfer.host_to_device_efficiency:  # the host's staging copy to the GPU
+            transfer["host_to_device_efficiency"] = cpu_ref.transfer.host_to_device_efficiency
         if cpu_ref.transfer.fresh_host_bytes_per_s:  # the host kernel's page faults, carried with the host terms
             transfer["fresh_host_bytes_per_s"] = cpu_ref.transfer.fresh_host_bytes_per_s
         transfer_from = f"the shipped {host} preset (fitted on a placed step's copies)"
@@ -582,6 +584,7 @@ def detected_spec(det: Detected, name: str | None = None, carried: Carried | Non
         default_link=default_link,
         transfer={"send_recv_overhead_s": carried.transfer.get("send_recv_overhead_s", terms["send_recv_overhead_s"]),
                   "bandwidth_efficiency": carried.transfer.get("bandwidth_efficiency", terms["bandwidth_efficiency"]),
+                  "host_to_device_efficiency": carried.transfer.get("host_to_device_efficiency"),
                   "gpu_peer_access": det.peer_access[0],
                   "fresh_host_bytes_per_s": carried.transfer.get("fresh_host_bytes_per_s")},
         compute_memory_overlap=carried.compute_memory_overlap, sources=sources)

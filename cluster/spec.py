@@ -186,6 +186,11 @@ class TransferSpec(_Strict):
             copy's set-up), on top of the link's ``latency_s``.
         bandwidth_efficiency: achieved fraction of the link's bandwidth (pageable host memory,
             small DMA chunks).
+        host_to_device_efficiency: the achieved fraction for a copy from a CPU to a GPU, where it differs
+            from the other direction's (a pageable copy to the GPU goes through a host memcpy into a
+            pinned staging buffer that the DMA then reads; one from the GPU lands in the staging buffer
+            first: measured 6.9 GB/s against 12.8 GB/s at 256 MiB on a lent H200,
+            ``benchmarks/results/h200-2026-11-27``). ``None``: ``bandwidth_efficiency`` both ways.
         gpu_peer_access: GPUs copy to each other directly (``true``) or through the host (``false``).
         fresh_host_bytes_per_s: PyTorch placed steps only ([`cluster.eager`][cluster.eager]): a copy from a
             GPU into new pageable host memory of at least ``fresh_host_threshold_bytes`` also pays
@@ -198,6 +203,7 @@ class TransferSpec(_Strict):
 
     send_recv_overhead_s: float = Field(0.0, ge=0)
     bandwidth_efficiency: float = Field(1.0, gt=0, le=1)
+    host_to_device_efficiency: float | None = Field(None, gt=0, le=1)
     gpu_peer_access: bool = True
     fresh_host_bytes_per_s: float | None = Field(None, gt=0)
     fresh_host_threshold_bytes: int = Field(32 * 2**20, ge=0)
@@ -343,22 +349,35 @@ def effective_link(spec: "ClusterSpec", a: int, b: int) -> LinkSpec:
     """The effective link of a transfer from device ``a`` to ``b`` (``a != b``).
 
     ``latency_s = send_recv_overhead_s + link latency``,
-    ``bandwidth = bandwidth_efficiency * link bandwidth``; between two GPUs without peer
-    access, the tensor goes GPU ``a`` -> first CPU -> GPU ``b``, two link transfers in
-    series: latencies add and ``1 / bandwidth`` adds (the two hops' links; the a-b link
-    twice if the spec has no CPU). With the default [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec] this
-    is [`cluster.spec.ClusterSpec.raw_link`][cluster.spec.ClusterSpec.raw_link] itself.
+    ``bandwidth = efficiency * link bandwidth``, the efficiency being ``host_to_device_efficiency`` for
+    a copy from a CPU to a GPU where the spec sets it, else ``bandwidth_efficiency``; between two GPUs
+    without peer access, the tensor goes GPU ``a`` -> first CPU -> GPU ``b``, two link transfers in
+    series: latencies add and ``1 / bandwidth`` adds (the two hops' links, each with its direction's
+    efficiency; the a-b link twice if the spec has no CPU). With the default
+    [`cluster.spec.TransferSpec`][cluster.spec.TransferSpec] this is
+    [`cluster.spec.ClusterSpec.raw_link`][cluster.spec.ClusterSpec.raw_link] itself.
     """
     tr = spec.transfer
     raw = spec.raw_link(a, b)
-    if tr.send_recv_overhead_s == 0 and tr.bandwidth_efficiency == 1 and tr.gpu_peer_access:
+    h2d = tr.host_to_device_efficiency
+    if tr.send_recv_overhead_s == 0 and tr.bandwidth_efficiency == 1 and tr.gpu_peer_access and h2d in (None, 1):
         return raw
-    both_gpu = spec.devices[a].kind == "gpu" and spec.devices[b].kind == "gpu"
+    kind = [d.kind for d in spec.devices]
+    both_gpu = kind[a] == "gpu" and kind[b] == "gpu"
     if both_gpu and not tr.gpu_peer_access:
         cpus = spec.cpu_indices
-        hops = [spec.raw_link(a, cpus[0]), spec.raw_link(cpus[0], b)] if cpus else [raw, raw]
+        hops = ([(spec.raw_link(a, cpus[0]), kind[a], "cpu"), (spec.raw_link(cpus[0], b), "cpu", kind[b])] if cpus
+                else [(raw, kind[a], kind[b])] * 2)
     else:
-        hops = [raw]
-    latency = tr.send_recv_overhead_s + sum(h.latency_s for h in hops)
-    bandwidth = tr.bandwidth_efficiency / sum(1.0 / h.bandwidth for h in hops)
+        hops = [(raw, kind[a], kind[b])]
+
+    def eff(src: str, dst: str) -> float:
+        return h2d if h2d is not None and src == "cpu" and dst == "gpu" else tr.bandwidth_efficiency
+
+    latency = tr.send_recv_overhead_s + sum(h.latency_s for h, _, _ in hops)
+    effs = [eff(s, d) for _, s, d in hops]
+    if all(e == tr.bandwidth_efficiency for e in effs):
+        bandwidth = tr.bandwidth_efficiency / sum(1.0 / h.bandwidth for h, _, _ in hops)
+    else:
+        bandwidth = 1.0 / sum(1.0 / (e * h.bandwidth) for e, (h, _, _) in zip(effs, hops))
     return LinkSpec(bandwidth=bandwidth, latency_s=latency)

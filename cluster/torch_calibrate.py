@@ -45,7 +45,9 @@ host dispatch per op (``dispatch_s``, [`cluster.spec.Device`][cluster.spec.Devic
 least its ops' dispatches).
 
 **Copies** ([`fit_copies`][cluster.torch_calibrate.fit_copies]). A copy of ``b`` bytes takes ``overhead + b / (eff * link)``; the
-pageable copies set the spec's ``transfer`` (``send_recv_overhead_s``, ``bandwidth_efficiency``); the
+pageable copies set the spec's ``transfer`` (``send_recv_overhead_s``, ``bandwidth_efficiency`` for the copies
+from the GPU and ``host_to_device_efficiency`` for those to it: a pageable copy to the GPU ran at 6.9-8.3 GB/s
+on the lent H200s and H100s, one from it into a reused buffer at 12.8-14.5 GB/s); the
 pinned ones are fitted the same way and kept in the fit record (``fit["pinned"]``): the simulator has one
 transfer model. Where the profile has them, the fit takes the copies a placed step makes
 ([`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]: ``aten._to_copy`` allocating its result, to the GPU and to the host):
@@ -164,6 +166,13 @@ TORCH_TRANSFER_PARAMS: tuple[FitParam, ...] = (
              "(0.90, NVIDIA bandwidthTest on Gen5 hosts)"),
 )
 """The host<->GPU copy terms, each with its cited bound (pageable into the spec, pinned into the record)."""
+H2D_EFFICIENCY_PARAM = FitParam(
+    "transfer", "host_to_device_efficiency", 0.075, 0.90, 0.3,
+    "achieved fraction of PCIe 5.0 x16's 63 GB/s for a pageable copy to the GPU, apart from the other direction "
+    "(a host memcpy into the pinned staging buffer, then DMA): at least about 5 GB/s (0.075), at most pinned "
+    "DMA's 57 GB/s (0.90, NVIDIA bandwidthTest on Gen5 hosts), as bandwidth_efficiency's bound")
+"""The pageable copy-to-GPU efficiency, fitted beside ``bandwidth_efficiency`` (the copies from the GPU)
+where the profile has copies both ways ([`fit_copies`][cluster.torch_calibrate.fit_copies])."""
 FRESH_PAGE_PARAM = FitParam(
     "transfer", "fresh_host_bytes_per_s", 5e8, 5e10, 2e9,
     "bytes a second at which the kernel faults in and zeroes fresh anonymous pages: a 4 KiB fault with its zeroing "
@@ -171,7 +180,7 @@ FRESH_PAGE_PARAM = FitParam(
     "tests), a 2 MiB transparent huge page is zeroed at up to a core's memory bandwidth (tens of GB/s); "
     "0.5 to 50 GB/s")
 """The fresh-page term of a copy into new host memory ([`fit_fresh_pages`][cluster.torch_calibrate.fit_fresh_pages])."""
-ALL_PARAMS = TORCH_GPU_PARAMS + TORCH_CPU_PARAMS + TORCH_TRANSFER_PARAMS + (FRESH_PAGE_PARAM,)
+ALL_PARAMS = TORCH_GPU_PARAMS + TORCH_CPU_PARAMS + TORCH_TRANSFER_PARAMS + (H2D_EFFICIENCY_PARAM, FRESH_PAGE_PARAM)
 
 
 # ----------------------------------------------------------------------------------------------- input
@@ -495,9 +504,14 @@ def fit_fresh_pages(copies: list[dict], threshold: int = FRESH_THRESHOLD_BYTES) 
     return {"values": values, "on_bound": on_bound(values, (p,)), "rows": rows}
 
 
+TO_GPU_COPIES = ("h2d", "to_cuda_new")
+"""The copy directions from the host to the GPU (a profile's ``dir``)."""
+
+
 def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float, pinned: bool,
                params: tuple[FitParam, ...] = TORCH_TRANSFER_PARAMS, fresh_bytes_per_s: float | None = None,
-               fresh_threshold: int = FRESH_THRESHOLD_BYTES) -> dict:
+               fresh_threshold: int = FRESH_THRESHOLD_BYTES, per_direction: bool = False,
+               time_weighted: bool = False) -> dict:
     """Fit ``overhead + b / (eff * link_bandwidth)`` (plus the link's ``latency_s``) to the copies of one
     kind (``pinned`` or pageable; of the pageable ones the placed step's where the profile has ``to_cpu_new``
     rows, [`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]) in log space, inside
@@ -505,13 +519,28 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
     ([`fit_fresh_pages`][cluster.torch_calibrate.fit_fresh_pages]) a ``to_cpu_new`` copy of at least ``fresh_threshold``
     bytes is predicted with ``bytes / fresh_bytes_per_s`` on top, as the eager model prices it.
 
+    With ``per_direction`` and copies both ways, the copies to the GPU
+    ([`TO_GPU_COPIES`][cluster.torch_calibrate.TO_GPU_COPIES]) get their own efficiency,
+    [`H2D_EFFICIENCY_PARAM`][cluster.torch_calibrate.H2D_EFFICIENCY_PARAM] (``transfer.host_to_device_efficiency``),
+    and ``transfer.bandwidth_efficiency`` is fitted on the copies from the GPU; one overhead for both.
+
+    With ``time_weighted`` each copy's squared log error is weighted by its measured seconds (over the
+    rows' mean), about the squared error in seconds over the seconds: the loss a step's total copy time
+    sees. One bandwidth cannot fit both a copy of 1-16 MiB and one of 256 MiB (to the GPU 8.1-9.3 GB/s
+    against 6.9 GB/s on the lent H200), and a placed step's copies are its activations, 25-400 MB for
+    GPT-2 and ResNet-50, so the large copies should decide it; with equal weights the 4 KiB to 16 MiB rows
+    (8 of 10) do.
+
     Returns:
-        ``{"values": {"transfer.send_recv_overhead_s", "transfer.bandwidth_efficiency"}, "on_bound",
-        "rows": [{bytes, dir, measured_s, predicted_s}]}``.
+        ``{"values": {"transfer.send_recv_overhead_s", "transfer.bandwidth_efficiency"[,
+        "transfer.host_to_device_efficiency"]}, "on_bound", "rows": [{bytes, dir, measured_s, predicted_s}]}``.
     """
     from scipy.optimize import least_squares
 
     rows = _copy_rows(copies, pinned)
+    to_gpu = [c["dir"] in TO_GPU_COPIES for c in rows]
+    if per_direction and any(to_gpu) and not all(to_gpu):
+        params = (*params, H2D_EFFICIENCY_PARAM)
     lo = np.log([p.lo for p in params])
     hi = np.log([p.hi for p in params])
     refs = np.log([p.ref for p in params])
@@ -520,11 +549,15 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
         paid = fresh_bytes_per_s and c["dir"] == "to_cpu_new" and c["bytes"] >= fresh_threshold
         return c["bytes"] / fresh_bytes_per_s if paid else 0.0
 
-    def pred(x, b):
-        return math.exp(x[0]) + link_latency_s + b / (math.exp(x[1]) * link_bandwidth)
+    def pred(x, c):
+        eff = x[2] if len(x) > 2 and c["dir"] in TO_GPU_COPIES else x[1]
+        return math.exp(x[0]) + link_latency_s + c["bytes"] / (math.exp(eff) * link_bandwidth) + fresh(c)
+
+    mean_s = float(np.mean([c["median_s"] for c in rows])) if rows else 1.0
+    weights = [math.sqrt(c["median_s"] / mean_s) if time_weighted else 1.0 for c in rows]
 
     def residuals(x):
-        r = [math.log((pred(x, c["bytes"]) + fresh(c)) / c["median_s"]) for c in rows]
+        r = [w * math.log(pred(x, c) / c["median_s"]) for w, c in zip(weights, rows)]
         return np.array(r + list(PRIOR_WEIGHT * (np.asarray(x) - refs)))
 
     if rows:
@@ -537,7 +570,7 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
     xr = np.log([values[p.key] for p in params])
     return {"values": values, "on_bound": on_bound(values, params),
             "rows": [{"bytes": c["bytes"], "dir": c["dir"], "pinned": pinned, "measured_s": c["median_s"],
-                      "predicted_s": pred(xr, c["bytes"]) + fresh(c)} for c in rows]}
+                      "predicted_s": pred(xr, c)} for c in rows]}
 
 
 def simulate_single(cap: Captured, spec: ClusterSpec, kind: str) -> tuple[float, int]:
@@ -606,7 +639,8 @@ def fit_from_profile(profile_dir: str | Path, base_spec: ClusterSpec, holdout: s
         raw = base_spec.raw_link(c, g)
         fresh = fit_fresh_pages(prof.copies)
         rate = fresh["values"][FRESH_PAGE_PARAM.key] if fresh else None
-        report["pageable"] = fit_copies(prof.copies, raw.bandwidth, raw.latency_s, pinned=False, fresh_bytes_per_s=rate)
+        report["pageable"] = fit_copies(prof.copies, raw.bandwidth, raw.latency_s, pinned=False, fresh_bytes_per_s=rate,
+                                        per_direction=True, time_weighted=True)
         report["pinned"] = fit_copies(prof.copies, raw.bandwidth, raw.latency_s, pinned=True)
         values.update(report["pageable"]["values"])
         if fresh:
@@ -680,7 +714,8 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
                             "set": which, "unit": "GB", "simulated": peak * dev.allocator_overhead / 1e9,
                             "measured": row["peak_bytes"] / 1e9})
     if copies and prof.copies and spec.cpu_indices and spec.gpu_indices:
-        link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0])
+        to_gpu_link = spec.link(spec.cpu_indices[0], spec.gpu_indices[0])
+        from_gpu_link = spec.link(spec.gpu_indices[0], spec.cpu_indices[0])
         raw = spec.raw_link(spec.cpu_indices[0], spec.gpu_indices[0])
         pinned = (spec.fit or {}).get("pinned")
         fitted = {id(c) for c in _copy_rows(prof.copies, False) + _copy_rows(prof.copies, True)}
@@ -693,6 +728,7 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
             elif c["pinned"]:
                 continue
             else:
+                link = to_gpu_link if c["dir"] in TO_GPU_COPIES else from_gpu_link
                 sim = link.latency_s + c["bytes"] / link.bandwidth
                 rate, thr = spec.transfer.fresh_host_bytes_per_s, spec.transfer.fresh_host_threshold_bytes
                 if rate and c["dir"] == "to_cpu_new" and c["bytes"] >= thr:

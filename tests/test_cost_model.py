@@ -74,6 +74,19 @@ def test_send_recv_overhead_and_host_staging():
     assert _spec().link(1, 2).latency_s == pytest.approx(1e-5)  # the default transfer leaves the link as it is
 
 
+def test_a_copy_to_the_gpu_can_have_its_own_efficiency():
+    """Link 10 GB/s, 10 us; bandwidth_efficiency 0.5, host_to_device_efficiency 0.25, 1e8 bytes:
+    CPU -> GPU 1e-5 + 1e8 / 2.5e9 = 0.04001 s; GPU -> CPU 1e-5 + 1e8 / 5e9 = 0.02001 s; GPU -> GPU
+    (peer) 0.02001 s; staged through the CPU: 2e-5 + 1e8 / 5e9 + 1e8 / 2.5e9 = 0.06002 s."""
+    tr = dict(bandwidth_efficiency=0.5, host_to_device_efficiency=0.25)
+    for peer, a, b, want in ((True, 0, 1, 0.04001), (True, 1, 0, 0.02001), (True, 1, 2, 0.02001),
+                             (False, 1, 2, 0.06002)):
+        link = _spec(transfer={**tr, "gpu_peer_access": peer}).link(a, b)
+        assert transfer_time(1e8, link.bandwidth, link.latency_s) == pytest.approx(want), (peer, a, b)
+    with pytest.raises(ValueError, match="host_to_device_efficiency"):
+        _spec(transfer={"host_to_device_efficiency": 1.5})
+
+
 @pytest.mark.parametrize("engine", [Simulator, FastSimulator])
 def test_simulators_use_the_staged_transfer(engine):
     """a (gpu0) -> 1e8 bytes -> b (gpu1). Ops: Add 1e9 FLOP at other_efficiency 1, 0 bytes: 1e-3 + 1e-5 each.

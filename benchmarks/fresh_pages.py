@@ -1,0 +1,127 @@
+"""Copies into new host memory against copies into a reused buffer, repeated: prints one JSON object.
+
+Why: a placed PyTorch step copies every tensor it moves to the host into a new pageable tensor
+(``aten._to_copy``), and glibc serves each allocation of 32 MiB and up with a new ``mmap``
+(mallopt(3), ``DEFAULT_MMAP_THRESHOLD_MAX``) whose pages the kernel faults in and zeroes during the
+copy. On the lent GPUs that cost came and went: a copy of 256 MiB from the GPU into new memory took
+0.023 s in one run and 0.269 s in the next on one H100 (``benchmarks/results/h100-2026-11-26``).
+The cluster spec prices it as ``transfer.fresh_host_bytes_per_s``; this script measures how often it
+is paid and records what decides it on the host: transparent huge pages (the kernel's
+``/sys/kernel/mm/transparent_hugepage`` settings; a 2 MiB page is zeroed in one fault), the
+``AnonHugePages`` the process holds, glibc's version, and PyTorch's ``THP_MEM_ALLOC_ENABLE``
+(c10's CPU allocator aligns allocations of 2 MiB and up to 2 MiB and asks for huge pages).
+
+For each size (bytes), ``--repeats`` times, in this order: a copy into new memory (``src.to(dst_device)``),
+then into a buffer allocated once (``buf.copy_(src)``). With CUDA the source is on ``cuda:0`` and the
+copies go to the host; without it the source is a host tensor and the copies are host-to-host
+(``clone`` and ``copy_``), which pays the same faults: that form checks the script (a test runs it).
+
+Usage: ``python benchmarks/fresh_pages.py [--sizes 16,64,256] (MiB) [--repeats 10] [--json PATH]``.
+JSON: ``{"host": {...}, "device", "rows": [{"bytes", "new_s": [...], "reused_s": [...], "new": spread,
+"reused": spread, "fresh_s_per_byte", "paid": count of new copies at least 1.5x the reused median}]}``
+(times in seconds; ``spread`` as [`cluster.torch_real.spread`][cluster.torch_real.spread]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
+PAID_FACTOR = 1.5
+"""A copy into new memory counts as having paid for fresh pages when it takes at least this many times
+the median copy into the reused buffer."""
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def anon_huge_bytes() -> int | None:
+    """This process's ``AnonHugePages`` (bytes, ``/proc/self/smaps_rollup``), ``None`` where unreadable."""
+    text = _read(Path("/proc/self/smaps_rollup"))
+    for line in (text or "").splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def host_settings() -> dict:
+    """What decides whether a copy pays for fresh pages: THP's settings, glibc, ``THP_MEM_ALLOC_ENABLE``."""
+    return {"thp_enabled": _read(THP_DIR / "enabled"), "thp_defrag": _read(THP_DIR / "defrag"),
+            "thp_khugepaged_defrag": _read(THP_DIR / "khugepaged" / "defrag"),
+            "glibc": "-".join(platform.libc_ver()), "THP_MEM_ALLOC_ENABLE": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+            "MALLOC_MMAP_THRESHOLD_": os.environ.get("MALLOC_MMAP_THRESHOLD_"), "kernel": platform.release(),
+            "cpus": os.cpu_count()}
+
+
+def measure(sizes: list[int], repeats: int) -> dict:
+    """The measurement (module docstring); ``sizes`` in bytes."""
+    import torch
+
+    from cluster.torch_real import spread
+
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    rows = []
+    for nbytes in sizes:
+        n = nbytes // 4
+        src = torch.randn(n, device="cuda" if cuda else "cpu")
+        buf = torch.empty(n)
+        new_s, reused_s = [], []
+        huge_before = anon_huge_bytes()
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            out = src.to("cpu") if cuda else src.clone()
+            sync()
+            new_s.append(time.perf_counter() - t0)
+            del out
+            t0 = time.perf_counter()
+            buf.copy_(src)
+            sync()
+            reused_s.append(time.perf_counter() - t0)
+        new, reused = spread(new_s), spread(reused_s)
+        extra = new["median_s"] - reused["median_s"]
+        rows.append({"bytes": nbytes, "new_s": new_s, "reused_s": reused_s, "new": new, "reused": reused,
+                     "fresh_s_per_byte": extra / nbytes if extra > 0 else 0.0,
+                     "paid": sum(t >= PAID_FACTOR * reused["median_s"] for t in new_s),
+                     "anon_huge_bytes_before": huge_before, "anon_huge_bytes_after": anon_huge_bytes()})
+        del src, buf
+    return {"host": host_settings(), "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+            "torch": torch.__version__, "repeats": repeats, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse ``argv``, measure, print the JSON (and write it to ``--json``)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="16,64,256", help="MiB, comma-separated")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    try:
+        sizes = [int(float(s) * 2**20) for s in args.sizes.split(",") if s]
+    except ValueError:
+        ap.error(f"--sizes: expected MiB numbers separated by commas, got {args.sizes!r}")
+    if not sizes or min(sizes) <= 0 or args.repeats < 1:
+        ap.error(f"--sizes {args.sizes!r} and --repeats {args.repeats}: need positive sizes and at least one repeat")
+    result = measure(sizes, args.repeats)
+    text = json.dumps(result)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+    return result
+
+
+if __name__ == "__main__":
+    main()

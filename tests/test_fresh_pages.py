@@ -1,0 +1,33 @@
+"""benchmarks/fresh_pages.py's CPU form runs and records what decides a copy's fresh-page cost."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_cpu_form_times_new_and_reused_copies_and_records_the_host(tmp_path):
+    out = tmp_path / "fresh.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fresh_pages.py"), "--sizes", "1,33",
+                           "--repeats", "3", "--json", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result == json.loads(proc.stdout)
+    assert result["device"] == "cpu" and result["repeats"] == 3
+    assert set(result["host"]) >= {"thp_enabled", "thp_defrag", "glibc", "THP_MEM_ALLOC_ENABLE", "kernel"}
+    assert [r["bytes"] for r in result["rows"]] == [2**20, 33 * 2**20]
+    for r in result["rows"]:
+        assert len(r["new_s"]) == len(r["reused_s"]) == 3 and min(r["new_s"] + r["reused_s"]) > 0
+        assert r["new"]["median_s"] > 0 and r["reused"]["iqr_s"] is not None
+        assert 0 <= r["paid"] <= 3 and r["fresh_s_per_byte"] >= 0
+
+
+def test_bad_sizes_are_refused_naming_the_option(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fresh_pages.py"), "--sizes", "big"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 2 and "--sizes" in proc.stderr and "'big'" in proc.stderr
