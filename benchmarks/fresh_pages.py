@@ -16,7 +16,11 @@ then into a buffer allocated once (``buf.copy_(src)``). With CUDA the source is 
 copies go to the host; without it the source is a host tensor and the copies are host-to-host
 (``clone`` and ``copy_``), which pays the same faults: that form checks the script (a test runs it).
 
-Usage: ``python benchmarks/fresh_pages.py [--sizes 16,64,256] (MiB) [--repeats 10] [--json PATH]``.
+``--step``: also the pattern of a placed step with a gradient sum on the host (ResNet-50's ``cpu_last``
+runs 14 of them on tensors of 49-98 MiB): two copies into new host memory, their sum on the host (a new
+tensor), the sum copied back, each part timed (``step_rows``: ``to_host_s``, ``add_s``, ``back_s``).
+
+Usage: ``python benchmarks/fresh_pages.py [--step] [--sizes 16,64,256] (MiB) [--repeats 10] [--json PATH]``.
 JSON: ``{"host": {...}, "device", "rows": [{"bytes", "new_s": [...], "reused_s": [...], "new": spread,
 "reused": spread, "fresh_s_per_byte", "paid": count of new copies at least 1.5x the reused median}]}``
 (times in seconds; ``spread`` as [`cluster.torch_real.spread`][cluster.torch_real.spread]).
@@ -102,12 +106,46 @@ def measure(sizes: list[int], repeats: int) -> dict:
             "torch": torch.__version__, "repeats": repeats, "rows": rows}
 
 
+def measure_step(sizes: list[int], repeats: int) -> list[dict]:
+    """The host gradient sum of ``--step`` (module docstring), ``repeats`` times per size (bytes)."""
+    import torch
+
+    from cluster.torch_real import spread
+
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    home = "cuda" if cuda else "cpu"
+    rows = []
+    for nbytes in sizes:
+        x, y = (torch.randn(nbytes // 4, device=home) for _ in range(2))
+        parts: dict[str, list[float]] = {"to_host_s": [], "add_s": [], "back_s": []}
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            a, b = (x.to("cpu"), y.to("cpu")) if cuda else (x.clone(), y.clone())
+            sync()
+            t1 = time.perf_counter()
+            c = a + b
+            t2 = time.perf_counter()
+            d = c.to(home) if cuda else c.clone()
+            sync()
+            t3 = time.perf_counter()
+            parts["to_host_s"].append(t1 - t0)
+            parts["add_s"].append(t2 - t1)
+            parts["back_s"].append(t3 - t2)
+            del a, b, c, d
+        rows.append({"bytes": nbytes, **parts, **{k[:-2]: spread(v) for k, v in parts.items()}})
+        del x, y
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Parse ``argv``, measure, print the JSON (and write it to ``--json``)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="16,64,256", help="MiB, comma-separated")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--step", action="store_true", help="also time a host gradient sum between copies")
     args = ap.parse_args(argv)
     try:
         sizes = [int(float(s) * 2**20) for s in args.sizes.split(",") if s]
@@ -116,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not sizes or min(sizes) <= 0 or args.repeats < 1:
         ap.error(f"--sizes {args.sizes!r} and --repeats {args.repeats}: need positive sizes and at least one repeat")
     result = measure(sizes, args.repeats)
+    if args.step:
+        result["step_rows"] = measure_step(sizes, args.repeats)
     text = json.dumps(result)
     print(text)
     if args.json:

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_cpu_form_times_new_and_reused_copies_and_records_the_host(tmp_path):
     out = tmp_path / "fresh.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fresh_pages.py"), "--sizes", "1,33",
-                           "--repeats", "3", "--json", str(out)], capture_output=True, text=True, timeout=600,
+                           "--repeats", "3", "--step", "--json", str(out)], capture_output=True, text=True, timeout=600,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -25,6 +25,9 @@ def test_the_cpu_form_times_new_and_reused_copies_and_records_the_host(tmp_path)
         assert len(r["new_s"]) == len(r["reused_s"]) == 3 and min(r["new_s"] + r["reused_s"]) > 0
         assert r["new"]["median_s"] > 0 and r["reused"]["iqr_s"] is not None
         assert 0 <= r["paid"] <= 3 and r["fresh_s_per_byte"] >= 0
+    assert [r["bytes"] for r in result["step_rows"]] == [2**20, 33 * 2**20]
+    for r in result["step_rows"]:
+        assert all(len(r[k]) == 3 and r[k[:-2]]["median_s"] > 0 for k in ("to_host_s", "add_s", "back_s"))
 
 
 def test_bad_sizes_are_refused_naming_the_option(tmp_path):
