@@ -224,6 +224,9 @@ def _scotch(ctx: BaselineContext, devices: list[int], level: str, seed: int = 0)
             for j, b in enumerate(devices)
             if i != j
         }
+        # Scotch's target architecture is undirected (one cost a pair): where a spec prices the two
+        # directions apart (transfer.host_to_device_efficiency) a pair costs the mean of its two directions
+        secs = {(i, j): (s + secs[j, i]) / 2 for (i, j), s in secs.items()}
         fastest = min(secs.values())
         for (i, j), s in secs.items():
             cost[i, j] = max(int(round(10 * s / fastest)), 1)

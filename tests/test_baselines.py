@@ -59,6 +59,23 @@ def test_scotch_uses_all_devices_and_mincut_only_gpus(ctx):
     assert sg.shape == mg.shape == (ctx.grouping.num_groups,) and set(mg[ctx.group_gpu_ok].tolist()) == {1, 2}
 
 
+def test_scotch_maps_onto_links_priced_per_direction(ctx):
+    """A spec whose copies to the GPU cost more than those from it (``host_to_device_efficiency``, as
+    ``h200x1``) still maps: Scotch's architecture is undirected, so a pair costs its two directions' mean;
+    with both directions alike the mapping is the one of before."""
+    data = ctx.spec.model_dump()
+    data["transfer"] = {**data["transfer"], "host_to_device_efficiency": data["transfer"]["bandwidth_efficiency"] / 2}
+    spec = type(ctx.spec).model_validate(data)
+    assert spec.link(0, 1).bandwidth < spec.link(1, 0).bandwidth
+    per_direction = BaselineContext(ctx.graph, ctx.grouping, spec, ctx.benchmark, ctx.config)
+    s = scotch(per_direction).ops
+    assert s.shape == (ctx.graph.num_ops,) and set(s.tolist()) <= {0, 1, 2}
+    same = ctx.spec.model_dump()
+    same["transfer"] = {**same["transfer"], "host_to_device_efficiency": same["transfer"]["bandwidth_efficiency"]}
+    alike = BaselineContext(ctx.graph, ctx.grouping, type(ctx.spec).model_validate(same), ctx.benchmark, ctx.config)
+    assert (scotch(alike).ops == scotch(ctx).ops).all()
+
+
 @pytest.mark.parametrize("name", ["scotch", "mincut", "metis"])
 @pytest.mark.parametrize("cluster", ["k80x2", "k80x4"])
 def test_op_level_partitioners_keep_every_colocation_unit_whole(rnnlm_small, name, cluster):
