@@ -46,8 +46,8 @@ least its ops' dispatches).
 
 **Copies** ([`fit_copies`][cluster.torch_calibrate.fit_copies]). A copy of ``b`` bytes takes ``overhead + b / (eff * link)``; the
 pageable copies set the spec's ``transfer`` (``send_recv_overhead_s``, ``bandwidth_efficiency`` for the copies
-from the GPU and ``host_to_device_efficiency`` for those to it: a pageable copy to the GPU ran at 6.9-8.3 GB/s
-on the lent H200s and H100s, one from it into a reused buffer at 12.8-14.5 GB/s); the
+from the GPU and ``host_to_device_efficiency`` for those to it: at 64-256 MiB a pageable copy to the GPU ran
+at 5.5-10.4 GB/s on the lent H200s and H100s, one from it at 10.4-16.5 GB/s where it faulted in no new pages); the
 pinned ones are fitted the same way and kept in the fit record (``fit["pinned"]``): the simulator has one
 transfer model. Where the profile has them, the fit takes the copies a placed step makes
 ([`PLACED_STEP_COPIES`][cluster.torch_calibrate.PLACED_STEP_COPIES]: ``aten._to_copy`` allocating its result, to the GPU and to the host):
