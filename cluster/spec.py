@@ -376,7 +376,7 @@ def effective_link(spec: "ClusterSpec", a: int, b: int) -> LinkSpec:
 
     latency = tr.send_recv_overhead_s + sum(h.latency_s for h, _, _ in hops)
     effs = [eff(s, d) for _, s, d in hops]
-    if all(e == tr.bandwidth_efficiency for e in effs):
+    if all(e == tr.bandwidth_efficiency for e in effs):  # the arithmetic of before, so those specs' times stay bit-equal
         bandwidth = tr.bandwidth_efficiency / sum(1.0 / h.bandwidth for h, _, _ in hops)
     else:
         bandwidth = 1.0 / sum(1.0 / (e * h.bandwidth) for e, (h, _, _) in zip(effs, hops))

@@ -508,6 +508,14 @@ TO_GPU_COPIES = ("h2d", "to_cuda_new")
 """The copy directions from the host to the GPU (a profile's ``dir``)."""
 
 
+def fresh_page_s(copy: dict, rate: float | None, threshold: int = FRESH_THRESHOLD_BYTES) -> float:
+    """Seconds a profile's copy row pays for fresh host pages as the eager model prices them
+    ([`cluster.eager.fresh_page_matrix`][cluster.eager.fresh_page_matrix]): ``bytes / rate`` for a copy to new host
+    memory (``to_cpu_new``) of at least ``threshold`` bytes, else 0 (and 0 without a ``rate``)."""
+    paid = rate and copy["dir"] == "to_cpu_new" and copy["bytes"] >= threshold
+    return copy["bytes"] / rate if paid else 0.0
+
+
 def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float, pinned: bool,
                params: tuple[FitParam, ...] = TORCH_TRANSFER_PARAMS, fresh_bytes_per_s: float | None = None,
                fresh_threshold: int = FRESH_THRESHOLD_BYTES, per_direction: bool = False,
@@ -545,13 +553,10 @@ def fit_copies(copies: list[dict], link_bandwidth: float, link_latency_s: float,
     hi = np.log([p.hi for p in params])
     refs = np.log([p.ref for p in params])
 
-    def fresh(c):
-        paid = fresh_bytes_per_s and c["dir"] == "to_cpu_new" and c["bytes"] >= fresh_threshold
-        return c["bytes"] / fresh_bytes_per_s if paid else 0.0
-
     def pred(x, c):
         eff = x[2] if len(x) > 2 and c["dir"] in TO_GPU_COPIES else x[1]
-        return math.exp(x[0]) + link_latency_s + c["bytes"] / (math.exp(eff) * link_bandwidth) + fresh(c)
+        fresh = fresh_page_s(c, fresh_bytes_per_s, fresh_threshold)
+        return math.exp(x[0]) + link_latency_s + c["bytes"] / (math.exp(eff) * link_bandwidth) + fresh
 
     mean_s = float(np.mean([c["median_s"] for c in rows])) if rows else 1.0
     weights = [math.sqrt(c["median_s"] / mean_s) if time_weighted else 1.0 for c in rows]
@@ -729,10 +734,8 @@ def fidelity_rows(profile_dir: str | Path, spec: ClusterSpec, fit_models: tuple[
                 continue
             else:
                 link = to_gpu_link if c["dir"] in TO_GPU_COPIES else from_gpu_link
-                sim = link.latency_s + c["bytes"] / link.bandwidth
-                rate, thr = spec.transfer.fresh_host_bytes_per_s, spec.transfer.fresh_host_threshold_bytes
-                if rate and c["dir"] == "to_cpu_new" and c["bytes"] >= thr:
-                    sim += c["bytes"] / rate
+                sim = link.latency_s + c["bytes"] / link.bandwidth + fresh_page_s(
+                    c, spec.transfer.fresh_host_bytes_per_s, spec.transfer.fresh_host_threshold_bytes)
             out.append({"figure": f"copy {c['dir']} {c['bytes']:,} B {'pinned' if c['pinned'] else 'pageable'}",
                         "set": "fit" if id(c) in fitted else "held-out", "unit": "us", "simulated": sim * 1e6,
                         "measured": c["median_s"] * 1e6})
