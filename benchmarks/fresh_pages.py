@@ -16,11 +16,19 @@ then into a buffer allocated once (``buf.copy_(src)``). With CUDA the source is 
 copies go to the host; without it the source is a host tensor and the copies are host-to-host
 (``clone`` and ``copy_``), which pays the same faults: that form checks the script (a test runs it).
 
+``--history MIB``: before measuring, leave the C heap as a long-running process leaves it
+([`leave_heap_history`][cluster.torch_real.leave_heap_history]: tensors below glibc's dynamic mmap threshold
+allocated and freed under a live one), and with ``--trim`` hand the free pages back (``malloc_trim(0)``).
+This is what decided it (found on the development machine, 2026-11-27): glibc's ``malloc`` serves a large
+request from a free chunk of its heap before it maps new memory, so after such a history a copy of 98 MiB
+into "new" memory lands in pages already faulted in. Each copy's minor page faults
+(``getrusage``'s ``ru_minflt``) are recorded (``new_faults``): about ``bytes / 4096`` when it paid, 0 when not.
+
 ``--step``: also the pattern of a placed step with a gradient sum on the host (ResNet-50's ``cpu_last``
 runs 14 of them on tensors of 49-98 MiB): two copies into new host memory, their sum on the host (a new
 tensor), the sum copied back, each part timed (``step_rows``: ``to_host_s``, ``add_s``, ``back_s``).
 
-Usage: ``python benchmarks/fresh_pages.py [--step] [--sizes 16,64,256] (MiB) [--repeats 10] [--json PATH]``.
+Usage: ``python benchmarks/fresh_pages.py [--step] [--history MIB [--trim]] [--sizes 16,64,256] (MiB) [--repeats 10] [--json PATH]``.
 JSON: ``{"host": {...}, "device", "rows": [{"bytes", "new_s": [...], "reused_s": [...], "new": spread,
 "reused": spread, "fresh_s_per_byte", "paid": count of new copies at least 1.5x the reused median}]}``
 (times in seconds; ``spread`` as [`cluster.torch_real.spread`][cluster.torch_real.spread]).
@@ -73,7 +81,7 @@ def measure(sizes: list[int], repeats: int) -> dict:
     """The measurement (module docstring); ``sizes`` in bytes."""
     import torch
 
-    from cluster.torch_real import spread
+    from cluster.torch_real import minor_faults, spread
 
     cuda = torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -82,14 +90,17 @@ def measure(sizes: list[int], repeats: int) -> dict:
         n = nbytes // 4
         src = torch.randn(n, device="cuda" if cuda else "cpu")
         buf = torch.empty(n)
-        new_s, reused_s = [], []
+        new_s, reused_s, faults = [], [], []
         huge_before = anon_huge_bytes()
         for _ in range(repeats):
             sync()
+            f0 = minor_faults()
             t0 = time.perf_counter()
             out = src.to("cpu") if cuda else src.clone()
             sync()
             new_s.append(time.perf_counter() - t0)
+            f1 = minor_faults()
+            faults.append(None if f0 is None or f1 is None else f1 - f0)
             del out
             t0 = time.perf_counter()
             buf.copy_(src)
@@ -98,6 +109,7 @@ def measure(sizes: list[int], repeats: int) -> dict:
         new, reused = spread(new_s), spread(reused_s)
         extra = new["median_s"] - reused["median_s"]
         rows.append({"bytes": nbytes, "new_s": new_s, "reused_s": reused_s, "new": new, "reused": reused,
+                     "new_faults": faults,
                      "fresh_s_per_byte": extra / nbytes if extra > 0 else 0.0,
                      "paid": sum(t >= PAID_FACTOR * reused["median_s"] for t in new_s),
                      "anon_huge_bytes_before": huge_before, "anon_huge_bytes_after": anon_huge_bytes()})
@@ -146,6 +158,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--json", default=None)
     ap.add_argument("--step", action="store_true", help="also time a host gradient sum between copies")
+    ap.add_argument("--history", type=float, default=None, metavar="MIB",
+                    help="first leave this many MiB of freed heap memory, as a long-running process does")
+    ap.add_argument("--trim", action="store_true", help="with --history: malloc_trim(0) after it")
     args = ap.parse_args(argv)
     try:
         sizes = [int(float(s) * 2**20) for s in args.sizes.split(",") if s]
@@ -153,7 +168,21 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error(f"--sizes: expected MiB numbers separated by commas, got {args.sizes!r}")
     if not sizes or min(sizes) <= 0 or args.repeats < 1:
         ap.error(f"--sizes {args.sizes!r} and --repeats {args.repeats}: need positive sizes and at least one repeat")
+    if args.trim and args.history is None:
+        ap.error("--trim: only with --history")
+    from cluster.torch_real import leave_heap_history, malloc_trim
+
+    history: dict | None = None
+    if args.history is not None:
+        try:
+            history = leave_heap_history(int(args.history * 2**20))
+        except ValueError as exc:
+            ap.error(f"--history {args.history:g}: {exc}")
+        if args.trim:
+            history["malloc_trim"] = malloc_trim()
     result = measure(sizes, args.repeats)
+    if history is not None:
+        result["history"] = {k: v for k, v in history.items() if k != "keep"}
     if args.step:
         result["step_rows"] = measure_step(sizes, args.repeats)
     text = json.dumps(result)

@@ -11,7 +11,10 @@ What it measures (``--form gpu``, the default where CUDA is available; about 2-4
   benchmark's own ``expert_layer`` numbering: GPT-2's blocks, ResNet-50's bottlenecks) with some
   layers on the host CPU, measured for real (``--repeats`` timed steps after ``--warmup``, median
   and spread) and simulated on ``--cluster`` (default ``h200x1``); per model the Kendall tau of the
-  two orders and ``|sim/real - 1|`` per placement (median and mean).
+  two orders and ``|sim/real - 1|`` per placement (median and mean). With ``--isolate`` (the default
+  of ``--form gpu``) each runs in a process of its own, as a training run of it would: a copy to the
+  host then pays for its new pages whatever ran before (:mod:`cluster.torch_real`, "Host memory");
+  each row records its minor page faults a step (``page_faults_per_step``) either way.
 * **Copies**: host-to-device and back, pageable and pinned, 4 KiB to 256 MiB, median of repeats,
   beside the cluster's link (``latency_s + bytes / bandwidth``).
 
@@ -24,7 +27,7 @@ The placements are rules over layers, so the JSON (``placements``: rule -> the l
 lets any later simulator be judged against these real times again without a GPU.
 
 Usage: ``python benchmarks/gpu_truth.py [--form gpu|cpu] [--cluster h200x1] [--repeats 3] [--warmup 1]
-[--json PATH] [--threads N] [--models gpt,resnet50_torch] [--rules R1,R2] [--no-copies]``;
+[--json PATH] [--threads N] [--models gpt,resnet50_torch] [--rules R1,R2] [--no-copies] [--[no-]isolate]``;
 ``--profile RULE`` prints ``torch.profiler``'s table of one step of one placement instead, and
 ``--judge RUN.json ...`` judges ``--cluster`` against saved runs without a GPU (the README's
 out-of-sample table: ``--judge benchmarks/results/h200-2026-11-26/gpu_truth-run*.json``).
@@ -212,8 +215,10 @@ def load_spec(name: str):
 
 
 def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None, models: list[str],
-        partial: str | None = None, only_rules: list[str] | None = None, with_copies: bool = True) -> dict:
-    """The whole measurement (module docstring) -> the JSON object."""
+        partial: str | None = None, only_rules: list[str] | None = None, with_copies: bool = True,
+        isolate: bool = False) -> dict:
+    """The whole measurement (module docstring) -> the JSON object; ``isolate``: each CPU+GPU placement
+    in a process of its own (``--isolate``)."""
     import numpy as np
     import torch
 
@@ -239,7 +244,7 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
         "form": form, "cluster": spec.name, "cluster_note": spec_note,
         "device": torch.cuda.get_device_name(0) if form == "gpu" else platform.processor() or platform.machine(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-        "repeats": repeats, "warmup": warmup, "date": time.strftime("%Y-%m-%d"),
+        "repeats": repeats, "warmup": warmup, "date": time.strftime("%Y-%m-%d"), "isolated": isolate,
         "models": {}, "placements": {}, "copies": [],
     }
     for model in models:
@@ -249,6 +254,9 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
         sim = make_environment("sim", prepared, spec, grouping=units)
         real = TorchRealEnvironment(prepared, spec, grouping=units, repeats=repeats, warmup=warmup,
                                     devices=devices, time_limit_s=60.0)
+        mixed_env = TorchRealEnvironment(prepared, spec, grouping=units, repeats=repeats, warmup=warmup,
+                                         devices=devices, time_limit_s=60.0, threads=threads,
+                                         isolate=isolate) if isolate else real
         L = prepared.benchmark.num_layers(prepared.config)
         entry: dict = {"size": sizes[model], "ops": prepared.graph.num_ops, "layers": L, "rows": []}
         # single device: eager and placed, and the simulated
@@ -269,7 +277,7 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
             gp = rule_placement(prepared, units, layers, cpu, gpu)
             out["placements"].setdefault(model, {})[rule] = layers
             try:
-                m = real.measure(gp)
+                m = (mixed_env if rule != "gpu_only" else real).measure(gp)
             except Exception as exc:  # noqa: BLE001 (one placement's error loses no other measurement)
                 print(f"  {model} {rule}: real run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
                 from cluster.torch_real import TorchMeasurement
@@ -288,11 +296,13 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
                    # and by op index (graph order), which no renaming between torch versions changes
                    "cpu_op_index": [int(i) for i in np.flatnonzero(units.expand(gp) == cpu)],
                    "cross_edges": copies_n, "real_s": m.step_time_s, "real_iqr_s": m.iqr_s, "real_times_s": m.step_times_s,
-                   "oom": m.oom, "failure": m.failure, "sim_s": sm.simulated_step_time_s}
+                   "oom": m.oom, "failure": m.failure, "sim_s": sm.simulated_step_time_s,
+                   "page_faults_per_step": m.page_faults_per_step, "isolated": m.isolated}
             if m.step_time_s and sm.simulated_step_time_s:
                 row["sim_over_real"] = sm.simulated_step_time_s / m.step_time_s
             entry["rows"].append(row)
-            print(f"  {model} {rule}: real {m.step_time_s} s (iqr {m.iqr_s}), sim {sm.simulated_step_time_s} s",
+            print(f"  {model} {rule}: real {m.step_time_s} s (iqr {m.iqr_s}, {m.page_faults_per_step} page faults a "
+                  f"step{', own process' if m.isolated else ''}), sim {sm.simulated_step_time_s} s",
                   file=sys.stderr, flush=True)
         ok = [r for r in entry["rows"] if r.get("sim_over_real")]  # both measured
         mixed = [r for r in ok if r["cpu_ops"] > 0]
@@ -305,7 +315,7 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
         out["models"][model] = entry
         if partial:  # what is measured so far survives a run cut short
             Path(partial).write_text(json.dumps(out, indent=1, default=str) + "\n")
-        del real, sim
+        del real, sim, mixed_env
         if form == "gpu":
             torch.cuda.empty_cache()
     out["copies"] = copies(form, 20 if form == "gpu" else 3, spec) if with_copies else []
@@ -516,6 +526,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", default=None)
     ap.add_argument("--rules", default=None, help="comma-separated placements of PLACEMENTS (default: the form's)")
     ap.add_argument("--no-copies", action="store_true", help="skip the copy micro-benchmark")
+    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                    help="measure each CPU+GPU placement in a process of its own (default: with --form gpu)")
     ap.add_argument("--profile", default=None, metavar="RULE",
                     help="instead: print torch.profiler's table of one step of this placement of --models' first")
     ap.add_argument("--judge", nargs="+", default=None, metavar="RUN_JSON",
@@ -545,7 +557,8 @@ def main(argv: list[str] | None = None) -> dict:
         ap.error("--form gpu: no CUDA device here")
     repeats = args.repeats or (3 if form == "gpu" else 2)
     result = run(form, args.cluster, repeats, args.warmup, args.threads, args.models.split(","), args.json,
-                 args.rules.split(",") if args.rules else None, not args.no_copies)
+                 args.rules.split(",") if args.rules else None, not args.no_copies,
+                 form == "gpu" if args.isolate is None else args.isolate)
     print(table(result), file=sys.stderr)
     text = json.dumps(result, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     if args.json:

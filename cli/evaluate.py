@@ -10,13 +10,13 @@ from cli.options import CacheDir, Cluster, Env, IntBound, Json, OutDir, graph_fl
 
 
 REAL_FLAGS = {"repeats": "--repeats", "warmup": "--warmup", "seed": "--seed", "threads": "--threads",
-              "time_limit_s": "--time-limit", "soft_placement": "--soft-placement"}
+              "time_limit_s": "--time-limit", "soft_placement": "--soft-placement", "isolate": "--isolate"}
 """The [`cluster.environment.EnvOptions`][cluster.environment.EnvOptions] field each ``--env real`` flag sets."""
 
 TF_ONLY = ("soft_placement",)
 """Real options only TensorFlow's real environment reads ([`cluster.real.RealEnvironment`][cluster.real.RealEnvironment])."""
 
-TORCH_ONLY = ("threads", "time_limit_s")
+TORCH_ONLY = ("threads", "time_limit_s", "isolate")
 """Real options only a PyTorch step's real environment reads (TensorFlow's would ignore them)."""
 
 
@@ -74,6 +74,7 @@ def evaluate_command(
     time_limit: float = typer.Option(None, help="with --env real, a PyTorch step: seconds a step may take before the placement fails"),
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real, a TensorFlow graph: move ops that "
                                                                        "have no kernel on their device to the CPU instead of failing"),
+    isolate: bool = typer.Option(False, "--isolate", help="with --env real, a PyTorch step: measure in a process of its own"),
     cache_dir: CacheDir = None,
     out_dir: OutDir = None,
     json_path: Json = None,
@@ -93,7 +94,7 @@ def evaluate_command(
     except ValueError as exc:
         _fail(str(exc))
     given = {"repeats": repeats, "warmup": warmup, "seed": seed, "threads": threads, "time_limit_s": time_limit,
-             "soft_placement": True if soft_placement else None}
+             "soft_placement": True if soft_placement else None, "isolate": True if isolate else None}
     if env != "real":
         extra = [REAL_FLAGS[k] for k, v in given.items() if v is not None]
         if extra:

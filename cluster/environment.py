@@ -112,6 +112,8 @@ class EnvOptions(BaseModel):
         repeats: ``real``, a PyTorch step: timed steps per measurement (the median is the step time).
         threads: ``real``, a PyTorch step: ``torch.set_num_threads`` while measuring (``None``: as is).
         time_limit_s: ``real``, a PyTorch step: seconds a step may take before the placement fails.
+        isolate: ``real``, a PyTorch step: measure each placement in a process of its own
+            ([`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]).
         seed: ``real``: seed of the synthetic inputs (and a PyTorch step's weights).
         int_bounds, devices: ``real``: see [`cluster.real.RealEnvironment`][cluster.real.RealEnvironment] (``int_bounds``
             over the prepared graph's own, [`compgraph.prepare.PreparedGraph.int_bounds`][compgraph.prepare.PreparedGraph.int_bounds]);
@@ -130,6 +132,7 @@ class EnvOptions(BaseModel):
     repeats: int | None = None
     threads: int | None = None
     time_limit_s: float | None = None
+    isolate: bool = False
     seed: int = 0
     int_bounds: dict[str, int] | None = None
     devices: list[str] | None = None

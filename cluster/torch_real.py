@@ -33,6 +33,20 @@ on the H200 of ``../shared/measurements/h200-2026-11-26`` the same CPU+GPU place
 3.5x between runs, a single-GPU one by under 1%. The torch thread count is set when given
 (``threads``) and recorded either way.
 
+**Host memory** (found 2026-11-27; `benchmarks/fresh_pages.py --history`): a step copies every tensor it
+moves to the host into a new pageable tensor, and glibc's ``malloc`` serves a large request from a free
+chunk of its heap before it maps new memory (mallopt(3): the heap grows below the dynamic mmap
+threshold, which rises to 32 MiB as mapped chunks are freed; this is the main arena's ``brk`` heap,
+which keeps freed memory below a live chunk; a thread on another arena gets heaps of at most 64 MiB
+that glibc trims). In a process that ran other steps before, such chunks hold hundreds of MB already
+faulted in, and a copy of 98 MiB into them took 12 ms
+on this machine's CPU, 0 page faults; in a new process 46 ms and 25,089 faults (one a 4 KiB page, each
+zeroed by the kernel). So a measurement can depend on what this process ran before it: on the lent
+GPUs ResNet-50's ``cpu_last`` took 0.53-0.59 s inside ``benchmarks/gpu_truth.py`` after GPT-2's
+placements and 1.30 s in a process of its own. Each record keeps the minor page faults of each timed
+step (``page_faults``), and ``isolate=True`` measures each placement in a process of its own, which is
+what a training run of that placement pays.
+
 **Failures**: ``torch.OutOfMemoryError`` (and the CPU allocator's "can't allocate memory") is an OOM
 result (``oom=True``), not a crash; a step over ``time_limit_s`` ends the measurement with
 ``step_time_s=None`` and its reason in ``failure`` (the limit is checked after each step: a step
@@ -87,6 +101,11 @@ class TorchMeasurement(Measurement):
         peak_memory_measured: per spec device, whether ``peak_memory_bytes`` is a reading (CUDA).
         failure: why the placement failed (over the time limit), else ``None``.
         losses: the loss of every step run, warm-up included.
+        page_faults: minor page faults of the measuring process during each timed step ``[steps]``
+            (``getrusage``'s ``ru_minflt``, every thread): a copy to the host into memory the kernel
+            has to fault in and zero counts ``bytes / 4096``; one into memory glibc reused counts none
+            (module docstring, "Host memory").
+        isolated: measured in a process of its own (``isolate=True``).
     """
 
     step_times_s: list[float] = field(default_factory=list)
@@ -102,11 +121,70 @@ class TorchMeasurement(Measurement):
     peak_memory_measured: list[bool] = field(default_factory=list)
     failure: str | None = None
     losses: list[float] = field(default_factory=list)
+    page_faults: list[int] = field(default_factory=list)
+    isolated: bool = False
+
+    @property
+    def page_faults_per_step(self) -> float | None:
+        """Median of ``page_faults`` (``None`` without timed steps)."""
+        return float(statistics.median(self.page_faults)) if self.page_faults else None
 
     def log_fields(self) -> dict:
         """What the placement log keeps beside the step time and OOM flag: the spread and count."""
         return {"step_times_s": self.step_times_s, "iqr_s": self.iqr_s, "steps": self.steps,
-                "threads": self.threads, "failure": self.failure, "peak_memory_bytes": self.peak_memory_bytes}
+                "threads": self.threads, "failure": self.failure, "peak_memory_bytes": self.peak_memory_bytes,
+                "page_faults_per_step": self.page_faults_per_step, "isolated": self.isolated}
+
+
+def minor_faults() -> int | None:
+    """Minor page faults of this process so far (``getrusage(RUSAGE_SELF).ru_minflt``: every thread's);
+    ``None`` where the platform has no ``resource`` module (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def leave_heap_history(total_bytes: int, chunk_bytes: int = 24 << 20) -> dict:
+    """Leave about ``total_bytes`` of free, faulted-in memory inside glibc's heap, as a process that has
+    run other steps leaves it, and return what was done.
+
+    One tensor of ``chunk_bytes`` is allocated and freed (a freed ``mmap`` chunk raises glibc's dynamic
+    mmap threshold to its size, mallopt(3)); then ``total_bytes // chunk_bytes + 1`` tensors of that size
+    come from the heap, each written; the one at the highest address stays alive (so the heap cannot
+    shrink below it) and the others are freed. The live tensor is returned in ``"keep"`` and must be
+    held by the caller.
+
+    Raises:
+        ValueError: ``chunk_bytes`` not in 1 MiB..32 MiB (above, glibc always maps anew) or ``total_bytes`` below it.
+    """
+    import torch
+
+    if not (1 << 20 <= chunk_bytes <= 32 << 20):
+        raise ValueError(f"chunk_bytes: must be 1-32 MiB (glibc's largest dynamic mmap threshold), got {chunk_bytes}")
+    if total_bytes < chunk_bytes:
+        raise ValueError(f"total_bytes: must be at least chunk_bytes ({chunk_bytes}), got {total_bytes}")
+    first = torch.ones(chunk_bytes, dtype=torch.uint8)
+    del first
+    chunks = [torch.ones(chunk_bytes, dtype=torch.uint8) for _ in range(total_bytes // chunk_bytes + 1)]
+    top = int(np.argmax([c.data_ptr() for c in chunks]))
+    keep = chunks.pop(top)
+    n = len(chunks)
+    del chunks
+    return {"chunk_bytes": chunk_bytes, "chunks": n, "keep": keep}
+
+
+def malloc_trim() -> int | None:
+    """``malloc_trim(0)`` of glibc (its free heap pages back to the kernel): its return value, ``None`` without glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        return int(ctypes.CDLL(name or "libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return None
 
 
 def spread(times: list[float]) -> dict:
@@ -363,6 +441,13 @@ def _is_oom(exc: BaseException) -> bool:
 # ----------------------------------------------------------------------------- environment
 
 
+def _measure_in_child(kwargs: dict, group_placement: np.ndarray, steps: int, warmup: int) -> TorchMeasurement:
+    """The body of an isolated measurement, in the child process
+    ([`TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment] with ``isolate=True``)."""
+    return TorchRealEnvironment(**kwargs).run(group_placement, steps, warmup)
+
+
+
 class TorchRealEnvironment:
     """Measures placements of a PyTorch step by running it on this machine's devices
     ([`Environment`][cluster.environment.Environment]; module docstring).
@@ -378,6 +463,9 @@ class TorchRealEnvironment:
         time_limit_s: seconds a step may take (default [`DEFAULT_TIME_LIMIT_S`][cluster.torch_real.DEFAULT_TIME_LIMIT_S]).
         int_bounds: integer input name (``input/K``) -> exclusive bound of its ids.
         devices: torch device per spec device, overriding [`torch_devices`][cluster.torch_real.torch_devices].
+        isolate: measure each placement in a process of its own (module docstring, "Host memory"):
+            what a training run of that placement pays, whatever this process ran before; costs the
+            child's start, ``import torch`` and the step's capture (seconds) per measurement.
     Raises:
         ValueError: bad ``repeats``/``warmup``/``threads``/``time_limit_s``/``devices``; not a PyTorch step.
         DeviceUnavailableError: a spec device this machine lacks (one line).
@@ -388,7 +476,7 @@ class TorchRealEnvironment:
     def __init__(self, prepared, spec: ClusterSpec, grouping: Grouping | None = None, repeats: int | None = None,
                  warmup: int | None = None, seed: int = 0, threads: int | None = None,
                  time_limit_s: float | None = None, int_bounds: dict[str, int] | None = None,
-                 devices: list[str] | None = None) -> None:
+                 devices: list[str] | None = None, isolate: bool = False) -> None:
         self.repeats = DEFAULT_REPEATS if repeats is None else int(repeats)
         self.warmup = DEFAULT_WARMUP if warmup is None else int(warmup)
         if self.repeats < 1:
@@ -408,6 +496,7 @@ class TorchRealEnvironment:
         self.seed, self.threads, self.int_bounds = int(seed), threads, dict(int_bounds or {})
         self.devices = torch_devices(spec, devices)
         check_devices(spec, self.devices)
+        self.isolate = bool(isolate)
         self._step: Any = None
         self._tensors: dict | None = None
 
@@ -466,6 +555,8 @@ class TorchRealEnvironment:
         import torch
 
         p = self.op_placement(group_placement)
+        if self.isolate:
+            return self._run_isolated(group_placement, steps, warmup, on_step)
         module, inputs = self.placed(p)
         assert self._tensors is not None
         if self.threads is not None:
@@ -477,6 +568,7 @@ class TorchRealEnvironment:
         times: list[float] = []
         warm: list[float] = []
         losses: list[float] = []
+        faults: list[int] = []
         oom, failure = False, None
         tensors: list = []
         try:
@@ -484,11 +576,15 @@ class TorchRealEnvironment:
             for k in range(warmup + steps):
                 for c in cuda:
                     torch.cuda.synchronize(c)
+                f0 = minor_faults()
                 t0 = time.perf_counter()
                 out = module(*tensors)
                 for c in cuda:
                     torch.cuda.synchronize(c)
                 dt = time.perf_counter() - t0
+                f1 = minor_faults()
+                if k >= warmup and f0 is not None and f1 is not None:
+                    faults.append(f1 - f0)
                 loss = float(out[0].detach().float().cpu()) if out and isinstance(out[0], torch.Tensor) else math.nan
                 losses.append(loss)
                 (warm if k < warmup else times).append(dt)
@@ -519,7 +615,34 @@ class TorchRealEnvironment:
             step_time_s=s["median_s"] if ok else None, oom=oom, peak_memory_bytes=peak, step_times_s=times,
             q1_s=s["q1_s"], q3_s=s["q3_s"], iqr_s=s["iqr_s"], min_s=s["min_s"], max_s=s["max_s"], steps=len(times),
             warmup_s=warm, threads=threads, devices=list(self.devices), peak_memory_measured=measured,
-            failure=failure, losses=losses)
+            failure=failure, losses=losses, page_faults=faults)
+
+    def _run_isolated(self, group_placement: np.ndarray, steps: int, warmup: int, on_step=None) -> TorchMeasurement:
+        """[`run`][cluster.torch_real.TorchRealEnvironment.run] in a new process (``multiprocessing``'s
+        ``spawn``: nothing of this one's heap, threads or CUDA context), which captures the step, builds
+        its tensors from the seed and runs it; ``on_step`` is called here afterwards, once per timed step.
+        A child that dies (a signal: the kernel's OOM killer, a crash) is a failed placement naming its
+        exit code; an error it raises is raised here."""
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        kwargs = {"prepared": self.prepared, "spec": self.spec, "grouping": self.grouping, "seed": self.seed,
+                  "threads": self.threads, "time_limit_s": self.time_limit_s, "int_bounds": self.int_bounds,
+                  "devices": self.devices}
+        gp = np.asarray(group_placement, dtype=np.int64)
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+            future = pool.submit(_measure_in_child, kwargs, gp, int(steps), int(warmup))
+            try:
+                m = future.result()
+            except cf.process.BrokenProcessPool as exc:
+                codes = [p.exitcode for p in getattr(pool, "_processes", {}).values()]
+                m = TorchMeasurement(step_time_s=None, oom=False, devices=list(self.devices),
+                                     failure=f"the measuring process ended before its result (exit codes {codes}): {exc}")
+        m.isolated = True
+        if on_step is not None:
+            for k, dt in enumerate(m.step_times_s):
+                on_step(k, dt, m.losses[warmup + k] if warmup + k < len(m.losses) else math.nan)
+        return m
 
     def measure(self, group_placement: np.ndarray) -> TorchMeasurement:
         """Measure ``group_placement`` (``[num_groups]`` device indices): ``warmup`` then ``repeats``

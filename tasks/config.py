@@ -104,10 +104,15 @@ class RealOptions(_Section):
                                                     "torch's default), recorded either way")
     time_limit_s: PositiveFloat | None = Field(None, description="a PyTorch step: seconds a step may take before the "
                                                                  "placement fails (empty: 300)")
+    isolate: bool = Field(False, description="a PyTorch step: measure each placement in a process of its own, so "
+                                             "that what ran before in this process (glibc's heap) cannot change it; "
+                                             "costs seconds a placement")
 
     def env_options(self) -> dict:
         """The options of [`cluster.factory.make_environment`][cluster.factory.make_environment] for ``env: real`` (only those given)."""
         out: dict = {"soft_placement": True} if self.soft_placement else {}
+        if self.isolate:
+            out["isolate"] = True
         for name in ("repeats", "warmup", "threads", "time_limit_s"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -254,6 +259,8 @@ class ExperimentConfig(_FormModel):
                 if getattr(self.real, name) is not None:
                     raise ValueError(f"real.{name}: for a PyTorch step; a TensorFlow graph runs its fixed steps "
                                      "(10 steps, the first dropped: 2017 Sec. 3.4)")
+            if self.real.isolate:
+                raise ValueError("real.isolate: for a PyTorch step; a TensorFlow graph is measured in this process")
         for m in self.resolved_methods:
             problem = BASELINES[m].problem(spec, user) if m in BASELINES else None
             if problem:

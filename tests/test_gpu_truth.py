@@ -33,7 +33,7 @@ def test_the_cpu_form_measures_placements_beside_the_simulator(tmp_path):
                            "--json", str(out)], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["form"] == "cpu" and result["threads"] == 1
+    assert result["form"] == "cpu" and result["threads"] == 1 and result["isolated"] is False
     for model in ("gpt", "resnet50_torch"):
         entry = result["models"][model]
         assert entry["eager"]["median_s"] > 0 and entry["placed_single"]["median_s"] > 0
@@ -44,6 +44,7 @@ def test_the_cpu_form_measures_placements_beside_the_simulator(tmp_path):
         assert rows["cpu_every_4th"]["cross_edges"] > 0
         for r in rows.values():
             assert r["real_s"] > 0 and r["sim_s"] > 0 and len(r["real_times_s"]) == 2
+            assert r["page_faults_per_step"] >= 0 and r["isolated"] is False  # --form cpu: in this process
         assert -1 <= entry["kendall_tau_mixed"] <= 1 and entry["median_abs_err_mixed"] >= 0
     assert result["copies"] and all(c["cpu_to_cpu1_new_s"] > 0 for c in result["copies"])
     assert "Kendall tau" in proc.stderr  # the table

@@ -224,3 +224,70 @@ def test_gpt_starts_from_gpt2s_initialization(gpt_small):
     assert float(t["h.1.mlp.2.weight"].std()) == pytest.approx(resid, rel=0.1)
     assert float(t["h.0.attn.c_attn.bias"].abs().max()) == 0.0
     assert torch.equal(t["ln_f.weight"], torch.ones_like(t["ln_f.weight"]))
+
+
+BIG_COPY_MODULE = '''
+import torch
+from torch import nn
+
+
+def step():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.ones(1024))
+            self.b = nn.Parameter(torch.ones(1024))
+
+        def forward(self, x):
+            return ((x * self.a) * self.b).square().mean()
+    return Net(), (torch.randn(9216, 1024),)  # 36 MiB activations: above glibc's largest mmap threshold
+'''
+
+
+HISTORY_SCRIPT = '''
+import json, sys
+import numpy as np
+from cluster.factory import make_environment
+from cluster.spec import load_cluster
+from cluster.torch_real import leave_heap_history
+from compgraph.frontends import TorchSource, prepare_source
+
+if __name__ == "__main__":
+    prepared = prepare_source(TorchSource(spec="bigcopy:step"))
+    options = {"repeats": 2, "warmup": 1, "devices": ["cpu", "cpu:1", "cpu:2"]}
+    env = make_environment("real", prepared, load_cluster("k80x2"), options)
+    gp = np.arange(env.grouping.num_groups) % 2  # the activations copied between cpu and cpu:1
+    keep = leave_heap_history(1 << 30)
+    here = env.measure(gp)
+    isolated = make_environment("real", prepared, load_cluster("k80x2"), {**options, "isolate": True}).measure(gp)
+    print(json.dumps({"here": here.log_fields() | {"losses": here.losses},
+                      "isolated": isolated.log_fields() | {"losses": isolated.losses}}))
+'''
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's heap")
+def test_an_isolated_measurement_pays_for_host_pages_whatever_ran_before(tmp_path):
+    """In a process whose heap holds freed memory (as after other placements' steps), a step's new
+    36 MiB tensors land in pages already faulted in; measured in a process of its own (``isolate``), the
+    same placement faults in every page of them, as a training run of it would. The loss is the same.
+    The first part runs in a new interpreter: there the main thread allocates from glibc's main arena,
+    whose heap keeps freed memory (a thread moved to another arena, as in a long pytest process, gets
+    heaps of at most 64 MiB that glibc trims)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "bigcopy.py").write_text(BIG_COPY_MODULE)
+    (tmp_path / "history.py").write_text(HISTORY_SCRIPT)
+    root = str(Path(__file__).resolve().parent.parent)
+    proc = subprocess.run([sys.executable, "history.py"], capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    here, isolated = out["here"], out["isolated"]
+    pages = 9216 * 1024 * 4 // 4096
+    assert not here["isolated"] and isolated["isolated"]
+    assert here["page_faults_per_step"] < 0.5 * pages  # the heap's pages reused
+    assert isolated["page_faults_per_step"] > 4 * pages  # several new tensors of 36 MiB, every page faulted in
+    assert isolated["losses"] == pytest.approx(here["losses"], rel=1e-6)
