@@ -132,6 +132,22 @@ class ReinforceConfig(LearnerConfig):
             signal, the last 100 samples' median 0.107-0.28 s; 0.07655 s each from the first
             batch, median 0.077-0.079 s).
 
+    Named option for the policy gradient's step (not in the Post paper, whose ``pg`` baseline takes
+    ``A_n = b - T(d_n)`` in seconds at learning rate 1):
+        advantage ``rank``: the batch's centred ranks, fastest ``+0.5`` to slowest ``-0.5``
+            ([`placer.post.rank_advantage`][placer.post.rank_advantage]; the fitness shaping of natural evolution
+            strategies, Wierstra et al., JMLR 2014, Sec. 3.1). Why: one OOM placement at the failing
+            time (tens of seconds, times its memory load with ``oom_reward=memory_scaled``) gives
+            advantages of tens to thousands of seconds, and one step of learning rate 1 drove every
+            distribution to a single device: on inception_v3 ``k80x4`` (``pg`` with the options of
+            ``scope_moves`` below, seed 0) the mean entropy was 0.11 nats after 241 placements and 0
+            from 481 on, the best 2.881 s from placement 481; with ranks 0.38-0.49 nats throughout and
+            2.572 s. Over seeds 0-5 of the five graphs of ``benchmarks/learners.py`` (docs/results.md):
+            inception_v3 2.572 / 2.645 s (medians of seeds 0-2 / 3-5) against 2.881 / 2.893 s, the
+            other four within 0.3% either way. Chosen after that one trace of seed 0 on inception_v3.
+            Only with ``policy_update="pg"``: with PPO's adaptive KL penalty the ranks' small steps
+            halved ``beta`` to 0 and the tables diverged (NaN) in the one run tried.
+
     Named option for moves a human expert makes (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
         scope_moves: the share of samples (each by a coin flip) replaced by the fastest placement
             measured so far with one name scope moved whole to one device
@@ -176,7 +192,8 @@ class PostConfig(LearnerConfig):
         beta: initial KL penalty coefficient (1).
         baseline_decay: ``b <- decay * b + (1 - decay) * mean(T)`` after each iteration.
         failing_time_s: step time given to an OOM placement; ``None``: ``10 * T_serial``.
-        advantage: ``seconds`` (``b - T``, Eq. 11) or ``relative`` (``(b - T) / b``, an option).
+        advantage: ``seconds`` (``b - T``, Eq. 11), ``relative`` (``(b - T) / b``, an option) or
+            ``rank`` (named option, ``pg`` only, below).
         seed: seeds sampling.
         torch_threads: CPU threads torch uses (process-wide, set when the learner is built; the
             ``[G, D]`` updates are small, so one thread is fastest: inside ``placement
@@ -269,7 +286,7 @@ class PostConfig(LearnerConfig):
     beta: float = Field(1.0, ge=0)
     baseline_decay: float = Field(0.9, ge=0, lt=1)
     failing_time_s: float | None = Field(None, gt=0)
-    advantage: Literal["seconds", "relative"] = "seconds"
+    advantage: Literal["seconds", "relative", "rank"] = "seconds"
     seed: int = 0
     cross_entropy: bool = True
     policy_update: Literal["ppo", "pg", "none"] = "ppo"
@@ -279,6 +296,13 @@ class PostConfig(LearnerConfig):
     elites_kept: int = Field(0, ge=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     scope_moves: float = Field(0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _rank_with_pg(self):
+        if self.advantage == "rank" and self.policy_update != "pg":
+            raise ValueError(f"advantage 'rank': only with policy_update 'pg' (got {self.policy_update!r}; with PPO's "
+                             "adaptive KL penalty it diverged)")
+        return self
 
 
 # placer.post_ablations

@@ -75,3 +75,38 @@ def test_post_replays_its_placement_log(tmp_path):
     assert again.calls == 0 and second.step_times == first.step_times
     with pytest.raises(ValueError, match="other settings"):
         run_post(CountingEnv(), PostConfig(budget=72, seed=1, failing_time_s=1.0), log_path=log)
+
+
+def test_rank_advantages_are_centred_ranks_in_half_units():
+    from placer.post import rank_advantage
+
+    a = rank_advantage(np.array([3.0, 1.0, 200.0, 2.0, 2.0]))  # an OOM placement at 200 s
+    assert a.tolist() == pytest.approx([-0.25, 0.5, -0.5, 0.125, 0.125])
+    assert rank_advantage(np.array([5.0])).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("advantage, bounded", [("seconds", False), ("rank", True)])
+def test_one_oom_placement_moves_pgs_tables_by_its_seconds_unless_ranked(advantage, bounded):
+    """``pg`` with the paper's advantage in seconds takes one step of learning rate 1 on ``b - T``: an OOM
+    placement at the failing time (100 s here) moves the tables by tens and the distributions collapse;
+    with ``advantage="rank"`` every step is at most ``lr * 0.5`` per decision."""
+    from placer.configs import PGConfig
+    from placer.post_ablations import PGLearner
+
+    env = CountingEnv()
+    learner = PGLearner(env, PGConfig(budget=24, seed=0, failing_time_s=100.0, advantage=advantage))
+    samples = learner.sample(12)
+    times = np.full(12, 5e-3)
+    oom = np.zeros(12, dtype=bool)
+    oom[3] = True
+    before = learner.u.clone()
+    learner.update(samples, times, oom)
+    moved = float((learner.u - before).abs().max())
+    assert (moved <= 0.5) if bounded else (moved > 5.0)
+
+
+def test_rank_advantages_are_refused_with_ppo():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="advantage 'rank': only with policy_update 'pg'"):
+        PostConfig(advantage="rank")
