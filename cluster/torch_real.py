@@ -39,9 +39,8 @@ chunk of its heap before it maps new memory (mallopt(3): the heap grows below th
 threshold, which rises to 32 MiB as mapped chunks are freed; this is the main arena's ``brk`` heap,
 which keeps freed memory below a live chunk; a thread on another arena gets heaps of at most 64 MiB
 that glibc trims). In a process that ran other steps before, such chunks hold hundreds of MB already
-faulted in, and a copy of 98 MiB into them took 12 ms
-on this machine's CPU, 0 page faults; in a new process 46 ms and 25,089 faults (one a 4 KiB page, each
-zeroed by the kernel). So a measurement can depend on what this process ran before it: on the lent
+faulted in, and a copy of 98 MiB into them took 12 ms on the development machine's CPU, 0 page faults;
+in a new process 46 ms and 25,089 faults (one a 4 KiB page, each zeroed by the kernel). So a measurement can depend on what this process ran before it: on the lent
 GPUs ResNet-50's ``cpu_last`` took 0.53-0.59 s inside ``benchmarks/gpu_truth.py`` after GPT-2's
 placements and 1.30 s in a process of its own. Each record keeps the minor page faults of each timed
 step (``page_faults``), and ``isolate=True`` measures each placement in a process of its own, which is
@@ -445,7 +444,6 @@ def _measure_in_child(kwargs: dict, group_placement: np.ndarray, steps: int, war
     """The body of an isolated measurement, in the child process
     ([`TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment] with ``isolate=True``)."""
     return TorchRealEnvironment(**kwargs).run(group_placement, steps, warmup)
-
 
 
 class TorchRealEnvironment:
