@@ -218,9 +218,9 @@ def load_spec(name: str):
 
 def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None, models: list[str],
         partial: str | None = None, only_rules: list[str] | None = None, with_copies: bool = True,
-        isolate: bool = False) -> dict:
+        isolate: bool = False, host_memory: str = "default") -> dict:
     """The whole measurement (module docstring) -> the JSON object; ``isolate``: each CPU+GPU placement
-    in a process of its own (``--isolate``)."""
+    in a process of its own (``--isolate``); ``host_memory``: theirs (``--host-memory``)."""
     import numpy as np
     import torch
 
@@ -247,6 +247,7 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
         "device": torch.cuda.get_device_name(0) if form == "gpu" else platform.processor() or platform.machine(),
         "torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
         "repeats": repeats, "warmup": warmup, "date": time.strftime("%Y-%m-%d"), "isolated": isolate,
+        "host_memory": host_memory,
         "models": {}, "placements": {}, "copies": [],
     }
     for model in models:
@@ -258,7 +259,7 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
                                     devices=devices, time_limit_s=60.0)
         mixed_env = TorchRealEnvironment(prepared, spec, grouping=units, repeats=repeats, warmup=warmup,
                                          devices=devices, time_limit_s=60.0, threads=threads,
-                                         isolate=isolate) if isolate else real
+                                         isolate=isolate, host_memory=host_memory) if isolate else real
         L = prepared.benchmark.num_layers(prepared.config)
         entry: dict = {"size": sizes[model], "ops": prepared.graph.num_ops, "layers": L, "rows": []}
         # single device: eager and placed, and the simulated
@@ -301,7 +302,8 @@ def run(form: str, cluster: str, repeats: int, warmup: int, threads: int | None,
                    "cpu_op_index": [int(i) for i in np.flatnonzero(units.expand(gp) == cpu)],
                    "cross_edges": copies_n, "real_s": m.step_time_s, "real_iqr_s": m.iqr_s, "real_times_s": m.step_times_s,
                    "oom": m.oom, "failure": m.failure, "sim_s": sm.simulated_step_time_s,
-                   "page_faults_per_step": m.page_faults_per_step, "isolated": m.isolated}
+                   "page_faults_per_step": m.page_faults_per_step, "isolated": m.isolated,
+                   "host_memory": m.host_memory}
             if m.step_time_s and sm.simulated_step_time_s:
                 row["sim_over_real"] = sm.simulated_step_time_s / m.step_time_s
             entry["rows"].append(row)
@@ -530,6 +532,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", default=None)
     ap.add_argument("--rules", default=None, help="comma-separated placements of PLACEMENTS (default: the form's)")
     ap.add_argument("--no-copies", action="store_true", help="skip the copy micro-benchmark")
+    ap.add_argument("--host-memory", choices=("default", "reuse"), default="default",
+                    help="the CPU+GPU placements' host memory (cluster.torch_real.reuse_host_memory); reuse needs "
+                         "--isolate (it would change this process for good)")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                     help="measure each CPU+GPU placement in a process of its own (default: with --form gpu)")
     ap.add_argument("--profile", default=None, metavar="RULE",
@@ -560,9 +565,12 @@ def main(argv: list[str] | None = None) -> dict:
     if form == "gpu" and not torch.cuda.is_available():
         ap.error("--form gpu: no CUDA device here")
     repeats = args.repeats or (3 if form == "gpu" else 2)
+    isolate = form == "gpu" if args.isolate is None else args.isolate
+    if args.host_memory == "reuse" and not isolate:
+        ap.error("--host-memory reuse: needs --isolate (in this process it would change every later measurement)")
     result = run(form, args.cluster, repeats, args.warmup, args.threads, args.models.split(","), args.json,
                  args.rules.split(",") if args.rules else None, not args.no_copies,
-                 form == "gpu" if args.isolate is None else args.isolate)
+                 isolate, args.host_memory)
     print(table(result), file=sys.stderr)
     text = json.dumps(result, indent=1, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o))
     if args.json:

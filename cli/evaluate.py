@@ -10,13 +10,14 @@ from cli.options import CacheDir, Cluster, Env, IntBound, Json, OutDir, graph_fl
 
 
 REAL_FLAGS = {"repeats": "--repeats", "warmup": "--warmup", "seed": "--seed", "threads": "--threads",
-              "time_limit_s": "--time-limit", "soft_placement": "--soft-placement", "isolate": "--isolate"}
+              "time_limit_s": "--time-limit", "soft_placement": "--soft-placement", "isolate": "--isolate",
+              "host_memory": "--host-memory"}
 """The [`cluster.environment.EnvOptions`][cluster.environment.EnvOptions] field each ``--env real`` flag sets."""
 
 TF_ONLY = ("soft_placement",)
 """Real options only TensorFlow's real environment reads ([`cluster.real.RealEnvironment`][cluster.real.RealEnvironment])."""
 
-TORCH_ONLY = ("threads", "time_limit_s", "isolate")
+TORCH_ONLY = ("threads", "time_limit_s", "isolate", "host_memory")
 """Real options only a PyTorch step's real environment reads (TensorFlow's would ignore them)."""
 
 
@@ -75,6 +76,8 @@ def evaluate_command(
     soft_placement: bool = typer.Option(False, "--soft-placement", help="with --env real, a TensorFlow graph: move ops that "
                                                                        "have no kernel on their device to the CPU instead of failing"),
     isolate: bool = typer.Option(False, "--isolate", help="with --env real, a PyTorch step: measure in a process of its own"),
+    host_memory: str = typer.Option(None, "--host-memory", help="with --env real, a PyTorch step: default | reuse "
+                                                                "(glibc keeps freed host memory)"),
     cache_dir: CacheDir = None,
     out_dir: OutDir = None,
     json_path: Json = None,
@@ -94,7 +97,8 @@ def evaluate_command(
     except ValueError as exc:
         _fail(str(exc))
     given = {"repeats": repeats, "warmup": warmup, "seed": seed, "threads": threads, "time_limit_s": time_limit,
-             "soft_placement": True if soft_placement else None, "isolate": True if isolate else None}
+             "soft_placement": True if soft_placement else None, "isolate": True if isolate else None,
+             "host_memory": host_memory}
     if env != "real":
         extra = [REAL_FLAGS[k] for k, v in given.items() if v is not None]
         if extra:
@@ -104,6 +108,8 @@ def evaluate_command(
             _fail(f"{name} must be at least {least}, got {value}")
     if time_limit is not None and not time_limit > 0:
         _fail(f"--time-limit must be positive, got {time_limit}")
+    if host_memory is not None and host_memory not in ("default", "reuse"):
+        _fail(f"unknown --host-memory value {host_memory!r}; valid: 'default' or 'reuse'")
     try:
         placed = read_placement(placement)
         if isinstance(placed, str):

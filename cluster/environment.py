@@ -114,6 +114,8 @@ class EnvOptions(BaseModel):
         time_limit_s: ``real``, a PyTorch step: seconds a step may take before the placement fails.
         isolate: ``real``, a PyTorch step: measure each placement in a process of its own
             ([`cluster.torch_real.TorchRealEnvironment`][cluster.torch_real.TorchRealEnvironment]).
+        host_memory: ``real``, a PyTorch step: ``default`` or ``reuse`` (glibc keeps freed host memory:
+            [`cluster.torch_real.reuse_host_memory`][cluster.torch_real.reuse_host_memory]).
         seed: ``real``: seed of the synthetic inputs (and a PyTorch step's weights).
         int_bounds, devices: ``real``: see [`cluster.real.RealEnvironment`][cluster.real.RealEnvironment] (``int_bounds``
             over the prepared graph's own, [`compgraph.prepare.PreparedGraph.int_bounds`][compgraph.prepare.PreparedGraph.int_bounds]);
@@ -133,6 +135,7 @@ class EnvOptions(BaseModel):
     threads: int | None = None
     time_limit_s: float | None = None
     isolate: bool = False
+    host_memory: str = "default"
     seed: int = 0
     int_bounds: dict[str, int] | None = None
     devices: list[str] | None = None

@@ -71,7 +71,7 @@ def make_environment(kind: str, prepared, spec: ClusterSpec, options: EnvOptions
                                         seed=opts.seed, threads=opts.threads, time_limit_s=opts.time_limit_s,
                                         int_bounds={**(getattr(prepared, "int_bounds", None) or {}),
                                                     **(opts.int_bounds or {})},
-                                        devices=opts.devices, isolate=opts.isolate)
+                                        devices=opts.devices, isolate=opts.isolate, host_memory=opts.host_memory)
     graph_def = getattr(prepared, "graph_def", None)
     if graph_def is None:
         raise ValueError(f"env {kind!r}: needs the TensorFlow GraphDef of the graph (a benchmark or --graph-def)")

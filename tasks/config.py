@@ -107,12 +107,18 @@ class RealOptions(_Section):
     isolate: bool = Field(False, description="a PyTorch step: measure each placement in a process of its own, so "
                                              "that what ran before in this process (glibc's heap) cannot change it; "
                                              "costs seconds a placement")
+    host_memory: Literal["default", "reuse"] = Field("default", description="a PyTorch step: 'reuse' has glibc keep "
+                                                     "freed host memory and map nothing anew, so copies to the host "
+                                                     "stop paying for new pages after the warm-up (a named option; "
+                                                     "default: PyTorch's and glibc's own)")
 
     def env_options(self) -> dict:
         """The options of [`cluster.factory.make_environment`][cluster.factory.make_environment] for ``env: real`` (only those given)."""
         out: dict = {"soft_placement": True} if self.soft_placement else {}
         if self.isolate:
             out["isolate"] = True
+        if self.host_memory != "default":
+            out["host_memory"] = self.host_memory
         for name in ("repeats", "warmup", "threads", "time_limit_s"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
@@ -261,6 +267,8 @@ class ExperimentConfig(_FormModel):
                                      "(10 steps, the first dropped: 2017 Sec. 3.4)")
             if self.real.isolate:
                 raise ValueError("real.isolate: for a PyTorch step; a TensorFlow graph is measured in this process")
+            if self.real.host_memory != "default":
+                raise ValueError("real.host_memory: for a PyTorch step")
         for m in self.resolved_methods:
             problem = BASELINES[m].problem(spec, user) if m in BASELINES else None
             if problem:

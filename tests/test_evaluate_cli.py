@@ -112,6 +112,9 @@ def test_real_measurement_has_its_step_times_and_spread(graph, tmp_path):
     (["--placement", "single:/gpu:0", "--env", "nope"], "unknown --env value 'nope'"),
     (["--placement", "single:/gpu:0", "--cluster", "nope"], "unknown cluster 'nope'"),
     (["--placement", "single:/gpu:0", "--env", "real", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--placement", "single:/gpu:0", "--isolate"], "--isolate: only with --env real"),
+    (["--placement", "single:/gpu:0", "--env", "real", "--host-memory", "keep"],
+     "unknown --host-memory value 'keep'; valid: 'default' or 'reuse'"),
 ])
 def test_bad_input_before_the_graph_is_one_line(args, needle, tmp_path):
     (tmp_path / "notjson.json").write_text("{devices")

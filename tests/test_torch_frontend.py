@@ -240,8 +240,8 @@ def test_a_torch_step_runs_for_real_on_the_devices_it_has_and_never_in_grappler(
                               methods=["single_gpu"], real={"repeats": 3, "threads": 1})
     assert config.real.env_options() == {"repeats": 3, "threads": 1}
     isolated = ExperimentConfig(source={"kind": "torch", "spec": "m:f"}, env="real", cluster="cpu4",
-                                methods=["single_gpu"], real={"isolate": True})
-    assert isolated.real.env_options() == {"isolate": True}
+                                methods=["single_gpu"], real={"isolate": True, "host_memory": "reuse"})
+    assert isolated.real.env_options() == {"isolate": True, "host_memory": "reuse"}
     try:
         import torch
 
@@ -258,6 +258,8 @@ def test_a_torch_step_runs_for_real_on_the_devices_it_has_and_never_in_grappler(
         ExperimentConfig(env="real", cluster="cpu4", methods=["single_cpu"], real={"threads": 2})
     with pytest.raises(ValidationError, match="real.isolate: for a PyTorch step"):
         ExperimentConfig(env="real", cluster="cpu4", methods=["single_cpu"], real={"isolate": True})
+    with pytest.raises(ValidationError, match="real.host_memory: for a PyTorch step"):
+        ExperimentConfig(env="real", cluster="cpu4", methods=["single_cpu"], real={"host_memory": "reuse"})
 
 
 def test_backward_ops_are_named_without_autograds_own_mark(monkeypatch):

@@ -260,8 +260,11 @@ if __name__ == "__main__":
     keep = leave_heap_history(1 << 30)
     here = env.measure(gp)
     isolated = make_environment("real", prepared, load_cluster("k80x2"), {**options, "isolate": True}).measure(gp)
+    reused = make_environment("real", prepared, load_cluster("k80x2"),
+                              {**options, "repeats": 3, "isolate": True, "host_memory": "reuse"}).measure(gp)
     print(json.dumps({"here": here.log_fields() | {"losses": here.losses},
-                      "isolated": isolated.log_fields() | {"losses": isolated.losses}}))
+                      "isolated": isolated.log_fields() | {"losses": isolated.losses},
+                      "reused": reused.log_fields() | {"losses": reused.losses}}))
 '''
 
 
@@ -291,3 +294,15 @@ def test_an_isolated_measurement_pays_for_host_pages_whatever_ran_before(tmp_pat
     assert here["page_faults_per_step"] < 0.5 * pages  # the heap's pages reused
     assert isolated["page_faults_per_step"] > 4 * pages  # several new tensors of 36 MiB, every page faulted in
     assert isolated["losses"] == pytest.approx(here["losses"], rel=1e-6)
+    # host_memory="reuse" (glibc keeps freed memory, maps nothing anew): after the warm-up the same
+    # process-of-its-own measurement reuses most pages; the same losses
+    reused = out["reused"]
+    assert reused["isolated"] and reused["host_memory"] == "reuse" and isolated["host_memory"] == "default"
+    assert reused["page_faults_per_step"] < 0.5 * pages
+    assert reused["losses"][:3] == pytest.approx(here["losses"][:3], rel=1e-6)
+
+
+def test_host_memory_is_checked_by_name():
+    prepared = prepare_source(BenchmarkSource(model="resnet50_torch", size="small"))
+    with pytest.raises(ValueError, match="host_memory: 'keep'; valid: default, reuse"):
+        TorchRealEnvironment(prepared, load_cluster("cpu4"), host_memory="keep")
