@@ -145,7 +145,7 @@ def experiment(
                 "policy_device": policy_device, "async_updates": async_updates, "address": ray_address},
         "real": {"soft_placement": soft_placement, "int_bounds": parse_int_bounds(int_bound), "repeats": repeats,
                  "warmup": warmup, "threads": threads, "time_limit_s": time_limit, "isolate": isolate,
-                 "host_memory": host_memory},
+                 "host_memory": host_memory or "default"},
         "tracking": {"out_dir": out_dir, "tracking_uri": tracking_uri, "cache_dir": cache_dir, "spool": spool,
                      "resume": resume},
     }
