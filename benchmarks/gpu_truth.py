@@ -532,7 +532,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--json", default=None)
     ap.add_argument("--rules", default=None, help="comma-separated placements of PLACEMENTS (default: the form's)")
     ap.add_argument("--no-copies", action="store_true", help="skip the copy micro-benchmark")
-    ap.add_argument("--host-memory", choices=("default", "reuse"), default="default",
+    from cluster.torch_real import HOST_MEMORY
+
+    ap.add_argument("--host-memory", choices=HOST_MEMORY, default="default",
                     help="the CPU+GPU placements' host memory (cluster.torch_real.reuse_host_memory); reuse needs "
                          "--isolate (it would change this process for good)")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,

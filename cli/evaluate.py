@@ -108,8 +108,10 @@ def evaluate_command(
             _fail(f"{name} must be at least {least}, got {value}")
     if time_limit is not None and not time_limit > 0:
         _fail(f"--time-limit must be positive, got {time_limit}")
-    if host_memory is not None and host_memory not in ("default", "reuse"):
-        _fail(f"unknown --host-memory value {host_memory!r}; valid: 'default' or 'reuse'")
+    from cluster.torch_real import HOST_MEMORY
+
+    if host_memory is not None and host_memory not in HOST_MEMORY:
+        _fail(f"unknown --host-memory value {host_memory!r}; valid: {' or '.join(map(repr, HOST_MEMORY))}")
     try:
         placed = read_placement(placement)
         if isinstance(placed, str):

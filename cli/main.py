@@ -107,7 +107,7 @@ def experiment(
     threads: int = typer.Option(None, help="with --env real, a PyTorch step: torch.set_num_threads while measuring (default: torch's), recorded"),
     time_limit: float = typer.Option(None, "--time-limit", help="with --env real, a PyTorch step: seconds a step may take before the placement fails (default 300)"),
     isolate: bool = typer.Option(False, "--isolate", help="with --env real, a PyTorch step: measure each placement in a process of its own (what ran before cannot change it; seconds a placement)"),
-    host_memory: str = typer.Option(None, "--host-memory", help="with --env real, a PyTorch step: default | reuse (glibc keeps freed host memory, so copies to the host stop paying for new pages)"),
+    host_memory: str = typer.Option("default", "--host-memory", help="with --env real, a PyTorch step: default | reuse (glibc keeps freed host memory, so copies to the host stop paying for new pages)"),
     controllers: int = typer.Option(0, help="every learner on Ray: this many controllers, workers and a parameter server (2017 Sec. 3.4); 0: in-process"),
     workers: int = typer.Option(0, help="with --controllers: measuring worker actors, one placement each at a time (0: K per controller)"),
     gpus_per_worker: float = typer.Option(0, help="with --controllers: GPUs each worker asks Ray for and sees (--env real on GPUs: the cluster's GPU count)"),
@@ -145,7 +145,7 @@ def experiment(
                 "policy_device": policy_device, "async_updates": async_updates, "address": ray_address},
         "real": {"soft_placement": soft_placement, "int_bounds": parse_int_bounds(int_bound), "repeats": repeats,
                  "warmup": warmup, "threads": threads, "time_limit_s": time_limit, "isolate": isolate,
-                 "host_memory": host_memory or "default"},
+                 "host_memory": host_memory},
         "tracking": {"out_dir": out_dir, "tracking_uri": tracking_uri, "cache_dir": cache_dir, "spool": spool,
                      "resume": resume},
     }

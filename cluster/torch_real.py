@@ -40,9 +40,10 @@ threshold, which rises to 32 MiB as mapped chunks are freed; this is the main ar
 which keeps freed memory below a live chunk; a thread on another arena gets heaps of at most 64 MiB
 that glibc trims). In a process that ran other steps before, such chunks hold hundreds of MB already
 faulted in, and a copy of 98 MiB into them took 12 ms on the development machine's CPU, 0 page faults;
-in a new process 46 ms and 25,089 faults (one a 4 KiB page, each zeroed by the kernel). So a measurement can depend on what this process ran before it: on the lent
-GPUs ResNet-50's ``cpu_last`` took 0.53-0.59 s inside ``benchmarks/gpu_truth.py`` after GPT-2's
-placements and 1.30 s in a process of its own. Each record keeps the minor page faults of each timed
+in a new process 46 ms and 25,089 faults (one a 4 KiB page, each zeroed by the kernel). So a
+measurement can depend on what this process ran before it: on the lent GPUs ResNet-50's ``cpu_last``
+took 0.53-0.59 s inside ``benchmarks/gpu_truth.py`` after GPT-2's placements and 1.30 s in a process
+of its own. Each record keeps the minor page faults of each timed
 step (``page_faults``), and ``isolate=True`` measures each placement in a process of its own, which is
 what a training run of that placement pays. ``host_memory="reuse"`` (a named option, not PyTorch's
 default) tells glibc to keep freed memory and never map a large tensor anew
@@ -200,6 +201,13 @@ HOST_MEMORY = ("default", "reuse")
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # mallopt(3)'s parameter numbers (glibc's malloc.h)
 
 
+def has_glibc() -> bool:
+    """This process's C library is glibc (whose ``malloc`` the "Host memory" paragraph describes)."""
+    import platform
+
+    return platform.libc_ver()[0] == "glibc"
+
+
 def reuse_host_memory() -> bool:
     """Make this process's glibc ``malloc`` keep what is freed and serve every request from its heap:
     ``mallopt(M_MMAP_MAX, 0)`` (no allocation gets a new ``mmap``, whose pages the kernel would fault in
@@ -213,9 +221,8 @@ def reuse_host_memory() -> bool:
     """
     import ctypes
     import ctypes.util
-    import platform
 
-    if platform.libc_ver()[0] != "glibc":
+    if not has_glibc():
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -539,7 +546,7 @@ class TorchRealEnvironment:
         self.isolate = bool(isolate)
         if host_memory not in HOST_MEMORY:
             raise ValueError(f"host_memory: {host_memory!r}; valid: {', '.join(HOST_MEMORY)}")
-        if host_memory == "reuse" and __import__("platform").libc_ver()[0] != "glibc":
+        if host_memory == "reuse" and not has_glibc():
             raise ValueError("host_memory 'reuse': needs glibc's malloc, which this platform does not use")
         self.host_memory = host_memory
         self._step: Any = None

@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 
 from cluster.factory import make_environment  # noqa: E402
 from cluster.spec import load_cluster  # noqa: E402
-from cluster.torch_real import (DeviceUnavailableError, TorchRealEnvironment, int_input_bounds, load_step,  # noqa: E402
-                                spread, step_tensors, torch_devices)
+from cluster.torch_real import (DeviceUnavailableError, TorchRealEnvironment, has_glibc,  # noqa: E402
+                                int_input_bounds, load_step, spread, step_tensors, torch_devices)
 from compgraph.frontends import BenchmarkSource, TorchSource, prepare_source  # noqa: E402
 from compgraph.torch_step import UNMARKED_WRITES, node_writes, placed_module  # noqa: E402
 
@@ -268,7 +268,7 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's heap")
+@pytest.mark.skipif(not has_glibc(), reason="glibc's heap")
 def test_an_isolated_measurement_pays_for_host_pages_whatever_ran_before(tmp_path):
     """In a process whose heap holds freed memory (as after other placements' steps), a step's new
     36 MiB tensors land in pages already faulted in; measured in a process of its own (``isolate``), the
