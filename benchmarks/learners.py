@@ -105,11 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     from baselines.report import run_baselines
     from cluster.factory import make_environment
     from cluster.spec import load_cluster
-    from compgraph.grouping import colocation_grouping
     from compgraph.prepare import prepare
     from placer import LEARNERS
     from placer.search import run_search
-    from tasks.search import warm_start_config
+    from tasks.search import learner_grouping, warm_start_config
 
     torch.set_num_threads(1)
     methods = {m: (m, {}) for m in (args.methods.split(",") if args.methods else LEARNERS)}
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         starts: dict = {}  # the warm-started learners' start (placer.warm): the best baseline, resolved once a graph
         for label, (name, options) in methods.items():
             cls = LEARNERS[name]
-            grouping = colocation_grouping(prepared.graph) if cls.units == "colocation" else None
+            grouping = learner_grouping(name, prepared, cls.Config(**options))
             env = make_environment("sim", prepared, spec, grouping=grouping)
             budget = budgets.get(label, args.budget)
             for seed in seeds:

@@ -32,10 +32,10 @@ def main() -> None:
 
     from cluster.factory import make_environment
     from cluster.spec import load_cluster
-    from compgraph.grouping import colocation_grouping
     from compgraph.prepare import prepare
     from placer import LEARNERS
     from placer.search import run_search
+    from tasks.search import learner_grouping
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--learners", default=",".join(LEARNERS))
@@ -60,10 +60,9 @@ def main() -> None:
         prepared = prepare(model, args.size, grouper="2017", cache_dir=args.cache_dir)
         for name in args.learners.split(","):
             cls = LEARNERS[name]
-            grouping = colocation_grouping(prepared.graph) if cls.units == "colocation" else None
-            env = make_environment("sim", prepared, spec, grouping=grouping)
             budget = budgets.get(name, args.budget)
             options = overrides.get(name, {})
+            env = make_environment("sim", prepared, spec, grouping=learner_grouping(name, prepared, cls.Config(**options)))
             learner = cls(env, cls.Config(budget=budget, seed=args.seed, **options))
             cpu, wall = time.process_time(), time.perf_counter()
             r = run_search(learner, env)

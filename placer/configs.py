@@ -466,6 +466,14 @@ class EagleConfig(LearnerConfig):
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
             (times the placement's static memory load).
+
+    Named option for what the grouper groups (in no paper):
+        units: ``colocation`` (the TensorFlow colocation units, the finest that never splits a
+            colocation group: the paper's ops as near as they can be placed) or ``groups``: the
+            prepared co-location groups (the 2017 grouping, the units the softmax learners place).
+            Coarser units are fewer decisions: on the 6.7B decoder (``h100x8``), 359 groups against
+            3,917 units, where the paper's units end 1.26-1.34x the best known
+            (``docs/results.md``).
     """
 
     k: int = Field(10, ge=1)
@@ -494,6 +502,7 @@ class EagleConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
+    units: Literal["colocation", "groups"] = "colocation"
 
 
 # placer.eagle

@@ -13,7 +13,8 @@ whose [`Learner.units`][placer.learner.Learner.units] is ``"groups"`` places the
 ``"colocation"`` groups ops itself (Hierarchical Planner, EAGLE): the search gives it an
 environment whose grouping is the graph's TensorFlow colocation units
 ([`compgraph.grouping.colocation_units`][compgraph.grouping.colocation_units]: the finest grouping that never splits a
-colocation group), and its placements are over those units.
+colocation group), and its placements are over those units; EAGLE's named option ``units="groups"``
+places the co-location groups instead ([`learner_units`][placer.learner.learner_units]).
 
 Adding a learner: its pydantic config (defaults = the paper's, with an ``init`` field: ``WarmInit``)
 in [`placer.configs`][placer.configs], and its one entry in [`placer.configs.LEARNER_REGISTRY`][placer.configs.LEARNER_REGISTRY] (name ->
@@ -204,6 +205,14 @@ class Learner(ABC):
 
 LEARNERS: dict[str, type[Learner]] = {}
 """Method name -> learner class, filled by [`register`][placer.learner.register] when ``placer`` is imported."""
+
+
+def learner_units(cls: type[Learner], config: LearnerConfig | None = None) -> Literal["groups", "colocation"]:
+    """The units a learner of class ``cls`` with ``config`` places: ``config.units`` where its config has that
+    named option (EAGLE's, [`placer.configs.EagleConfig`][placer.configs.EagleConfig]), else the class's
+    [`Learner.units`][placer.learner.Learner.units]; ``config=None``: the paper's."""
+    units = getattr(config, "units", None)
+    return units if units in ("groups", "colocation") else cls.units
 
 
 def register(cls: type[Learner]) -> type[Learner]:

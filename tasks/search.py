@@ -22,7 +22,7 @@ from compgraph.grouping import colocation_grouping
 from compgraph.ir import Grouping
 from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
-from placer.learner import LearnerConfig
+from placer.learner import LearnerConfig, learner_units
 from placer.distributed import RaySettings, ray_controllers
 from placer.search import SearchResult, run_name, run_search
 from placer.warm import fits_units, is_warm, warm_label
@@ -37,10 +37,11 @@ def environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_o
     return make_environment(env_kind, prepared, spec, env_options, grouping=grouping)
 
 
-def learner_grouping(method: str, prepared: PreparedGraph) -> Grouping:
-    """The units ``method`` places: the prepared groups, or the colocation units for a
-    learner that groups ops itself (``units == "colocation"``)."""
-    if LEARNERS[method].units == "colocation":
+def learner_grouping(method: str, prepared: PreparedGraph, config: LearnerConfig | None = None) -> Grouping:
+    """The units ``method`` with ``config`` (``None``: its paper's) places: the prepared groups, or the
+    colocation units for a learner that groups ops itself ([`placer.learner.learner_units`][placer.learner.learner_units]
+    ``"colocation"``)."""
+    if learner_units(LEARNERS[method], config) == "colocation":
         return colocation_grouping(prepared.graph)
     return prepared.grouping
 
@@ -321,7 +322,7 @@ def learner_search(
         raise ValueError(f"learner: unknown learner {method!r}; valid: {', '.join(sorted(LEARNERS))}")
     if is_warm(config) and config.init_ops is None:
         config, _ = warm_start_config(method, config, prepared, spec, env_kind, env_options)
-    units = learner_grouping(method, prepared)
+    units = learner_grouping(method, prepared, config)
     settings = ray_settings(ray, method, log_path)
     if settings is None:
         env = environment(prepared, spec, env_kind, env_options, units)
@@ -451,7 +452,7 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None
         distributed = ray.distributes(method)
-        units = learner_grouping(method, prepared)
+        units = learner_grouping(method, prepared, config)
         say(f"search {method}: {config.budget} placements" + (f" on Ray ({ray.controllers} controllers)" if distributed
                                                               else "") + (", resuming" if resume else "") + " ...")
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -467,7 +468,7 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
         # this process's CPU seconds (the policy, the simulator, the placement log, MLflow and progress;
         # on Ray the workers' and controllers' CPU is not in it) and the placements per CPU-second
         params = {**config.model_dump(), "failing_signal": found.failing_signal, "paper": LEARNERS[method].paper,
-                  "units": LEARNERS[method].units, "controllers": ray.controllers if distributed else 0,
+                  "units": learner_units(LEARNERS[method], config), "controllers": ray.controllers if distributed else 0,
                   "search_wall_s": round(wall, 3), "search_cpu_s": round(cpu, 3),
                   "placements_per_cpu_s": round(found.measured / cpu, 2) if cpu > 0 and found.measured else None}
         if distributed:

@@ -286,3 +286,36 @@ def test_hierarchical_placer_scores_its_samples(attention_size):
     actions, noise, logp = placer.sample(x, torch.Generator().manual_seed(1), noise_std=0.5)
     scored, ent = placer.score(x, actions, noise)
     assert torch.allclose(scored, logp, atol=1e-5) and (ent > 0).all()
+
+
+def test_eagle_units_groups_places_the_prepared_groups(monkeypatch, rnnlm_small, k80x2, tmp_path):
+    """EAGLE's named option ``units="groups"``: the experiment's search gives it the prepared (2017) groups,
+    not the colocation units, records it, and its placement is over those groups; the paper's units stay
+    the default, and a learner without the option keeps its own."""
+    from pydantic import ValidationError
+    from prefect.utilities.annotations import quote
+
+    import tasks.search as ts
+    from placer.configs import EagleConfig
+    from tasks.config import ExperimentConfig
+
+    units = colocation_grouping(rnnlm_small.graph)
+    assert units.num_groups != rnnlm_small.grouping.num_groups
+    assert ts.learner_grouping("eagle", rnnlm_small).num_groups == units.num_groups
+    assert ts.learner_grouping("eagle", rnnlm_small, EagleConfig(units="groups")) is rnnlm_small.grouping
+    assert ts.learner_grouping("hierarchical", rnnlm_small).num_groups == units.num_groups
+    assert ts.learner_grouping("post", rnnlm_small) is rnnlm_small.grouping
+    with pytest.raises(ValidationError, match="units"):
+        EagleConfig(units="ops")
+
+    search = ts.learner_search.fn
+    monkeypatch.setattr(ts, "learner_search", lambda *a, **k: search(
+        *[x.unquote() if isinstance(x, quote) else x for x in a], **k))
+    config = ExperimentConfig(methods=["eagle"], budget=10, tracking={"out_dir": str(tmp_path)},
+                              learners={"eagle": {**SMALL["eagle"], "units": "groups"}})
+    found = ts.learner_searches(config, rnnlm_small, k80x2)
+    assert found.method_params["eagle"]["units"] == "groups"
+    assert found.groupings["eagle"] is rnnlm_small.grouping
+    assert len(found.placements["eagle"]) == rnnlm_small.grouping.num_groups
+    results, _ = ts.evaluate.fn(rnnlm_small, k80x2, "sim", found.placements, None, found.groupings)
+    assert results["eagle"]["step_time_s"] == pytest.approx(found.curves["eagle"][-1]["best_step_time_s"])
