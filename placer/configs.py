@@ -471,9 +471,10 @@ class EagleConfig(LearnerConfig):
         units: ``colocation`` (the TensorFlow colocation units, the finest that never splits a
             colocation group: the paper's ops as near as they can be placed) or ``groups``: the
             prepared co-location groups (the 2017 grouping, the units the softmax learners place).
-            Coarser units are fewer decisions: on the 6.7B decoder (``h100x8``), 359 groups against
-            3,917 units, where the paper's units end 1.26-1.34x the best known
-            (``docs/results.md``).
+            Coarser units are fewer decisions: on the 6.7B decoder (``h100x8``; 359 groups against
+            3,917 units) EAGLE with ``scope_moves`` ends 1.03x the best known over the groups against
+            1.29-1.34x over the units; on the paper graphs the groups cost 2.5-10% (``docs/results.md``,
+            "EAGLE over the co-location groups").
     """
 
     k: int = Field(10, ge=1)
