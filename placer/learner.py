@@ -211,8 +211,7 @@ def learner_units(cls: type[Learner], config: LearnerConfig | None = None) -> Li
     """The units a learner of class ``cls`` with ``config`` places: ``config.units`` where its config has that
     named option (EAGLE's, [`placer.configs.EagleConfig`][placer.configs.EagleConfig]), else the class's
     [`Learner.units`][placer.learner.Learner.units]; ``config=None``: the paper's."""
-    units = getattr(config, "units", None)
-    return units if units in ("groups", "colocation") else cls.units
+    return getattr(config, "units", None) or cls.units
 
 
 def register(cls: type[Learner]) -> type[Learner]:
