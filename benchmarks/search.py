@@ -31,6 +31,7 @@ def main() -> None:
     import torch
 
     from cluster.factory import make_environment
+    from cluster.fast_simulator import load_kernel
     from cluster.spec import load_cluster
     from compgraph.prepare import prepare
     from placer import LEARNERS
@@ -54,6 +55,7 @@ def main() -> None:
 
     overrides = parse_learner_options(args.set, args.learners.split(","), 1, 0, ap.error)
     spec = load_cluster(args.cluster)
+    load_kernel(spec)  # numba's compiled simulator, before the first search's CPU-seconds
     out = {"cluster": spec.name, "size": args.size, "seed": args.seed, "torch_threads": 1,
            "load_avg_1m_at_start": os.getloadavg()[0], "runs": []}
     for model in args.models.split(","):

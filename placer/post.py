@@ -71,9 +71,54 @@ def rank_advantage(step_times_s: np.ndarray) -> np.ndarray:
     return 0.5 - (rankdata(t) - 1.0) / (t.size - 1)
 
 
-def _kl(p_old: torch.Tensor, logp_new: torch.Tensor) -> torch.Tensor:
-    """Per-group KL(old || new), ``[G]``."""
-    return (p_old * (torch.log(p_old.clamp_min(1e-12)) - logp_new)).sum(dim=1)
+def _kl(p_old: np.ndarray, logp_new: np.ndarray) -> np.ndarray:
+    """Per-group KL(old || new), ``[G]`` (``p_old`` and ``logp_new`` ``[G, D]``)."""
+    return (p_old * (np.log(np.maximum(p_old, 1e-12)) - logp_new)).sum(axis=1)
+
+
+def _log_softmax(u: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of ``[G, D]`` logits."""
+    z = u - u.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
+def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv: np.ndarray, beta: float,
+                          rule: str) -> tuple[float, np.ndarray]:
+    """Post's policy objective at logits ``u`` and its gradient in closed form (Sec. 3.3, Eq. 11).
+
+    ``rule="ppo"``: ``J = 1/K sum_n sum_m r_m(n) A_n - beta sum_m KL(f(.|u_m old) || f(.|u_m))``,
+    ``r_m(n) = f(d_nm | u_m) / f(d_nm | u_m old)``; ``rule="pg"``: ``J = 1/K sum_n A_n sum_m log f(d_nm | u_m)``.
+    With ``l = log_softmax(u)``: ``dJ/dl_mj = 1/K sum_{n: d_nm = j} A_n r_m(n) + beta p_old_mj`` (PPO; ``A_n / K``
+    for PG), and ``dJ/du_mj = dJ/dl_mj - f(j | u_m) sum_i dJ/dl_mi``: the same gradient as autograd
+    through ``torch.log_softmax`` (``tests/test_post.py`` checks it against autograd), without
+    autograd's cost per step (0.6 ms on nmt's ``[502, 5]`` logits, against about 0.1 ms).
+
+    Args:
+        u: ``[G, D]`` float64 logits.
+        p_old: ``[G, D]`` the distributions the batch was sampled from.
+        idx: ``[G, K]`` int64, the device of group ``m`` in sample ``n``.
+        adv: ``[K]`` float64 advantages.
+        beta: the KL coefficient (PPO only).
+        rule: ``"ppo"`` or ``"pg"``.
+    Returns:
+        ``(J, dJ/du)``: a float and ``[G, D]`` float64.
+    """
+    logp = _log_softmax(u)
+    k = idx.shape[1]
+    sel = np.take_along_axis(logp, idx, axis=1)  # [G, K]
+    if rule == "ppo":
+        ratio = np.exp(sel) / np.take_along_axis(p_old, idx, axis=1)
+        weight = ratio * adv[None, :]
+        objective = float(weight.sum(axis=0).mean() - beta * _kl(p_old, logp).sum())
+    else:
+        weight = np.broadcast_to(adv[None, :], idx.shape)
+        objective = float((sel.sum(axis=0) * adv).mean())
+    dlogp = np.zeros_like(u)
+    for j in range(u.shape[1]):
+        dlogp[:, j] = np.where(idx == j, weight, 0.0).sum(axis=1) / k
+    if rule == "ppo":
+        dlogp += beta * p_old
+    return objective, dlogp - np.exp(logp) * dlogp.sum(axis=1, keepdims=True)
 
 
 @register
@@ -159,7 +204,7 @@ class PostLearner(Learner):
                 adv_np = adv_np / self.baseline
             elif config.advantage == "rank":
                 adv_np = rank_advantage(t_arr)
-            diagnostics.update(self._policy_step(torch.from_numpy(adv_np), torch.from_numpy(samples.placements)))
+            diagnostics.update(self._policy_step(np.asarray(adv_np, dtype=np.float64), np.asarray(samples.placements)))
         if ce_due:
             self.period_times, self.period_placements = [], []
         self.baseline = config.baseline_decay * self.baseline + (1 - config.baseline_decay) * float(t_arr.mean())
@@ -194,32 +239,27 @@ class PostLearner(Learner):
             mixed = config.smoothing * mixed + (1 - config.smoothing) * torch.softmax(self.u, dim=1).numpy()
         self.u = torch.log(torch.from_numpy(mixed).clamp_min(1e-6))
 
-    def _policy_step(self, adv: torch.Tensor, idx: torch.Tensor) -> dict[str, float]:
-        """PPO with the adaptive KL penalty (Eq. 11, ``ppo_steps`` steps) or one ``pg`` step; advantage ``[K]``."""
+    def _policy_step(self, adv: np.ndarray, placements: np.ndarray) -> dict[str, float]:
+        """PPO with the adaptive KL penalty (Eq. 11, ``ppo_steps`` steps) or one ``pg`` step; advantage ``[K]``,
+        placements ``[K, G]``; the gradient in closed form ([`policy_objective_grad`][placer.post.policy_objective_grad])."""
         config = self.config
-        p_old = torch.softmax(self.u, dim=1).detach()
-        old_sel = p_old.gather(1, idx.T)  # [G, K]
-        u_new = self.u.clone().requires_grad_(True)
-        steps = config.ppo_steps if config.policy_update == "ppo" else 1
-        objective = torch.zeros(())
-        for _ in range(steps):
-            logp_new = torch.log_softmax(u_new, dim=1)
-            if config.policy_update == "ppo":
-                ratio = logp_new.gather(1, idx.T).exp() / old_sel  # [G, K]
-                objective = (ratio * adv.unsqueeze(0)).sum(dim=0).mean() - self.beta * _kl(p_old, logp_new).sum()
-            else:  # REINFORCE on the softmax distributions: 1/K sum_n A_n log f(d_n)
-                objective = (logp_new.gather(1, idx.T).sum(dim=0) * adv).mean()
-            (grad,) = torch.autograd.grad(objective, u_new)
-            with torch.no_grad():
-                u_new += config.ppo_learning_rate * grad
-        kl = float(_kl(p_old, torch.log_softmax(u_new.detach(), dim=1)).mean())
-        if config.policy_update == "ppo":
+        rule = "ppo" if config.policy_update == "ppo" else "pg"
+        u_old = self.u.numpy()
+        p_old = np.exp(_log_softmax(u_old))
+        idx = np.ascontiguousarray(placements.T)  # [G, K]
+        u_new = u_old.copy()
+        objective = 0.0
+        for _ in range(config.ppo_steps if rule == "ppo" else 1):
+            objective, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule)
+            u_new += config.ppo_learning_rate * grad
+        kl = float(_kl(p_old, _log_softmax(u_new)).mean())
+        if rule == "ppo":
             if kl > 1.5 * config.kl_target:
                 self.beta *= 2.0
             elif kl < config.kl_target / 1.5:
                 self.beta /= 2.0
-        self.u = u_new.detach()
-        return {"loss": -float(objective.detach()), "kl": kl, "beta": self.beta}
+        self.u = torch.from_numpy(u_new)
+        return {"loss": -objective, "kl": kl, "beta": self.beta}
 
     # -- distribution (placer.distributed): the policy's parameters and the pooled CE step --
 

@@ -423,6 +423,12 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
             placement 0 of its search; when the start splits the learner's units (an op-level
             baseline) and nothing the learner sampled beats it, the start itself (op-level) is the
             learner's placement, so a warm-started learner's row is never slower than its start.
+
+    The simulator's compiled kernel is loaded before the first in-process search
+    ([`cluster.fast_simulator.load_kernel`][cluster.fast_simulator.load_kernel]), so each search's ``placements_per_cpu_s``
+    (MLflow param: the placements over the CPU-seconds of the search task in this process) holds no
+    one-time load.
+
     Raises:
         ValueError: an option a learner's config refuses ([`learner_config`][tasks.search.learner_config]); a warm start
             that cannot be resolved ([`warm_start_config`][tasks.search.warm_start_config]).
@@ -435,6 +441,10 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
             "async_updates": ray.async_updates}
     found_all = LearnerSearches()
     starts: dict = {}  # warm starts resolved so far, by source (warm_start_config)
+    if env_kind == "sim" and any(m in LEARNERS and not ray.distributes(m) for m in methods):
+        from cluster.fast_simulator import load_kernel
+
+        load_kernel(spec)  # numba's compiled simulator, once per process: not in the first search's CPU-seconds
     said: set[str] = set()
     for method in methods:
         if method not in LEARNERS:

@@ -271,6 +271,20 @@ def test_run_group_arrays_rnnlm_small(rnnlm_small, k80x2):
         assert e.compute_s == b.compute_s[k].tolist() and e.transfer_s == b.transfer_s[k].tolist()
 
 
+def test_load_kernel_loads_the_batch_kernel_a_real_graph_runs(rnnlm_small, k80x2):
+    """``load_kernel`` compiles (or loads) the very specialization a real graph's group placements use:
+    after it, simulating rnnlm small adds no signature to the kernel (a tiny graph of other argument
+    types would leave the first search paying the load, or a compilation)."""
+    from cluster.fast_simulator import _simulate, load_kernel
+
+    assert load_kernel(k80x2) >= 0.0
+    loaded = set(_simulate.signatures)
+    assert loaded
+    graph, grouping = rnnlm_small.graph, rnnlm_small.grouping
+    FastSimulator(graph, k80x2).run_group_arrays(np.zeros((2, grouping.num_groups), np.int64), grouping.op_group)
+    assert set(_simulate.signatures) == loaded
+
+
 def test_run_group_arrays_errors():
     """op_group of the wrong length, dtype or range, group placements of the wrong rank or
     with a device index out of range are refused with the field named."""
