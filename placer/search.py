@@ -62,7 +62,10 @@ class SearchResult:
             groupings; ``None`` when there is no best or the grouping cannot expand.
         learner: the learner's name; ``settings``: its settings; ``wall_time_s``: seconds
             the search took (summed over resumed runs); ``measured``: placements measured
-            by this run (the rest were replayed from the log).
+            by this run (the rest were replayed from the log); ``cpu_time_s``: CPU-seconds of this
+            process in this run's search loop (sampling, measuring, updates, the placement log,
+            checkpoints and ``on_update``; not the learner's construction, nor Ray's workers), so
+            ``measured / cpu_time_s`` is the search's placements per CPU-second.
         distributed: a search on Ray ([`placer.distributed.ray_controllers`][placer.distributed.ray_controllers]): ``controllers``,
             ``workers``, ``async_updates``, ``worker_retries``, ``controller_restarts``,
             ``server_restarts``; ``None`` in-process.
@@ -81,6 +84,7 @@ class SearchResult:
     settings: dict = field(default_factory=dict)
     wall_time_s: float = 0.0
     measured: int = 0
+    cpu_time_s: float = 0.0
     distributed: dict | None = None
     start: dict | None = None
 
@@ -123,7 +127,7 @@ class SearchResult:
         return {"learner": self.learner, "best_step_time_s": self.best_step_time_s, "best_placement": best,
                 "step_times": self.step_times, "curve": self.curve, "updates": self.updates,
                 "failing_signal": self.failing_signal, "wall_time_s": self.wall_time_s, "measured": self.measured,
-                "settings": self.settings, "start": self.start}
+                "cpu_time_s": self.cpu_time_s, "settings": self.settings, "start": self.start}
 
 
 class PlacementLog:
@@ -631,7 +635,9 @@ def run_search(
                              "not reproducible)")
         result = SearchResult(None, None, failing_signal=float(controllers.failing_signal or 0.0),
                               learner=controllers.name, settings=settings)
+        cpu = time.process_time()
         search_loop(controllers, evaluator, result, log, checkpoint_path, resume, on_update, checkpoint_every_s)
+        result.cpu_time_s = time.process_time() - cpu
         result.distributed = controllers.summary()
         return result
     finally:

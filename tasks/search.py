@@ -425,9 +425,11 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
             learner's placement, so a warm-started learner's row is never slower than its start.
 
     The simulator's compiled kernel is loaded before the first in-process search
-    ([`cluster.fast_simulator.load_kernel`][cluster.fast_simulator.load_kernel]), so each search's ``placements_per_cpu_s``
-    (MLflow param: the placements over the CPU-seconds of the search task in this process) holds no
-    one-time load.
+    ([`cluster.fast_simulator.load_kernel`][cluster.fast_simulator.load_kernel]), so no search's ``placements_per_cpu_s`` holds
+    that one-time load. MLflow params of each learner's run: ``search_cpu_s`` (this process's
+    CPU-seconds in the search task, the environment's and the learner's construction included),
+    ``search_loop_cpu_s`` (those of the search loop, [`placer.search.SearchResult`][placer.search.SearchResult] ``cpu_time_s``)
+    and ``placements_per_cpu_s``, the placements this run measured over ``search_loop_cpu_s``.
 
     Raises:
         ValueError: an option a learner's config refuses ([`learner_config`][tasks.search.learner_config]); a warm start
@@ -476,11 +478,14 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
         say(f"search {method}: done in {wall:.1f} s, {best}")
         found_all.groupings[method] = units
         # this process's CPU seconds (the policy, the simulator, the placement log, MLflow and progress;
-        # on Ray the workers' and controllers' CPU is not in it) and the placements per CPU-second
+        # on Ray the workers' and controllers' CPU is not in it): the search task's (with the environment
+        # and the learner's construction) and the search loop's, whose placements per CPU-second are the rate
         params = {**config.model_dump(), "failing_signal": found.failing_signal, "paper": LEARNERS[method].paper,
                   "units": learner_units(LEARNERS[method], config), "controllers": ray.controllers if distributed else 0,
                   "search_wall_s": round(wall, 3), "search_cpu_s": round(cpu, 3),
-                  "placements_per_cpu_s": round(found.measured / cpu, 2) if cpu > 0 and found.measured else None}
+                  "search_loop_cpu_s": round(found.cpu_time_s, 3),
+                  "placements_per_cpu_s": (round(found.measured / found.cpu_time_s, 2)
+                                           if found.cpu_time_s > 0 and found.measured else None)}
         if distributed:
             params.update({**dist, "workers": ray.workers or "K per controller", **(found.distributed or {}),
                            "ray_address": ray.address or "local"})

@@ -44,6 +44,7 @@ def test_post_finds_the_optimum_of_a_separable_problem():
     # the cross-entropy updates concentrate the samples: the last batch is mostly optimal
     assert r.curve[-1]["sample_mean_step_time_s"] < 2.5e-3
     assert len(r.step_times) == 600 and env.calls == 600
+    assert 0 < r.cpu_time_s and r.to_json()["cpu_time_s"] == r.cpu_time_s  # the search loop's CPU-seconds
 
 
 def test_post_oom_samples_never_become_the_best_and_are_logged_as_none():
