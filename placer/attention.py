@@ -45,6 +45,8 @@ def additive_scores(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor,
             or (values is not None and values.shape != (keys.shape[0], query.shape[1], keys.shape[1])):
         raise ValueError(f"additive_scores: keys {tuple(keys.shape)}, query {tuple(query.shape)}, v {tuple(v.shape)}, "
                          f"values {None if values is None else tuple(values.shape)}: expected [B, G, A], [B, L, A], [A], [B, L, G]")
+    if not torch.is_grad_enabled():  # sampling: the same forward without autograd.Function's bookkeeping
+        return values.detach().clone() if values is not None else _forward(keys, query, v)
     return _AdditiveScores.apply(keys, query, v, values)
 
 
@@ -64,19 +66,24 @@ def _sigmoid_2x(keys2: torch.Tensor, query2: torch.Tensor) -> torch.Tensor:
     return torch.add(keys2.unsqueeze(1), query2.unsqueeze(2)).sigmoid_()
 
 
+def _forward(keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The scores ``[B, L, G]`` of ``keys [B, G, A]``, ``query [B, L, A]``, ``v [A]`` (module docstring), block by block."""
+    (b, g, a), n = keys.shape, query.shape[1]
+    out = query.new_empty(b, n, g)
+    keys2, query2 = keys * 2.0, query * 2.0
+    for b0, b1, l0, l1 in _blocks(b, n, g, a):
+        s = _sigmoid_2x(keys2[b0:b1], query2[b0:b1, l0:l1])  # [b, l, G, A]
+        out[b0:b1, l0:l1] = s @ v
+    return out.mul_(2.0).sub_(v.sum())
+
+
 class _AdditiveScores(torch.autograd.Function):
     @staticmethod
     def forward(ctx, keys: torch.Tensor, query: torch.Tensor, v: torch.Tensor, values: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(keys, query, v)
         if values is not None:
             return values.detach().clone()
-        (b, g, a), n = keys.shape, query.shape[1]
-        out = query.new_empty(b, n, g)
-        keys2, query2 = keys * 2.0, query * 2.0
-        for b0, b1, l0, l1 in _blocks(b, n, g, a):
-            s = _sigmoid_2x(keys2[b0:b1], query2[b0:b1, l0:l1])  # [b, l, G, A]
-            out[b0:b1, l0:l1] = s @ v
-        return out.mul_(2.0).sub_(v.sum())
+        return _forward(keys, query, v)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

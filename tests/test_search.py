@@ -163,6 +163,10 @@ def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_smal
     assert torch.allclose(chunked, fused, atol=1e-6)
     for a, b in zip(g3, g1):
         assert torch.allclose(a, b, atol=1e-5)
+    # without autograd (sampling) the same scores to the bit, and given values are returned as they are
+    with torch.no_grad():
+        assert torch.equal(additive_scores(keys.unsqueeze(0), query.unsqueeze(0), v)[0], fused.detach())
+        assert torch.equal(additive_scores(keys.unsqueeze(0), query.unsqueeze(0), v, values=fused.unsqueeze(0))[0], fused)
 
 
 def _plain_step_by_step(policy, batch, generator=None, actions=None):
