@@ -91,7 +91,8 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
     With ``l = log_softmax(u)``: ``dJ/dl_mj = 1/K sum_{n: d_nm = j} A_n r_m(n) + beta p_old_mj`` (PPO; ``A_n / K``
     for PG), and ``dJ/du_mj = dJ/dl_mj - f(j | u_m) sum_i dJ/dl_mi``: the same gradient as autograd
     through ``torch.log_softmax`` (``tests/test_post.py`` checks it against autograd), without
-    autograd's cost per step (0.6 ms on nmt's ``[502, 5]`` logits, against about 0.1 ms).
+    building and walking autograd's graph at each of the ``ppo_steps`` steps (on nmt, ``[502, 5]``
+    logits, ``K`` 12: ppo's search from 372 to 433 placements per CPU-second, the same placements).
 
     Args:
         u: ``[G, D]`` float64 logits.
@@ -102,7 +103,11 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
         rule: ``"ppo"`` or ``"pg"``.
     Returns:
         ``(J, dJ/du)``: a float and ``[G, D]`` float64.
+    Raises:
+        ValueError: ``rule`` not ``"ppo"`` or ``"pg"``.
     """
+    if rule not in ("ppo", "pg"):
+        raise ValueError(f"rule: {rule!r}, expected 'ppo' or 'pg'")
     logp = _log_softmax(u)
     k = idx.shape[1]
     sel = np.take_along_axis(logp, idx, axis=1)  # [G, K]

@@ -143,3 +143,5 @@ def test_closed_form_policy_gradient_equals_autograd_of_eq_11(rule):
     assert j == pytest.approx(float(objective), rel=1e-12)
     np.testing.assert_allclose(dj, grad.numpy(), rtol=1e-10, atol=1e-14)
     assert np.abs(dj).max() > 1e-3  # not a vanishing gradient that would pass anyway
+    with pytest.raises(ValueError, match="rule: 'ce'"):
+        policy_objective_grad(u, p_old.numpy(), idx, adv, beta, "ce")
