@@ -109,18 +109,17 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
     if rule not in ("ppo", "pg"):
         raise ValueError(f"rule: {rule!r}, expected 'ppo' or 'pg'")
     logp = _log_softmax(u)
-    k = idx.shape[1]
-    sel = np.take_along_axis(logp, idx, axis=1)  # [G, K]
+    (g, d), k = u.shape, idx.shape[1]
+    flat = (np.arange(g)[:, None] * d + idx).ravel()  # [G * K] positions in the flattened [G, D]
+    sel = logp.ravel()[flat].reshape(g, k)  # [G, K]
     if rule == "ppo":
-        ratio = np.exp(sel) / np.take_along_axis(p_old, idx, axis=1)
+        ratio = np.exp(sel) / p_old.ravel()[flat].reshape(g, k)
         weight = ratio * adv[None, :]
         objective = float(weight.sum(axis=0).mean() - beta * _kl(p_old, logp).sum())
     else:
         weight = np.broadcast_to(adv[None, :], idx.shape)
         objective = float((sel.sum(axis=0) * adv).mean())
-    dlogp = np.zeros_like(u)
-    for j in range(u.shape[1]):
-        dlogp[:, j] = np.where(idx == j, weight, 0.0).sum(axis=1) / k
+    dlogp = (np.bincount(flat, weights=weight.ravel(), minlength=g * d) / k).reshape(g, d)
     if rule == "ppo":
         dlogp += beta * p_old
     return objective, dlogp - np.exp(logp) * dlogp.sum(axis=1, keepdims=True)
