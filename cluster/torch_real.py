@@ -617,7 +617,8 @@ class TorchRealEnvironment:
             torch.set_num_threads(int(self.threads))
         threads = torch.get_num_threads()
         cuda = sorted({torch.device(d) for d in set(self.devices) if torch.device(d).type == "cuda"}, key=str)
-        for c in cuda:
+        for c in cuda:  # a fresh process (isolate) has no CUDA context yet: its allocator's stats need one
+            torch.zeros((), device=c)
             torch.cuda.reset_peak_memory_stats(c)
         times: list[float] = []
         warm: list[float] = []

@@ -287,6 +287,12 @@ def resnet_expert_layer(op_name: str, cfg: ResNetConfig) -> int:
     return 0 if path in ("conv1", "bn1", "relu", "maxpool") or op_name.startswith("input/") else sum(cfg.blocks) - 1
 
 
+def gpt_num_layers(cfg: GPTConfig) -> int:
+    """Expert layers of the GPT decoder: its blocks (a module-level function: a prepared step is pickled to
+    the process of an isolated measurement, and a lambda cannot be)."""
+    return cfg.layers
+
+
 def gpt_expert_layer(op_name: str, cfg: GPTConfig) -> int:
     """The decoder block of an op (``h.3...`` -> 3); the embeddings are block 0, the head and the loss the last."""
     path = module_path(op_name)

@@ -306,3 +306,18 @@ def test_host_memory_is_checked_by_name():
     prepared = prepare_source(BenchmarkSource(model="resnet50_torch", size="small"))
     with pytest.raises(ValueError, match="host_memory: 'keep'; valid: default, reuse"):
         TorchRealEnvironment(prepared, load_cluster("cpu4"), host_memory="keep")
+
+
+@pytest.mark.parametrize("model", ["gpt", "resnet50_torch"])
+def test_the_pytorch_benchmarks_prepared_steps_pickle_for_an_isolated_measurement(model):
+    """``isolate`` hands the prepared step to a spawned process by pickle: every part of the PyTorch
+    benchmarks' prepared steps must pickle (a lambda in GPT's benchmark entry made each isolated GPT
+    placement fail on the lent H200 of 2026-11-28)."""
+    import pickle
+
+    from compgraph.frontends import BenchmarkSource, prepare_source
+
+    prepared = prepare_source(BenchmarkSource(model=model, size="small"))
+    again = pickle.loads(pickle.dumps(prepared))
+    cfg = again.config
+    assert again.benchmark.num_layers(cfg) == prepared.benchmark.num_layers(prepared.config) > 0

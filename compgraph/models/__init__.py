@@ -151,7 +151,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         build=torch_models.build_gpt,
         model_rule=torch_models.module_rule,
         expert_layer=torch_models.gpt_expert_layer,
-        num_layers=lambda cfg: cfg.layers,
+        num_layers=torch_models.gpt_num_layers,
         expert_contiguous=True,
         framework="torch",
     ),
