@@ -50,7 +50,10 @@ default) tells glibc to keep freed memory and never map a large tensor anew
 ([`reuse_host_memory`][cluster.torch_real.reuse_host_memory]), so after the warm-up every copy to the host
 lands in pages already faulted in: a toy step that copies two 36 MiB activations between ``cpu`` and
 ``cpu:1``, each in a process of its own on the development machine's CPU (load 2), went from 119,821
-faults and 0.401 s a step (IQR 0.026 s, 5 steps) to 0-1 faults and 0.0729 s (IQR 0.001 s).
+faults and 0.401 s a step (IQR 0.026 s, 5 steps) to 0-1 faults and 0.0729 s (IQR 0.001 s). Most
+copies, not always all: on the CI machine of 2026-11-28 the same toy step, three steps in a process of
+its own, still faulted in one of its 36 MiB tensors a step (9,216 faults; not traced there: a large
+allocation on a thread of another arena, whose emptied heap glibc unmaps, would do it).
 
 **Failures**: ``torch.OutOfMemoryError`` (and the CPU allocator's "can't allocate memory") is an OOM
 result (``oom=True``), not a crash; a step over ``time_limit_s`` ends the measurement with

@@ -262,9 +262,8 @@ if __name__ == "__main__":
     isolated = make_environment("real", prepared, load_cluster("k80x2"), {**options, "isolate": True}).measure(gp)
     reused = make_environment("real", prepared, load_cluster("k80x2"),
                               {**options, "repeats": 3, "isolate": True, "host_memory": "reuse"}).measure(gp)
-    print(json.dumps({"here": here.log_fields() | {"losses": here.losses},
-                      "isolated": isolated.log_fields() | {"losses": isolated.losses},
-                      "reused": reused.log_fields() | {"losses": reused.losses}}))
+    print(json.dumps({name: m.log_fields() | {"losses": m.losses, "page_faults": m.page_faults}
+                      for name, m in (("here", here), ("isolated", isolated), ("reused", reused))}))
 '''
 
 
@@ -295,10 +294,12 @@ def test_an_isolated_measurement_pays_for_host_pages_whatever_ran_before(tmp_pat
     assert isolated["page_faults_per_step"] > 4 * pages  # several new tensors of 36 MiB, every page faulted in
     assert isolated["losses"] == pytest.approx(here["losses"], rel=1e-6)
     # host_memory="reuse" (glibc keeps freed memory, maps nothing anew): after the warm-up the same
-    # process-of-its-own measurement reuses most pages; the same losses
+    # process-of-its-own measurement reuses most pages; the same losses. Most, not all: 0 faults a step
+    # on the development machine, one 36 MiB tensor's 9,216 a step on the CI machine of 2026-11-28
     reused = out["reused"]
     assert reused["isolated"] and reused["host_memory"] == "reuse" and isolated["host_memory"] == "default"
-    assert reused["page_faults_per_step"] < 0.5 * pages
+    assert reused["page_faults_per_step"] < 0.25 * isolated["page_faults_per_step"], (reused["page_faults"],
+                                                                                     isolated["page_faults"])
     assert reused["losses"][:3] == pytest.approx(here["losses"][:3], rel=1e-6)
 
 
