@@ -32,6 +32,12 @@ os.environ["PLACEMENT_HOME"] = SUITE_HOME
 #: unsets ``PLACEMENT_HOME``: inside the temporary home too.
 SUITE_XDG_DATA_HOME = os.path.join(SUITE_HOME, "xdg-data")
 os.environ["XDG_DATA_HOME"] = SUITE_XDG_DATA_HOME
+# Prefect sets up its logging with logging.config.dictConfig when first imported, and dictConfig closes every
+# handler already installed. absl's handler (TensorFlow installs it) then closes the stream it was given: under
+# pytest's capture, a capture file pytest goes on using, so a module that imported TensorFlow before anything
+# imported Prefect failed the next test with "I/O operation on closed file" (tests/test_learners_signals.py
+# before tests/test_learners_benchmark.py). Prefect's logging comes first, before any absl handler exists.
+import prefect.main  # noqa: E402,F401
 
 
 #: One line per test module (the seconds since the suite began, and the load average) where ``CI`` is set, as CI
