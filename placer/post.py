@@ -82,8 +82,20 @@ def _log_softmax(u: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
+def policy_batch_constants(p_old: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What [`policy_objective_grad`][placer.post.policy_objective_grad] needs of one batch that no step of an update
+    changes: ``(flat, p_old_sel, log_p_old)``, the ``[G * K]`` positions of the sampled devices in the
+    flattened ``[G, D]``, their old probabilities ``[G, K]`` and ``log(max(p_old, 1e-12))`` ``[G, D]``
+    (``p_old`` ``[G, D]``, ``idx`` ``[G, K]`` int64). Computed once per update, not at each of the
+    ``ppo_steps`` steps."""
+    g, d = p_old.shape
+    flat = (np.arange(g)[:, None] * d + idx).ravel()
+    return flat, p_old.ravel()[flat].reshape(g, idx.shape[1]), np.log(np.maximum(p_old, 1e-12))
+
+
 def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv: np.ndarray, beta: float,
-                          rule: str) -> tuple[float, np.ndarray]:
+                          rule: str, constants: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                          ) -> tuple[float, np.ndarray]:
     """Post's policy objective at logits ``u`` and its gradient in closed form (Sec. 3.3, Eq. 11).
 
     ``rule="ppo"``: ``J = 1/K sum_n sum_m r_m(n) A_n - beta sum_m KL(f(.|u_m old) || f(.|u_m))``,
@@ -101,6 +113,8 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
         adv: ``[K]`` float64 advantages.
         beta: the KL coefficient (PPO only).
         rule: ``"ppo"`` or ``"pg"``.
+        constants: [`policy_batch_constants`][placer.post.policy_batch_constants] of ``(p_old, idx)``, when the
+            caller keeps them over an update's steps (``None``: computed here; the same result to the bit).
     Returns:
         ``(J, dJ/du)``: a float and ``[G, D]`` float64.
     Raises:
@@ -110,12 +124,13 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
         raise ValueError(f"rule: {rule!r}, expected 'ppo' or 'pg'")
     logp = _log_softmax(u)
     (g, d), k = u.shape, idx.shape[1]
-    flat = (np.arange(g)[:, None] * d + idx).ravel()  # [G * K] positions in the flattened [G, D]
+    flat, p_old_sel, log_p_old = constants if constants is not None else policy_batch_constants(p_old, idx)
     sel = logp.ravel()[flat].reshape(g, k)  # [G, K]
     if rule == "ppo":
-        ratio = np.exp(sel) / p_old.ravel()[flat].reshape(g, k)
+        ratio = np.exp(sel) / p_old_sel
         weight = ratio * adv[None, :]
-        objective = float(weight.sum(axis=0).mean() - beta * _kl(p_old, logp).sum())
+        kl = (p_old * (log_p_old - logp)).sum(axis=1)  # _kl(p_old, logp), its log hoisted
+        objective = float(weight.sum(axis=0).mean() - beta * kl.sum())
     else:
         weight = np.broadcast_to(adv[None, :], idx.shape)
         objective = float((sel.sum(axis=0) * adv).mean())
@@ -253,8 +268,9 @@ class PostLearner(Learner):
         idx = np.ascontiguousarray(placements.T)  # [G, K]
         u_new = u_old.copy()
         objective = 0.0
+        constants = policy_batch_constants(p_old, idx)
         for _ in range(config.ppo_steps if rule == "ppo" else 1):
-            objective, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule)
+            objective, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule, constants)
             u_new += config.ppo_learning_rate * grad
         kl = float(_kl(p_old, _log_softmax(u_new)).mean())
         if rule == "ppo":

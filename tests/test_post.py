@@ -119,7 +119,7 @@ def test_closed_form_policy_gradient_equals_autograd_of_eq_11(rule):
     ``log_softmax`` of Eq. 11 (PPO with the KL penalty) and of the REINFORCE step, at random logits."""
     import torch
 
-    from placer.post import policy_objective_grad
+    from placer.post import policy_batch_constants, policy_objective_grad
 
     rng = np.random.default_rng(3)
     g, d, k, beta = 7, 4, 5, 0.7
@@ -140,8 +140,11 @@ def test_closed_form_policy_gradient_equals_autograd_of_eq_11(rule):
         objective = (sel.sum(dim=0) * a).mean()
     (grad,) = torch.autograd.grad(objective, u_t)
     j, dj = policy_objective_grad(u, p_old.numpy(), idx, adv, beta, rule)
-    assert j == pytest.approx(float(objective), rel=1e-12)
+    assert j == pytest.approx(float(objective.detach()), rel=1e-12)
     np.testing.assert_allclose(dj, grad.numpy(), rtol=1e-10, atol=1e-14)
     assert np.abs(dj).max() > 1e-3  # not a vanishing gradient that would pass anyway
+    # the batch's constants kept over an update's steps (as _policy_step does): the same to the bit
+    j2, dj2 = policy_objective_grad(u, p_old.numpy(), idx, adv, beta, rule, policy_batch_constants(p_old.numpy(), idx))
+    assert j2 == j and np.array_equal(dj2, dj)
     with pytest.raises(ValueError, match="rule: 'ce'"):
         policy_objective_grad(u, p_old.numpy(), idx, adv, beta, "ce")
