@@ -68,7 +68,7 @@ def main() -> None:
             learner = cls(env, cls.Config(budget=budget, seed=args.seed, **options))
             wall = time.perf_counter()
             r = run_search(learner, env)
-            cpu, wall = r.cpu_time_s, time.perf_counter() - wall  # the search loop's CPU-seconds, as the experiment's
+            cpu, wall = r.cpu_time_s, time.perf_counter() - wall  # cpu: the search loop's, the experiment's definition
 
             def best_after(n):
                 ran = [t for t in r.step_times[:n] if t is not None]
