@@ -71,9 +71,12 @@ def rank_advantage(step_times_s: np.ndarray) -> np.ndarray:
     return 0.5 - (rankdata(t) - 1.0) / (t.size - 1)
 
 
-def _kl(p_old: np.ndarray, logp_new: np.ndarray) -> np.ndarray:
-    """Per-group KL(old || new), ``[G]`` (``p_old`` and ``logp_new`` ``[G, D]``)."""
-    return (p_old * (np.log(np.maximum(p_old, 1e-12)) - logp_new)).sum(axis=1)
+def _kl(p_old: np.ndarray, logp_new: np.ndarray, log_p_old: np.ndarray | None = None) -> np.ndarray:
+    """Per-group KL(old || new), ``[G]`` (``p_old`` and ``logp_new`` ``[G, D]``; ``log_p_old``:
+    ``log(max(p_old, 1e-12))`` when the caller has it, else computed here)."""
+    if log_p_old is None:
+        log_p_old = np.log(np.maximum(p_old, 1e-12))
+    return (p_old * (log_p_old - logp_new)).sum(axis=1)
 
 
 def _log_softmax(u: np.ndarray) -> np.ndarray:
@@ -129,8 +132,7 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
     if rule == "ppo":
         ratio = np.exp(sel) / p_old_sel
         weight = ratio * adv[None, :]
-        kl = (p_old * (log_p_old - logp)).sum(axis=1)  # _kl(p_old, logp), its log hoisted
-        objective = float(weight.sum(axis=0).mean() - beta * kl.sum())
+        objective = float(weight.sum(axis=0).mean() - beta * _kl(p_old, logp, log_p_old).sum())
     else:
         weight = np.broadcast_to(adv[None, :], idx.shape)
         objective = float((sel.sum(axis=0) * adv).mean())
