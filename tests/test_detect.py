@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from cluster.detect import (DetectError, detect_cpu, detect_gpu, detect_machine, detected_spec, detected_yaml,
+from cluster.detect import (LINK_LATENCY_S, DetectError, detect_cpu, detect_gpu, detect_machine, detected_spec, detected_yaml,
                             flops_per_cycle, match_gpu, parse_nvidia_topo, pcie_bandwidth)
 from cluster.spec import ClusterSpec, load_cluster
 
@@ -210,7 +210,7 @@ def test_two_h100s_with_nvlink_give_a_loadable_spec(fake_host, tmp_path):
                          peer_access=lambda i, j: True, nvidia_topo=(TOPO, INDEX), host="fakehost")
     spec = detected_spec(det, "two")
     assert spec.device_names == ["/cpu:0", "/gpu:0", "/gpu:1"]
-    assert spec.link(1, 2).latency_s >= 0  # every pair has a link
+    assert spec.raw_link(1, 2).latency_s == LINK_LATENCY_S  # the NVLink pair's own link, at the stated latency
     assert spec.raw_link(1, 2).bandwidth == pytest.approx(18 * 25e9)  # NV18 x 25 GB/s, the DGX H100's 450 GB/s
     assert spec.raw_link(0, 1).bandwidth == pytest.approx(pcie_bandwidth(5, 16))
     assert spec.raw_link(0, 2).bandwidth == pytest.approx(pcie_bandwidth(4, 16))

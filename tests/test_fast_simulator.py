@@ -277,7 +277,7 @@ def test_load_kernel_loads_the_batch_kernel_a_real_graph_runs(rnnlm_small, k80x2
     types would leave the first search paying the load, or a compilation)."""
     from cluster.fast_simulator import _simulate, load_kernel
 
-    assert load_kernel(k80x2) >= 0.0
+    load_kernel(k80x2)
     loaded = set(_simulate.signatures)
     assert loaded
     graph, grouping = rnnlm_small.graph, rnnlm_small.grouping

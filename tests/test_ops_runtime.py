@@ -53,6 +53,22 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _with_home(home: Path) -> list[int]:
+    """Processes whose environment has ``PREFECT_HOME=home``: a command's children whatever their
+    parent is now (a child left behind by an exited command has init as its parent)."""
+    mark = f"PREFECT_HOME={home}".encode()
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mark in env and _alive(int(p)):
+                out.append(int(p))
+    return out
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)
@@ -109,7 +125,8 @@ def test_unreachable_prefect_api_url_is_one_line_exit_2(tmp_path):
 def test_two_experiment_runs_at_once_share_prefect_home_and_out_dir(tmp_path):
     """Two ``placement experiment`` runs started together on a fresh PREFECT_HOME (the database
     migration raced before) and one --out-dir: both exit 0 and both are in the MLflow store."""
-    env = _env(tmp_path / "home")
+    home = tmp_path / "home"
+    env = _env(home)
     out = tmp_path / "runs"
     procs = [
         subprocess.Popen([sys.executable, "-m", "cli.main", "experiment", "--methods", "single_gpu,post", "--budget", "4",
@@ -118,16 +135,20 @@ def test_two_experiment_runs_at_once_share_prefect_home_and_out_dir(tmp_path):
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for seed in (0, 1)
     ]
+    assert {p.pid for p in procs} <= set(_with_home(home))  # the scan below sees the commands' processes
     outputs = [p.communicate(timeout=540)[0] for p in procs]
     for p, text in zip(procs, outputs):
         assert p.returncode == 0, text[-3000:]
     ids = {json.loads((tmp_path / f"r{s}.json").read_text())["mlflow_run_id"] for s in (0, 1)}
+    assert len(ids) == 2, ids  # two runs, not one reported twice
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     for run_id in ids:
         assert client.get_run(run_id).info.status == "FINISHED"
-    assert not any(_children(p.pid) for p in procs)
+    left = _with_home(home)
+    _wait_gone(left, 0)
+    assert not [p for p in left if _alive(p)], "a process of the two runs (their Prefect server) outlived them"
 
 
 @pytest.mark.slow
@@ -153,11 +174,13 @@ def test_sigterm_of_a_running_experiment_ends_its_mlflow_runs_killed_and_its_ser
                         pass
         assert points, "no learning-curve point reached MLflow while the search ran"
         servers = _children(proc.pid)
+        assert servers, "the command runs its Prefect server as a child"
         proc.send_signal(signal.SIGTERM)
         text = proc.communicate(timeout=120)[0]
         assert proc.returncode != 0
-        _wait_gone(servers, 0)
-        assert not any(_alive(p) for p in servers), text[-2000:]
+        left = set(servers) | set(_with_home(tmp_path / "home"))
+        _wait_gone(list(left), 0)
+        assert not any(_alive(p) for p in left), text[-2000:]
         with sqlite3.connect(db) as con:
             statuses = {name: status for name, status in con.execute("select name, status from runs")}
         assert statuses and set(statuses.values()) <= {"KILLED", "FINISHED"} and statuses["rl"] == "KILLED", statuses

@@ -58,7 +58,6 @@ def test_a_warm_started_learner_measures_its_start_first_and_never_returns_worse
     assert r.curve[0]["placements"] == 1 and r.curve[0]["best_step_time_s"] == pytest.approx(t_opt)
     assert len(r.step_times) == 30  # the start counts in the budget
     assert r.best_step_time_s == pytest.approx(t_opt) and list(r.best_placement) == list(p_opt)
-    assert all(t is None or t >= t_opt for t in r.step_times)  # (the optimum: nothing is faster)
 
 
 @pytest.mark.parametrize("name", WARM)
