@@ -47,7 +47,16 @@ def export_command(
 
     if fmt not in FORMATS:
         _fail(f"--format: unknown {fmt!r}; valid: {', '.join(FORMATS)}")
-    out = output or f"{method}-placement.{ {'tf': 'pb', 'torch': 'py'}.get(fmt, 'json')}"
+    if output is None:  # the method's name comes from the run's record (data): one safe component, here
+        from compgraph.paths import UnsafePath, inside, slug
+
+        out = f"{slug(method)}-placement.{ {'tf': 'pb', 'torch': 'py'}.get(fmt, 'json')}"
+        try:
+            inside(Path.cwd(), out)
+        except UnsafePath as exc:
+            _fail(f"--output: {exc}")
+    else:
+        out = output
     try:
         check_output(out, force, run, out_dir)  # before any work
         dmap = parse_device_map(device_map)

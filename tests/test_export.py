@@ -146,6 +146,20 @@ def _cli(args):
     return r.exit_code, [line for line in r.output.splitlines() if line.strip()]
 
 
+def test_the_default_output_stays_in_the_current_folder_whatever_the_record_names(tmp_path, rnnlm_small, monkeypatch):
+    """Without --output the file is named after the method, which comes from the run's record (data):
+    a method named ``../../esc`` in export.json writes ``esc-placement.json`` here, not two folders up."""
+    run, params, results, _ = _run_folder(tmp_path, rnnlm_small)
+    hostile = _write_run(tmp_path / "runs" / "r2", rnnlm_small, load_cluster("k80x2"), {"../../esc": results["expert"]}, params)
+    here = tmp_path / "a" / "b"
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    rc, lines = _cli([hostile, "--method", "../../esc", "--format", "json"])
+    assert rc == 0 and lines[-1].startswith("esc-placement.json: "), lines
+    assert (here / "esc-placement.json").is_file()
+    assert not (tmp_path / "esc-placement.json").exists() and not (tmp_path / "a" / "esc-placement.json").exists()
+
+
 def test_no_format_imports_a_module_the_run_record_names(tmp_path, rnnlm_small, monkeypatch):
     """results.json names a torch source (and a model) whose module writes a marker when imported or
     called: json exports from the record alone, tf and torch are refused without a source of the user's,

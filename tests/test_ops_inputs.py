@@ -62,6 +62,28 @@ def test_log_run_of_a_folder_that_is_not_a_run(tmp_path):
     _one_line_exit_2(["log-run", str(tmp_path)], "is not a run folder: no readable results.json")
 
 
+@pytest.mark.parametrize("record, needle", [
+    ({"extra_artifacts": {"placement-logs/post": "/etc/hostname"}}, "extra_artifacts['placement-logs/post']: '/etc/hostname' is not a file inside"),
+    ({"extra_artifacts": {"../../x": "OUT/placement-logs/post.jsonl"}}, "extra_artifacts: name '../../x', expected placement-logs/<method>"),
+    ({"params": {}, "tracking_uri": "http://example.com"}, "record: unknown field(s) 'tracking_uri'"),
+])
+def test_log_run_uploads_nothing_the_record_names_outside_its_out_dir(tmp_path, record, needle):
+    """results.json is data: its record names what log-run uploads, so only the run's own placement logs
+    (files inside the out-dir, named placement-logs/<method>) and record_experiment's fields pass; checked
+    before any store is opened."""
+    import json
+
+    out = tmp_path / "o"
+    (out / "placement-logs").mkdir(parents=True)
+    (out / "placement-logs" / "post.jsonl").write_text("{}\n")
+    run = out / "runs" / "r1"
+    run.mkdir(parents=True)
+    record = json.loads(json.dumps(record).replace("OUT", str(out)))
+    (run / "results.json").write_text(json.dumps({"record": record, "result": {}}))
+    _one_line_exit_2(["log-run", str(run)], needle)
+    assert not (out / "mlflow.db").exists() and not (out / "mlartifacts").exists()
+
+
 def test_compare_without_a_store(tmp_path):
     _one_line_exit_2(["compare", "--out-dir", str(tmp_path)], "no MLflow store at sqlite:///")
 

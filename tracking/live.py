@@ -394,8 +394,14 @@ def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None, artifac
     Returns:
         The new parent run id (also written to ``<run_dir>/mlflow_run_id``).
     Raises:
-        ValueError: ``run_dir`` has no readable ``results.json``.
+        ValueError: ``run_dir`` has no readable ``results.json``; its record has a field
+            ``record_experiment`` does not take, or an ``extra_artifacts`` entry that is not
+            ``placement-logs/<method>`` -> a file inside the out-dir (the record is data: it names
+            what is uploaded, so it may name nothing else).
     """
+    import inspect
+
+    from compgraph.paths import UnsafePath, inside, slug
     from tracking import artifact_root, default_tracking_uri, record_experiment
 
     run_dir = Path(run_dir)
@@ -404,10 +410,27 @@ def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None, artifac
         record = data["record"]
     except (OSError, ValueError, KeyError) as exc:
         raise ValueError(f"{run_dir} is not a run folder: no readable {RESULTS_FILE} ({type(exc).__name__})") from None
+    where = run_dir / RESULTS_FILE
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: record: {type(record).__name__}, expected an object")
+    fields = set(inspect.signature(record_experiment).parameters) - {"tracking_uri", "artifact_location", "run_dir"}
+    unknown = sorted(set(record) - fields)
+    if unknown:
+        raise ValueError(f"{where}: record: unknown field(s) {', '.join(map(repr, unknown))}")
     out_dir = run_dir.resolve().parent.parent
+    extra = {}
+    for name, path in (record.get("extra_artifacts") or {}).items():
+        method = str(name).removeprefix("placement-logs/")
+        if name != f"placement-logs/{method}" or method != slug(method):
+            raise ValueError(f"{where}: extra_artifacts: name {name!r}, expected placement-logs/<method>")
+        try:
+            inside(out_dir, path)
+        except (UnsafePath, TypeError, OSError):
+            raise ValueError(f"{where}: extra_artifacts[{name!r}]: {path!r} is not a file inside {out_dir}") from None
+        if Path(path).is_file():  # a log removed since the run: the rest is still logged
+            extra[name] = path
     uri = tracking_uri or default_tracking_uri(out_dir)
     check_tracking(uri)
-    extra = {k: v for k, v in (record.get("extra_artifacts") or {}).items() if Path(v).exists()}
     run_id = record_experiment(tracking_uri=uri, artifact_location=artifact_location or artifact_root(out_dir),
                                run_dir=str(run_dir), **{**record, "extra_artifacts": extra})
     (run_dir / "mlflow_run_id").write_text(run_id + "\n")
