@@ -37,6 +37,7 @@ from typing import Any
 import re
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -107,6 +108,10 @@ def num_physical_gpus() -> int:
     return len(tf.config.list_physical_devices("GPU"))
 
 
+class StandInWarning(UserWarning):
+    """A spec's GPU devices run on logical CPUs of this machine, which has no GPU ([`tf_devices`][cluster.real.tf_devices])."""
+
+
 def tf_devices(spec: ClusterSpec, num_gpus: int | None = None) -> list[str]:
     """The TensorFlow device string each spec device runs on, ``[num_devices]``.
 
@@ -121,6 +126,9 @@ def tf_devices(spec: ClusterSpec, num_gpus: int | None = None) -> list[str]:
     Raises:
         ValueError: the machine has some GPUs but fewer than the spec's unmapped GPU devices
             (names the spec and both counts).
+    Warns:
+        StandInWarning: GPUs stand in as logical CPUs (one line naming each pair; Python shows it once
+            per spec and process).
     """
     if num_gpus is None:
         num_gpus = num_physical_gpus()
@@ -140,6 +148,9 @@ def tf_devices(spec: ClusterSpec, num_gpus: int | None = None) -> list[str]:
         elif num_gpus == 0:
             for j, i in enumerate(gpus):
                 out[i] = f"/device:CPU:{len(cpus) + j}"
+            pairs = ", ".join(f"{spec.devices[i].name} -> {out[i]}" for i in gpus)
+            warnings.warn(StandInWarning(f"cluster {spec.name!r}: no GPU on this machine: logical CPUs stand in for its "
+                                         f"GPUs ({pairs}); real step times there are CPU times"), stacklevel=2)
         else:
             raise ValueError(
                 f"cluster {spec.name!r}: {len(gpus)} GPU devices without tf_device but this machine has "

@@ -53,8 +53,16 @@ def test_tf_devices_mapping(cpu4, k80x2):
     # explicit tf_device wins even where GPUs exist
     assert tf_devices(cpu4, num_gpus=8)[1] == "/device:CPU:1"
     # k80x2 has no tf_device: GPUs map to the GPUs that exist, or to logical CPUs on a CPU-only machine
-    assert tf_devices(k80x2, num_gpus=2) == ["/device:CPU:0", "/device:GPU:0", "/device:GPU:1"]
-    assert tf_devices(k80x2, num_gpus=0) == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
+    import warnings
+
+    from cluster.real import StandInWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # real GPUs: nothing to say
+        assert tf_devices(k80x2, num_gpus=2) == ["/device:CPU:0", "/device:GPU:0", "/device:GPU:1"]
+    with pytest.warns(StandInWarning, match=r"cluster 'k80x2': no GPU on this machine: .*\(/gpu:0 -> /device:CPU:1, "
+                                            r"/gpu:1 -> /device:CPU:2\); real step times there are CPU times"):
+        assert tf_devices(k80x2, num_gpus=0) == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
     with pytest.raises(ValueError, match="2 GPU devices .* 1 GPU"):
         tf_devices(k80x2, num_gpus=1)
 
