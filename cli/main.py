@@ -135,8 +135,13 @@ def experiment(
 
     method_list = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
     learner_settings = learner_option_items(learner_option, _fail)
-    if k is not None and (method_list is None or "rl" in method_list):  # rl's K (2017 Eq. 3); rl.k=N wins
-        learner_settings.setdefault("rl", {}).setdefault("k", k)
+    if k is not None:  # rl's K (2017 Eq. 3)
+        if method_list is not None and "rl" not in method_list:
+            _fail(f"--k {k}: sets rl's K, and rl is not in --methods ({','.join(method_list)})")
+        given = learner_settings.get("rl", {}).get("k")
+        if given is not None and str(given) != str(k):
+            _fail(f"--k {k} and --learner-option rl.k={given} disagree: give one")
+        learner_settings.setdefault("rl", {})["k"] = k
     settings = {
         "source": source, "cluster": cluster, "env": env, "budget": budget, "seed": seed, "train_steps": train_steps,
         "methods": method_list, "init_placement": init_placement,

@@ -105,6 +105,8 @@ def reproduce(
     for m in methods or []:
         if m not in METHODS:
             _fail(f"unknown --methods {m!r}; valid: {', '.join(METHODS)}")
+    if methods and budget == 0:
+        _fail(f"--methods {','.join(methods)}: learners search only with --budget > 0 (--budget 0: baselines only)")
     if size is not None:
         from compgraph.models import BENCHMARKS
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cluster.cost_model import op_time_matrix
 from cluster.kernels import cpu_fallback, group_gpu_ok
@@ -57,6 +57,8 @@ class CostTable(BaseModel):
         notes: free text (how it was measured).
     """
 
+    model_config = ConfigDict(extra="forbid")
+
     model: str = ""
     size: str = ""
     cluster: str = ""
@@ -78,7 +80,8 @@ class CostTable(BaseModel):
         """Read a table written by [`save`][cluster.calibrate.CostTable.save].
 
         Raises:
-            ValueError: the file is missing, not JSON, or not a cost table (names the file and field).
+            ValueError: the file is missing, not JSON, or not a cost table: a field it does not have,
+                or no op times (names the file and field).
         """
         path = Path(path)
         try:
@@ -86,11 +89,14 @@ class CostTable(BaseModel):
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cost table {path}: {exc}") from exc
         try:
-            return cls.model_validate(data)
+            table = cls.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(x) for x in err["loc"])
             raise ValueError(f"cost table {path}: {loc}: {err['msg']}") from exc
+        if not table.op_seconds:
+            raise ValueError(f"cost table {path}: op_seconds: no op times (not a cost table from `placement calibrate`)")
+        return table
 
     def op_times(self, graph: OpGraph, spec: ClusterSpec) -> np.ndarray:
         """Seconds of each op on each device, float64 ``[num_ops, num_devices]``.

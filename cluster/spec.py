@@ -342,6 +342,8 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return ClusterSpec.from_yaml(path)
+    if path.suffix in (".yaml", ".yml"):  # a path, not a preset's name: say what is wrong with it
+        raise ValueError(f"cluster spec {name_or_path}: " + ("a folder, not a YAML file" if path.is_dir() else "no such file"))
     raise ValueError(f"unknown cluster {name_or_path!r}; valid: {', '.join(preset_names())} or a path to a YAML spec")
 
 

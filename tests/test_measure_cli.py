@@ -220,6 +220,18 @@ def test_bad_values_exit_2_with_one_line(args, needle):
     assert "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("content, needle", [
+    ('{"foo": 1}', "foo: Extra inputs are not permitted"),
+    ("{}", "op_seconds: no op times (not a cost table"),
+])
+def test_a_json_file_that_is_not_a_cost_table_is_refused(tmp_path, content, needle):
+    path = tmp_path / "t.json"
+    path.write_text(content)
+    r = invoke(["train", "--model", "rnnlm", "--cluster", "cpu4", "--method", "expert", "--env", "sim", "--cost-table", str(path)])
+    assert r.exit_code == 2, r.output
+    assert f"--cost-table: cost table {path}: {needle}" in r.output and len(r.output.strip().splitlines()) == 1
+
+
 def test_cost_table_of_another_model_is_refused(tmp_path):
     from cluster.calibrate import CostTable
 
