@@ -9,7 +9,7 @@ from collections.abc import Callable
 import typer
 
 from cli.common import _check_model, _fail, _write_json, app
-from cli.options import Cluster, Grouper, Json, LearnerOption, OutDir, Resume, Size, TrackingUri
+from cli.options import Cluster, Env, Grouper, Json, LearnerOption, OutDir, Resume, Size, TrackingUri
 
 
 def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -> dict[str, dict]:
@@ -32,25 +32,76 @@ def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -
 
 def parse_learner_options(items: list[str] | None, methods: list[str], budget: int, seed: int,
                           fail: Callable[[str], None]) -> dict[str, dict]:
-    """[`learner_option_items`][cli.learners.learner_option_items], each validated by the learner's config (a learner not among
-    ``methods``, an unknown field or a bad value -> ``fail(one line)``); for the commands without an
-    experiment config (``compare-learners``, the benchmarks)."""
-    from placer import LEARNER_NAMES as LEARNERS  # names only: torch loads if an option is given
+    """[`learner_option_items`][cli.learners.learner_option_items], each checked as the ``compare-learners`` flow takes it, for the
+    commands without an experiment config (``compare-learners``, the benchmarks): a learner not among
+    ``methods`` (their ``--learners``), a field the learner's options lack (``budget`` and ``seed`` are
+    the command's, a warm start's ``init_ops`` and ``init_source`` its run's: the fields of
+    [`tasks.config.LEARNER_OPTIONS`][tasks.config.LEARNER_OPTIONS]), or a value the learner's config (with ``budget`` and ``seed``)
+    refuses -> ``fail(one line)`` in ``experiment``'s words ([`cli.common.config_error`][cli.common.config_error])."""
+    from placer import LEARNER_NAMES as LEARNERS  # names only
 
     out = learner_option_items(items, fail)
     for method in out:
         if method not in LEARNERS:
             fail(f"--learner-option {method}: unknown learner {method!r}; valid: {', '.join(LEARNERS)}")
         if method not in methods:
-            fail(f"--learner-option {method}: learner {method!r} is not in --methods")
-    if out:
-        from tasks.search import learner_config
+            fail(f"--learner-option {method}: options for learner {method!r}, which is not in --learners "
+                 f"({','.join(methods)})")
+    if not out:
+        return out
+    from pydantic import ValidationError
+
+    from cli.common import config_error
+    from placer.configs import CONFIGS  # each learner's Config, without torch
+    from tasks.config import LearnerOptions
+
+    flags = {"--learner-option": "learners.*"}
+    try:  # what the flow's learner_options parameter takes
+        LearnerOptions.model_validate(out)
+    except ValidationError as exc:
+        fail(config_error(_Under(exc, ("learners",)), flags))
     for method, options in out.items():
+        try:  # the config the flow builds of them (tasks.search.learner_config, without importing the tasks)
+            CONFIGS[method](**{"budget": budget, "seed": seed, **options})
+        except ValidationError as exc:
+            fail(config_error(_Under(exc, ("learners", method)), flags))
+        except ValueError as exc:
+            fail(f"--learner-option {method}: {exc}")
+    return out
+
+
+class _Under:
+    """A pydantic ``ValidationError`` whose errors' locations start with ``prefix`` (the place of the model
+    validated in an [`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig]), for [`cli.common.config_error`][cli.common.config_error]."""
+
+    def __init__(self, exc, prefix: tuple[str, ...]):
+        self.exc, self.prefix = exc, prefix
+
+    def errors(self) -> list[dict]:
+        """The errors of the wrapped exception, each ``loc`` under ``prefix``."""
+        return [{**e, "loc": (*self.prefix, *e["loc"])} for e in self.exc.errors()]
+
+
+def parse_seeds(seeds: str, fail: Callable[[str], None]) -> list[int]:
+    """``--seeds``: comma-separated integers, each at least 0 and given once (a seed twice would run
+    the same search twice and weigh it twice in the median); an empty item, a non-integer, a negative
+    or repeated seed -> ``fail(one line)`` naming the value."""
+    if not seeds.strip():
+        fail("--seeds is empty; give comma-separated integers, e.g. 0,1,2")
+    out: list[int] = []
+    for item in seeds.split(","):
+        if not item.strip():
+            fail(f"--seeds {seeds!r}: an empty item; give comma-separated integers, e.g. 0,1,2")
         try:
-            learner_config(method, budget, seed, options)
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            first = str(exc).splitlines()
-            fail(f"--learner-option for {method}: {' '.join(x.strip() for x in first[:3])}")
+            seed = int(item)
+        except ValueError:
+            fail(f"--seeds {seeds!r}: {item.strip()!r} is not an integer; give comma-separated integers, e.g. 0,1,2")
+            continue
+        if seed < 0:
+            fail(f"--seeds must be at least 0, got {seed}")
+        if seed in out:
+            fail(f"--seeds {seeds!r}: seed {seed} is given twice; each learner runs once per seed")
+        out.append(seed)
     return out
 
 
@@ -62,7 +113,7 @@ def compare_learners(
     learners: str = typer.Option(None, help="comma-separated learners (default: every learner of placer.LEARNERS)"),
     seeds: str = typer.Option("0,1,2", help="comma-separated seeds; every learner runs once per seed"),
     budget: int = typer.Option(1000, help="placements per learner and seed"),
-    env: str = typer.Option("sim", help="measurement environment: sim | real"),
+    env: Env = "sim",
     grouper: Grouper = None,
     learner_option: LearnerOption = None,
     resume: Resume = False,
@@ -86,21 +137,18 @@ def compare_learners(
     chosen = list(LEARNERS) if learners is None else [m.strip() for m in learners.split(",") if m.strip()]
     if not chosen:
         _fail(f"--learners is empty; valid: {', '.join(LEARNERS)}")
-    for m in chosen:
+    for i, m in enumerate(chosen):
         if m not in LEARNERS:
-            _fail(f"unknown learner {m!r}; valid: {', '.join(LEARNERS)}")
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        _fail(f"--seeds {seeds!r}: expected comma-separated integers")
-    if not seed_list:
-        _fail("--seeds is empty")
+            _fail(f"unknown --learners value {m!r}; valid: {', '.join(LEARNERS)}")
+        if m in chosen[:i]:
+            _fail(f"--learners {learners!r}: learner {m!r} is given twice; each runs once per seed")
+    seed_list = parse_seeds(seeds, _fail)
     if budget < 1:
         _fail(f"--budget must be at least 1, got {budget}")
-    if env not in ENVIRONMENTS:
-        _fail(f"unknown environment {env!r}; valid: {', '.join(ENVIRONMENTS)}")
+    if env not in ENVIRONMENTS:  # the flow's EnvName
+        _fail(f"unknown --env value {env!r}; valid: {', '.join(ENVIRONMENTS)}")
     if grouper is not None and grouper not in GROUPERS:
-        _fail(f"unknown grouper {grouper!r}; valid: {', '.join(GROUPERS)}")
+        _fail(f"unknown --grouper value {grouper!r}; valid: {', '.join(GROUPERS)}")
     options = parse_learner_options(learner_option, chosen, budget, seed_list[0], _fail)
 
     from cli.runtime import preflight
