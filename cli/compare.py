@@ -8,6 +8,27 @@ import typer
 from cli.common import _fail, _write_json, app, check_json_path, out_dir_or_home
 
 
+def check_markdown_path(path: str | None) -> str | None:
+    """Typer callback of ``compare --markdown``: a file path whose folder exists (created here) and is
+    writable, checked before any work, as [`check_json_path`][cli.common.check_json_path] checks ``--json`` (no ``-``:
+    the table goes to the terminal already). Raises ``typer.BadParameter`` (one line, exit 2) otherwise."""
+    import os
+    from pathlib import Path
+
+    if path is None:
+        return path
+    p = Path(path)
+    if p.is_dir():
+        raise typer.BadParameter(f"{path!r} is a folder; give a file path")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot create the folder of {path!r} ({exc.strerror or type(exc).__name__})") from None
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise typer.BadParameter(f"{path!r} is not writable")
+    return path
+
+
 @app.command()
 def compare(
     experiment: str = typer.Option("placement-experiment", help="MLflow experiment to read"),
@@ -18,11 +39,17 @@ def compare(
     by: str = typer.Option(",".join(("model", "size", "cluster", "env", "grouper", "budget", "learner_options")),
                            help="comma-separated run parameters that separate rows (default: every setting that changes a result)"),
     json_path: str = typer.Option(None, "--json", callback=check_json_path, help="write the rows as a JSON list to PATH ('-': stdout): the --by settings, method, seeds, median/min/max_step_time_s, x_best_baseline_*"),
-    markdown: str = typer.Option(None, "--markdown", help="write the table as markdown to PATH"),
+    markdown: str = typer.Option(None, "--markdown", callback=check_markdown_path,
+                                 help="write the table as markdown to PATH (its folder is created)"),
 ) -> None:
     """Methods per group of settings over every finished experiment run: median and spread over
     distinct seeds, step time over the best baseline's (x, below 1 is faster) and over the lower
-    bound when logged; in a group, methods from fastest to slowest."""
+    bound when logged; in a group, methods from fastest to slowest.
+
+    Bad input is one line, exit 2, before the table: ``--json``/``--markdown`` a folder or a path whose
+    folder cannot be created (a missing one is created), a ``--by`` field that is not a parameter of the
+    runs found ([`tracking.compare.run_parameters`][tracking.compare.run_parameters]: checked against the runs, not a fixed list;
+    the default settings always pass), a ``--sweep`` that no finished run belongs to."""
     from pathlib import Path
 
     from rich.console import Console
@@ -40,7 +67,13 @@ def compare(
         group_by = [f.strip() for f in by.split(",") if f.strip()]
         if not group_by:
             raise ValueError("--by is empty; give run parameters such as model,cluster")
-        rows = compare_rows(experiment_runs(uri, experiment, sweep), group_by)
+        runs = experiment_runs(uri, experiment, sweep)
+        if sweep and len(runs) == 0:
+            finished = len(experiment_runs(uri, experiment))
+            if finished:
+                raise ValueError(f"--sweep: no finished experiment run belongs to sweep {sweep!r} ({finished} finished "
+                                 f"experiment run(s) in MLflow experiment {experiment!r} of {uri}, none nested under that run)")
+        rows = compare_rows(runs, group_by)
     except (TrackingUnavailable, ValueError) as exc:
         _fail(str(exc))
     if not rows:

@@ -14,7 +14,7 @@ from cli.options import Cluster, Env, Grouper, Json, LearnerOption, OutDir, Resu
 
 def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -> dict[str, dict]:
     """``METHOD.FIELD=VALUE`` strings -> ``{method: {field: value}}`` (VALUE parsed as JSON, else
-    kept as a string); a malformed item -> ``fail(one line)``. The values are checked by whoever
+    kept as a string); a malformed item, or a field given twice -> ``fail(one line)``. The values are checked by whoever
     takes them ([`tasks.config.ExperimentConfig`][tasks.config.ExperimentConfig], [`parse_learner_options`][cli.learners.parse_learner_options])."""
     out: dict[str, dict] = {}
     for item in items or []:
@@ -26,7 +26,10 @@ def learner_option_items(items: list[str] | None, fail: Callable[[str], None]) -
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
-        out.setdefault(method, {})[name] = value
+        given = out.setdefault(method, {})
+        if name in given:
+            fail(f"--learner-option {key}: given twice ({key}={json.dumps(given[name])} and {item}); give it once")
+        given[name] = value
     return out
 
 

@@ -323,7 +323,10 @@ class ClusterSpec(_Strict):
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            raise ValueError(f"cluster spec {path}: {loc}: {err['msg']} (got {quote_value(err.get('input'))})") from None
+            msg = err["msg"].removeprefix("Value error, ")  # a validator's own message names its field
+            given = err.get("input")  # a missing field's, or a check across fields', input is the enclosing object
+            got = "" if err["type"] == "missing" or isinstance(given, (dict, list)) else f" (got {quote_value(given)})"
+            raise ValueError(f"cluster spec {path}: {loc}: {msg}{got}") from None
 
 
 def preset_names() -> list[str]:

@@ -61,6 +61,8 @@ CASES = [
     ("k-without-rl", ["experiment", "--methods", "local_search", "--k", "4"], "--k 4: sets rl's K, and rl is not in --methods"),
     ("k-and-rl-k-disagree", ["experiment", "--methods", "rl", "--k", "4", "--learner-option", "rl.k=8"],
      "--k 4 and --learner-option rl.k=8 disagree"),
+    ("learner-option-twice", ["experiment", "--methods", "rl", "--learner-option", "rl.hidden_size=64", "--learner-option",
+                              "rl.hidden_size=32"], "--learner-option rl.hidden_size: given twice"),
     ("reproduce-methods-without-budget", ["reproduce", "--methods", "rl"], "--methods rl: learners search only with --budget > 0"),
     ("unknown-method", ["experiment", "--methods", "rl,magic"], "unknown --methods value 'magic'"),
     ("empty-methods", ["experiment", "--methods", ","], "--methods: empty"),

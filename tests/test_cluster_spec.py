@@ -90,9 +90,11 @@ def test_unknown_preset_lists_valid_ones():
     assert "k80x2" in msg and "k80x4" in msg
 
 
-def test_missing_yaml_file_is_unknown(tmp_path):
-    with pytest.raises(ValueError, match="k80x2"):
+def test_missing_yaml_file_is_no_such_file(tmp_path):
+    with pytest.raises(ValueError, match=r"cluster spec .*nope\.yaml: no such file"):
         load_cluster(str(tmp_path / "nope.yaml"))
+    with pytest.raises(ValueError, match=r"cluster spec .*\.yaml: a folder, not a YAML file"):
+        load_cluster(str((tmp_path / "dir.yaml").mkdir() or tmp_path / "dir.yaml"))
 
 
 def test_negative_peak_flops_names_field(tmp_path):

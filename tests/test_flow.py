@@ -164,7 +164,7 @@ def test_sweep_runs_one_experiment_per_combination_and_reports_failures(prefect_
     assert [(r["model"], r["seed"]) for r in ok] == [("rnnlm", 0), ("rnnlm", 1)]
     assert all(r["best_baseline"] == "single_gpu" and r["best_learned"] == "post" for r in ok)
     bad = [r for r in rows if "error" in r]
-    assert len(bad) == 2 and f"unknown cluster '{missing}'" in bad[0]["error"]
+    assert len(bad) == 2 and f"cluster spec {missing}: no such file" in bad[0]["error"]
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("placement-experiment").experiment_id], max_results=50)
     parents = {r.info.run_id for r in runs if r.data.tags.get("placement.kind") == "experiment" and r.info.status == "FINISHED"}
@@ -220,10 +220,9 @@ def test_cli_graph_stats_json(rnnlm_small):
 
 @pytest.mark.parametrize("args, expected", [
     (["--methods", "rl,post", "--k", "4"], {"rl": {"k": 4}}),
-    (["--methods", "rl", "--k", "4", "--learner-option", "rl.k=6"], {"rl": {"k": 6}}),  # the learner option wins
+    (["--methods", "rl", "--k", "4", "--learner-option", "rl.k=4"], {"rl": {"k": 4}}),  # both, the same K
     (["--methods", "rl"], {}),  # no --k: rl's paper K, no override
     (["--methods", "rl", "--k", "8"], {}),  # the paper's K given: still no override
-    (["--methods", "post", "--k", "4"], {}),  # rl is not searched: --k goes nowhere
 ])
 def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, expected):
     """The flow has no ``k`` parameter (only rl uses it): the CLI's ``--k`` becomes ``learners.rl.k``, an
@@ -245,6 +244,17 @@ def test_cli_k_reaches_rl_through_learner_options(tmp_path, monkeypatch, args, e
     from tasks.config import ExperimentConfig
 
     assert "k" not in seen and ExperimentConfig(**seen).learner_options == expected
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--methods", "rl", "--k", "4", "--learner-option", "rl.k=6"], "--k 4 and --learner-option rl.k=6 disagree"),
+    (["--methods", "post", "--k", "4"], "--k 4: sets rl's K, and rl is not in --methods (post)"),  # it would go nowhere
+])
+def test_cli_k_that_would_be_ignored_is_refused(tmp_path, args, needle):
+    import cli.main
+
+    r = CliRunner().invoke(cli.main.app, ["experiment", *args, "--out-dir", str(tmp_path)])
+    assert r.exit_code == 2 and needle in r.output and len(r.output.strip().splitlines()) == 1, r.output
 
 
 def test_a_typo_is_refused_before_torch_or_tensorflow_load():

@@ -88,7 +88,7 @@ def test_sweep_is_a_parent_run_with_nested_experiments_and_a_compare_table(prefe
             "tracking": {"out_dir": str(out)}}
     rows = placement_sweep(base=base, models=["rnnlm"], clusters=["k80x2", missing, str(broken)], seeds=[0, 1])
     errors = [r["error"] for r in rows if "error" in r]
-    assert len(errors) == 4 and sum(f"unknown cluster '{missing}'" in e for e in errors) == 2
+    assert len(errors) == 4 and sum(f"cluster spec {missing}: no such file" in e for e in errors) == 2
     assert sum("a stage failed" in e for e in errors) == 2
     client = _client(out)
     exp = client.get_experiment_by_name("placement-experiment")

@@ -80,6 +80,20 @@ def experiment_runs(tracking_uri: str, experiment: str = "placement-experiment",
                               order_by=["attributes.start_time DESC"], output_format="pandas")
 
 
+def run_parameters(runs) -> list[str]:
+    """The run parameters ``placement compare --by`` accepts for ``runs`` ([`experiment_runs`][tracking.compare.experiment_runs]'s
+    DataFrame): [`GROUP_BY`][tracking.compare.GROUP_BY] (the default ``--by``, accepted even where older runs did not
+    log one: they show ``None``), then every other parameter logged on at least one of these runs, sorted.
+
+    Checked against the runs found, not a fixed list: the experiment's parameters
+    ([`tasks.config.ExperimentConfig.mlflow_params`][tasks.config.ExperimentConfig.mlflow_params] and
+    [`tasks.experiment.graph_params`][tasks.experiment.graph_params]) vary with the graph (a user's graph adds ``import_*``)
+    and across versions of the code, and a parameter no run carries could only give ``None`` rows.
+    """
+    logged = {c[len("params."):] for c in getattr(runs, "columns", ()) if c.startswith("params.")}
+    return [*GROUP_BY, *sorted(logged - set(GROUP_BY))]
+
+
 def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]:
     """Methods per group of settings over seeds, from experiment runs ([`experiment_runs`][tracking.compare.experiment_runs]'s DataFrame).
 
@@ -99,13 +113,20 @@ def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]
         without a bound). Groups are sorted by their settings, methods in a group by median step time.
 
     Raises:
-        ValueError: a ``by`` field that is not a run parameter name (letters, digits, ``_``).
+        ValueError: a ``by`` field that is not a run parameter name (letters, digits, ``_``), or, when
+            there are runs, one that is not a run parameter ([`run_parameters`][tracking.compare.run_parameters]):
+            one line naming ``--by``, the field and the valid ones.
     """
     import math
 
     for field in by:
         if not field.replace("_", "").isalnum():
             raise ValueError(f"--by: {field!r} is not a parameter name")
+    if runs is not None and len(runs) > 0:
+        valid = run_parameters(runs)
+        for field in by:
+            if field not in valid:
+                raise ValueError(f"--by: unknown run parameter {field!r}; valid: {', '.join(valid)}")
 
     def value(row, column):
         v = row.get(column) if column in row.index else None
