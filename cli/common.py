@@ -83,11 +83,17 @@ def _fail(message: str) -> None:
 def check_json_path(path: str | None) -> str | None:
     """Typer callback of every ``--json``: ``-`` or a file path whose folder exists (created here) and is
     writable, checked before any work. Raises ``typer.BadParameter`` (one line, exit 2) otherwise."""
-    if path is None or path == "-":
+    return check_output_path(path, stdout=True)
+
+
+def check_output_path(path: str | None, stdout: bool = False) -> str | None:
+    """A file path the command will write, checked before any work: not a folder, its folder created
+    here, writable; ``-`` passes where ``stdout``. Raises ``typer.BadParameter`` (one line, exit 2) otherwise."""
+    if path is None or (stdout and path == "-"):
         return path
     p = Path(path)
     if p.is_dir():
-        raise typer.BadParameter(f"{path!r} is a folder; give a file path or '-'")
+        raise typer.BadParameter(f"{path!r} is a folder; give a file path" + (" or '-'" if stdout else ""))
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import typer
 
-from cli.common import _fail, _write_json, app, check_json_path, out_dir_or_home
+from cli.common import _fail, _write_json, app, check_json_path, check_output_path, out_dir_or_home
 
 
 def check_markdown_path(path: str | None) -> str | None:
-    """Typer callback of ``compare --markdown``: a file path whose folder exists (created here) and is
-    writable, checked before any work, as [`check_json_path`][cli.common.check_json_path] checks ``--json`` (no ``-``:
-    the table goes to the terminal already). Raises ``typer.BadParameter`` (one line, exit 2) otherwise."""
-    import os
-    from pathlib import Path
-
-    if path is None:
-        return path
-    p = Path(path)
-    if p.is_dir():
-        raise typer.BadParameter(f"{path!r} is a folder; give a file path")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise typer.BadParameter(f"cannot create the folder of {path!r} ({exc.strerror or type(exc).__name__})") from None
-    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise typer.BadParameter(f"{path!r} is not writable")
-    return path
+    """Typer callback of ``compare --markdown``: [`check_output_path`][cli.common.check_output_path], as ``--json`` is checked, but
+    no ``-`` (the table goes to the terminal already)."""
+    return check_output_path(path)
 
 
 @app.command()
