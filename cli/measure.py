@@ -161,6 +161,9 @@ def calibrate(
     """Profile each op's real time per device kind from TensorFlow step stats (FULL_TRACE) and save the cost table;
     with --torch, fit a cluster preset to PyTorch profiles instead."""
     if torch_profile:
+        if model is not None or out is not None:
+            _fail(f"--{'model' if model is not None else 'out'} {model if model is not None else out}: for a TensorFlow "
+                  "cost table, not with --torch (it fits its own calibration models' profiles and writes --output)")
         _calibrate_torch(from_profile, cluster, output, holdout, json_path, copies_from, profile_dir)
         return
     if from_profile or output or holdout or copies_from or profile_dir:

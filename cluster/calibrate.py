@@ -86,6 +86,8 @@ class CostTable(BaseModel):
         path = Path(path)
         try:
             data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"cost table {path}: no such file") from None
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"cost table {path}: {exc}") from exc
         try:
