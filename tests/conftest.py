@@ -139,6 +139,21 @@ def k80x2():
     return load_cluster("k80x2")
 
 
+def one_line_exit_2(args: list[str], needle: str):
+    """``placement ARGS`` in this process must fail as bad input does: exit 2, one line holding
+    ``needle``, no traceback. Returns typer's ``Result`` (``.output``)."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert needle in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1, r.output
+    assert "Traceback" not in r.output
+    return r
+
+
 def default_sigint() -> None:
     """``preexec_fn`` of a child a test stops with SIGINT: SIGINT back to its default before the
     child starts, so Python installs its KeyboardInterrupt handler even when the tests run with

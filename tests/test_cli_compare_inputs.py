@@ -10,16 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-
-def _one_line_exit_2(args, needle):
-    from cli.main import app
-
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, r.output
-    assert needle in r.output, r.output
-    assert len(r.output.strip().splitlines()) == 1, r.output
-    assert "Traceback" not in r.output
-    return r
+from conftest import one_line_exit_2
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +45,7 @@ def test_markdown_into_a_missing_folder_creates_it(store, tmp_path):
 
 
 def test_markdown_path_that_is_a_folder(store, tmp_path):
-    r = _one_line_exit_2(["compare", "--tracking-uri", store, "--markdown", str(tmp_path)], "--markdown")
+    r = one_line_exit_2(["compare", "--tracking-uri", store, "--markdown", str(tmp_path)], "--markdown")
     assert f"{str(tmp_path)!r} is a folder" in r.output
     assert "rnnlm" not in r.output  # refused before the table
 
@@ -63,15 +54,15 @@ def test_markdown_folder_that_cannot_be_created(store, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     path = blocker / "sub" / "x.md"
-    r = _one_line_exit_2(["compare", "--tracking-uri", store, "--markdown", str(path)], "--markdown")
+    r = one_line_exit_2(["compare", "--tracking-uri", store, "--markdown", str(path)], "--markdown")
     assert str(path) in r.output and blocker.read_text() == "not a folder"
 
 
 def test_by_an_unknown_run_parameter(store):
     """Validity is the parameters the runs carry (and the default --by settings): ``colour`` is none of them,
     ``methods`` (outside the default) is one."""
-    r = _one_line_exit_2(["compare", "--tracking-uri", store, "--by", "model,colour"],
-                         "--by: unknown run parameter 'colour'; valid: ")
+    r = one_line_exit_2(["compare", "--tracking-uri", store, "--by", "model,colour"],
+                        "--by: unknown run parameter 'colour'; valid: ")
     valid = r.output.split("valid: ", 1)[1]
     assert all(p in valid for p in ("model", "size", "cluster", "seed", "budget", "methods"))
     assert "None on None" not in r.output
@@ -82,6 +73,6 @@ def test_by_an_unknown_run_parameter(store):
 
 
 def test_sweep_no_run_belongs_to(store):
-    r = _one_line_exit_2(["compare", "--tracking-uri", store, "--sweep", "deadbeef"],
-                         "no finished experiment run belongs to sweep 'deadbeef'")
+    r = one_line_exit_2(["compare", "--tracking-uri", store, "--sweep", "deadbeef"],
+                        "no finished experiment run belongs to sweep 'deadbeef'")
     assert "--sweep" in r.output

@@ -10,6 +10,8 @@ import types
 import pytest
 from typer.testing import CliRunner
 
+from conftest import one_line_exit_2
+
 
 class _Reached(Exception):
     """The command got as far as its pre-flight or its flow: the input was accepted."""
@@ -28,17 +30,6 @@ def no_work(monkeypatch):
     monkeypatch.setitem(sys.modules, "flows.compare", types.SimpleNamespace(compare_learners=stop))
 
 
-def _one_line_exit_2(args, needle):
-    from cli.main import app
-
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, (r.output, r.exception)
-    assert needle in r.output, r.output
-    assert len(r.output.strip().splitlines()) == 1, r.output
-    assert "Traceback" not in r.output
-    return r.output
-
-
 def _compare(*args: str) -> list[str]:
     return ["compare-learners", "--budget", "2", *args]
 
@@ -47,7 +38,7 @@ def _compare(*args: str) -> list[str]:
 @pytest.mark.parametrize("seeds", ["-1", "0,-3"])
 def test_negative_seed_is_refused(seeds):
     bad = seeds.split(",")[-1]
-    _one_line_exit_2(_compare("--seeds", seeds), f"--seeds must be at least 0, got {bad}")
+    one_line_exit_2(_compare("--seeds", seeds), f"--seeds must be at least 0, got {bad}")
 
 
 # 2. a seed given twice (its median over copies of one run), an empty item read as nothing
@@ -59,14 +50,14 @@ def test_negative_seed_is_refused(seeds):
     ("0,x", "--seeds '0,x': 'x' is not an integer"),
 ])
 def test_malformed_seed_list_is_refused(seeds, needle):
-    _one_line_exit_2(_compare("--seeds", seeds), needle)
+    one_line_exit_2(_compare("--seeds", seeds), needle)
 
 
 # 3. fields the flow sets itself (budget, seed) or fills in (a warm start's init_ops, init_source)
 @pytest.mark.parametrize("field", ["budget", "seed", "init_ops", "init_source"])
 def test_learner_option_the_flow_sets_itself_is_refused(field):
-    out = _one_line_exit_2(_compare("--learners", "local_search", "--learner-option", f"local_search.{field}=3"),
-                           f"--learner-option local_search.{field}: unknown setting '{field}'; valid: ")
+    out = one_line_exit_2(_compare("--learners", "local_search", "--learner-option", f"local_search.{field}=3"),
+                          f"--learner-option local_search.{field}: unknown setting '{field}'; valid: ").output
     valid = out.split("valid: ", 1)[1].strip().split(", ")
     assert "moves_per_sample" in valid and not {"budget", "seed", "init_ops", "init_source"} & set(valid), out
 
@@ -77,7 +68,7 @@ def test_learner_option_the_flow_sets_itself_is_refused(field):
     ("rl.k=0", "--learner-option rl.k must be at least 1, got 0"),
 ])
 def test_bad_learner_option_value_is_experiments_message(option, needle):
-    out = _one_line_exit_2(_compare("--learners", "rl", "--learner-option", option), needle)
+    out = one_line_exit_2(_compare("--learners", "rl", "--learner-option", option), needle).output
     assert "validation error" not in out and "input_value" not in out, out
 
 
@@ -94,7 +85,7 @@ def test_env_help_lists_every_environment_the_flow_takes():
 
 
 def test_unknown_env_is_refused_naming_the_flag():
-    _one_line_exit_2(_compare("--env", "bogus"), "unknown --env value 'bogus'; valid: sim, real, grappler")
+    one_line_exit_2(_compare("--env", "bogus"), "unknown --env value 'bogus'; valid: sim, real, grappler")
 
 
 def test_good_input_reaches_the_preflight_with_grappler():
@@ -107,12 +98,12 @@ def test_good_input_reaches_the_preflight_with_grappler():
 
 # 6. the flag of this command is --learners; an unknown field is one statement listing the valid ones
 def test_option_for_a_learner_not_chosen_names_learners():
-    out = _one_line_exit_2(_compare("--learners", "post", "--learner-option", "rl.k=4"),
-                           "--learner-option rl: options for learner 'rl', which is not in --learners (post)")
+    out = one_line_exit_2(_compare("--learners", "post", "--learner-option", "rl.k=4"),
+                          "--learner-option rl: options for learner 'rl', which is not in --learners (post)").output
     assert "--methods" not in out
 
 
 def test_unknown_learner_option_is_one_statement():
-    out = _one_line_exit_2(_compare("--learners", "local_search", "--learner-option", "local_search.foo=4"),
-                           "error: --learner-option local_search.foo: unknown setting 'foo'; valid: moves_per_sample, ")
+    out = one_line_exit_2(_compare("--learners", "local_search", "--learner-option", "local_search.foo=4"),
+                          "error: --learner-option local_search.foo: unknown setting 'foo'; valid: moves_per_sample, ").output
     assert out.count("local_search.foo") == 1 and "for local_search" not in out, out

@@ -4,10 +4,10 @@ YAML, an unwritable --out-dir, a tracking server that does not answer, a folder 
 from __future__ import annotations
 
 import socket
-import time
 
 import pytest
-from typer.testing import CliRunner
+
+from conftest import one_line_exit_2
 
 
 def _free_port() -> int:
@@ -16,50 +16,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _one_line_exit_2(args, needle):
-    from cli.main import app
-
-    start = time.monotonic()
-    r = CliRunner().invoke(app, args)
-    assert r.exit_code == 2, r.output
-    assert needle in r.output, r.output
-    assert len(r.output.strip().splitlines()) == 1, r.output
-    assert "Traceback" not in r.output
-    return time.monotonic() - start
-
-
 def test_seed_not_an_integer():
-    _one_line_exit_2(["experiment", "--seed", "abc"], "(got 'abc')")
+    one_line_exit_2(["experiment", "--seed", "abc"], "(got 'abc')")
 
 
 def test_unknown_option_is_one_line():
-    _one_line_exit_2(["experiment", "--no-such-option"], "No such option: --no-such-option")
+    one_line_exit_2(["experiment", "--no-such-option"], "No such option: --no-such-option")
 
 
 def test_malformed_cluster_yaml(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("devices: [unclosed\n  - name: gpu0: x\n")
-    _one_line_exit_2(["experiment", "--cluster", str(bad)], f"cluster spec {bad}")
+    one_line_exit_2(["experiment", "--cluster", str(bad)], f"cluster spec {bad}")
 
 
 def test_unwritable_out_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     # a path under a regular file cannot be created, even by root
-    _one_line_exit_2(["experiment", "--out-dir", str(blocker / "runs")], f"--out-dir {blocker / 'runs'} is not writable")
+    one_line_exit_2(["experiment", "--out-dir", str(blocker / "runs")], f"--out-dir {blocker / 'runs'} is not writable")
 
 
 def test_tracking_server_down_fails_before_any_work(tmp_path):
     """A tracking server that does not answer ends the command in one line before any stage runs (its
     wall time is a benchmark's business, not a test's: a loaded 2-core machine stretches it)."""
     uri = f"http://127.0.0.1:{_free_port()}"
-    _one_line_exit_2(["experiment", "--tracking-uri", uri, "--out-dir", str(tmp_path / "o")],
-                     f"MLflow tracking server {uri} does not answer")
+    one_line_exit_2(["experiment", "--tracking-uri", uri, "--out-dir", str(tmp_path / "o")],
+                    f"MLflow tracking server {uri} does not answer")
     assert not (tmp_path / "o" / "graph-cache").exists() and not (tmp_path / "o" / "runs").exists()
 
 
 def test_log_run_of_a_folder_that_is_not_a_run(tmp_path):
-    _one_line_exit_2(["log-run", str(tmp_path)], "is not a run folder: no readable results.json")
+    one_line_exit_2(["log-run", str(tmp_path)], "is not a run folder: no readable results.json")
 
 
 @pytest.mark.parametrize("record, needle", [
@@ -80,14 +68,14 @@ def test_log_run_uploads_nothing_the_record_names_outside_its_out_dir(tmp_path, 
     run.mkdir(parents=True)
     record = json.loads(json.dumps(record).replace("OUT", str(out)))
     (run / "results.json").write_text(json.dumps({"record": record, "result": {}}))
-    _one_line_exit_2(["log-run", str(run)], needle)
+    one_line_exit_2(["log-run", str(run)], needle)
     assert not (out / "mlflow.db").exists() and not (out / "mlartifacts").exists()
 
 
 def test_compare_without_a_store(tmp_path):
-    _one_line_exit_2(["compare", "--out-dir", str(tmp_path)], "no MLflow store at sqlite:///")
+    one_line_exit_2(["compare", "--out-dir", str(tmp_path)], "no MLflow store at sqlite:///")
 
 
 @pytest.mark.parametrize("sub", ["calibrate", "train"])
 def test_measure_commands_also_one_line(sub):
-    _one_line_exit_2([sub, "--model", "rnnlm", "--cluster", "k80x2", "--seed", "x"], "Invalid value for '--seed'")
+    one_line_exit_2([sub, "--model", "rnnlm", "--cluster", "k80x2", "--seed", "x"], "Invalid value for '--seed'")
