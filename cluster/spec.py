@@ -343,9 +343,9 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     if name_or_path in preset_names():
         return ClusterSpec.from_yaml(PRESET_DIR / f"{name_or_path}.yaml")
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return ClusterSpec.from_yaml(path)
-    if path.suffix in (".yaml", ".yml"):  # a path, not a preset's name: say what is wrong with it
+    if path.suffix in (".yaml", ".yml"):  # a path, not a preset's name: read it, or say what is wrong with it
+        if path.is_file():
+            return ClusterSpec.from_yaml(path)
         raise ValueError(f"cluster spec {name_or_path}: " + ("a folder, not a YAML file" if path.is_dir() else "no such file"))
     raise ValueError(f"unknown cluster {name_or_path!r}; valid: {', '.join(preset_names())} or a path to a YAML spec")
 
