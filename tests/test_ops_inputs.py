@@ -54,6 +54,7 @@ def test_log_run_of_a_folder_that_is_not_a_run(tmp_path):
     ({"extra_artifacts": {"placement-logs/post": "/etc/hostname"}}, "extra_artifacts['placement-logs/post']: '/etc/hostname' is not a file inside"),
     ({"extra_artifacts": {"../../x": "OUT/placement-logs/post.jsonl"}}, "extra_artifacts: name '../../x', expected placement-logs/<method>"),
     ({"params": {}, "tracking_uri": "http://example.com"}, "record: unknown field(s) 'tracking_uri'"),
+    ({"extra_artifacts": ["OUT/placement-logs/post.jsonl"]}, "extra_artifacts: list, expected an object"),
 ])
 def test_log_run_uploads_nothing_the_record_names_outside_its_out_dir(tmp_path, record, needle):
     """results.json is data: its record names what log-run uploads, so only the run's own placement logs

@@ -418,8 +418,11 @@ def log_run_folder(run_dir: str | Path, tracking_uri: str | None = None, artifac
     if unknown:
         raise ValueError(f"{where}: record: unknown field(s) {', '.join(map(repr, unknown))}")
     out_dir = run_dir.resolve().parent.parent
+    listed = record.get("extra_artifacts") or {}
+    if not isinstance(listed, dict):
+        raise ValueError(f"{where}: extra_artifacts: {type(listed).__name__}, expected an object")
     extra = {}
-    for name, path in (record.get("extra_artifacts") or {}).items():
+    for name, path in listed.items():
         method = str(name).removeprefix("placement-logs/")
         if name != f"placement-logs/{method}" or method != slug(method):
             raise ValueError(f"{where}: extra_artifacts: name {name!r}, expected placement-logs/<method>")
