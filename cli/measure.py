@@ -83,6 +83,12 @@ def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None,
     from pathlib import Path
 
     from cluster import torch_calibrate as tc
+    from cluster.spec import PRESET_DIR, preset_names
+
+    name = Path(output).stem  # the fitted spec is named by its file: a run on it is not labelled as the base preset's
+    if name in preset_names() and Path(output).resolve() != (PRESET_DIR / f"{name}.yaml").resolve():
+        _fail(f"--output {output}: the fitted spec takes its file's name, and {name!r} is a preset's; give the "
+              "file a name of its own")
 
     if holdout is not None and holdout not in tc.PROFILE_MODELS:
         _fail(f"--holdout {holdout!r}: valid: {', '.join(tc.PROFILE_MODELS)}")
@@ -94,6 +100,7 @@ def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None,
         spec, report = tc.fit_from_profile(from_profile, base, holdout=holdout, copies_from=copies_from)
     except ValueError as exc:
         _fail(f"--copies-from: {exc}" if copies_from and "copies_from" in str(exc) else f"--from-profile: {exc}")
+    spec = spec.model_copy(update={"name": name})
     Path(output).write_text(tc.calibrated_yaml(spec, report, prof.env, str(from_profile)))
     from cluster.spec import ClusterSpec
 
@@ -150,7 +157,7 @@ def calibrate(
                                        "instead of a cost table"),
     from_profile: str = typer.Option(None, "--from-profile", help="with --torch: a folder of PyTorch profiles "
                                      "(shared format: steps.json, prof_<model>_shapes.json, cpuprof_<model>.json, copies.json)"),
-    output: str = typer.Option(None, "--output", help="with --torch: the fitted preset YAML to write"),
+    output: str = typer.Option(None, "--output", help="with --torch: the fitted preset YAML to write; the spec is named by the file (fitted.yaml: fitted), not a preset's name"),
     profile_dir: str = typer.Option(None, "--profile-dir", help="with --torch and no --from-profile: where this "
                                     "machine's live profile is written (default: <output>-profile beside the preset)"),
     holdout: str = typer.Option(None, "--holdout", help="with --torch: a profiled model left out of the fit (gpt2 | resnet50)"),

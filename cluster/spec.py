@@ -329,6 +329,28 @@ class ClusterSpec(_Strict):
             raise ValueError(f"cluster spec {path}: {loc}: {msg}{got}") from None
 
 
+def first_difference(a, b, path: str = "") -> str | None:
+    """The first field where two JSON-like values differ, as a dotted path (``devices.1.peak_flops``;
+    ``(top level)`` for two scalars); ``None`` if they are equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys(), key=str):
+            if key not in a or key not in b:
+                return f"{path}{key}"
+            found = first_difference(a[key], b[key], f"{path}{key}.")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path}length" if path else "length"
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, f"{path}{i}.")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path.rstrip(".") or "(top level)")
+
+
 def preset_names() -> list[str]:
     """Names of the preset clusters, sorted."""
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
@@ -337,15 +359,28 @@ def preset_names() -> list[str]:
 def load_cluster(name_or_path: str) -> ClusterSpec:
     """A preset by name (``k80x2``) or a spec from a YAML file path.
 
+    A run is labelled, grouped and compared by its cluster's name, so a YAML spec may take a preset's
+    name only if it is that preset (an edited copy of ``k80x2`` still named ``k80x2`` would be compared
+    with the preset's runs as if it were the same machine).
+
     Raises:
-        ValueError: neither a preset nor an existing file (lists the presets), or an invalid file.
+        ValueError: neither a preset nor an existing file (lists the presets), an invalid file, or a
+            file named as a preset that differs from it (names the first field that differs).
     """
-    if name_or_path in preset_names():
+    presets = preset_names()
+    if name_or_path in presets:
         return ClusterSpec.from_yaml(PRESET_DIR / f"{name_or_path}.yaml")
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml"):  # a path, not a preset's name: read it, or say what is wrong with it
         if path.is_file():
-            return ClusterSpec.from_yaml(path)
+            spec = ClusterSpec.from_yaml(path)
+            if spec.name in presets:
+                differs = first_difference(spec.model_dump(mode="json"),
+                                           ClusterSpec.from_yaml(PRESET_DIR / f"{spec.name}.yaml").model_dump(mode="json"))
+                if differs is not None:
+                    raise ValueError(f"cluster spec {name_or_path}: name {spec.name!r} is a preset's, but this spec "
+                                     f"differs from that preset ({differs}); give it a name of its own (name: ...)")
+            return spec
         raise ValueError(f"cluster spec {name_or_path}: " + ("a folder, not a YAML file" if path.is_dir() else "no such file"))
     raise ValueError(f"unknown cluster {name_or_path!r}; valid: {', '.join(preset_names())} or a path to a YAML spec")
 

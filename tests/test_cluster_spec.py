@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from cluster.spec import ClusterSpec, load_cluster, preset_names
@@ -95,6 +96,27 @@ def test_missing_yaml_file_is_no_such_file(tmp_path):
         load_cluster(str(tmp_path / "nope.yaml"))
     with pytest.raises(ValueError, match=r"cluster spec .*\.yaml: a folder, not a YAML file"):
         load_cluster(str((tmp_path / "dir.yaml").mkdir() or tmp_path / "dir.yaml"))
+
+
+def test_a_yaml_spec_named_as_a_preset_must_be_that_preset(tmp_path):
+    """An edited copy of ``k80x2`` still named ``k80x2`` is refused, naming the first field that differs (a run
+    is labelled and compared by its cluster's name); an exact copy loads, and so does the edit renamed."""
+    from cluster.spec import PRESET_DIR
+
+    text = (PRESET_DIR / "k80x2.yaml").read_text()
+    same = tmp_path / "same.yaml"
+    same.write_text(text)
+    assert load_cluster(str(same)) == load_cluster("k80x2")
+    spec = load_cluster("k80x2")
+    edited = spec.model_copy(update={"devices": [spec.devices[0], spec.devices[1].model_copy(update={
+        "peak_flops": 2 * spec.devices[1].peak_flops}), *spec.devices[2:]]})
+    path = tmp_path / "edited.yaml"
+    path.write_text(yaml.safe_dump(edited.model_dump(mode="json")))
+    with pytest.raises(ValueError, match=r"edited\.yaml: name 'k80x2' is a preset's, but this spec differs from "
+                                         r"that preset \(devices\.1\.peak_flops\); give it a name of its own"):
+        load_cluster(str(path))
+    path.write_text(yaml.safe_dump({**edited.model_dump(mode="json"), "name": "k80x2-fast"}))
+    assert load_cluster(str(path)).devices[1].peak_flops == 2 * spec.devices[1].peak_flops
 
 
 def test_negative_peak_flops_names_field(tmp_path):

@@ -181,10 +181,14 @@ def test_cli_writes_a_loadable_preset(tmp_path):
     assert res.exit_code == 0, res.output
     spec = ClusterSpec.from_yaml(out)
     assert spec.fit["holdout"] == "gpt2" and spec.fit["fit_models"] == ["resnet50"]
+    assert spec.name == "fit" and load_cluster(str(out)) == spec  # named by its file, not as the base preset
     text = out.read_text()
     assert "# CALIBRATED by cluster/torch_calibrate.py" in text and "torch 2.11.0+cu130" in text
     assert "gpu.dispatch_s" in text
     # refusals: one line, exit 2
+    res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(DATA), "--cluster", "h200x1",
+                                   "--output", str(tmp_path / "h200x1.yaml")])
+    assert res.exit_code == 2 and "'h200x1' is a preset's" in res.output and not (tmp_path / "h200x1.yaml").exists()
     res = CliRunner().invoke(app, ["calibrate", "--torch", "--cluster", "h200x1", "--output", str(out)])
     assert res.exit_code == 2 and "--from-profile" in res.output
     res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(tmp_path), "--cluster", "h200x1",
