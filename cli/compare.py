@@ -88,7 +88,7 @@ def compare(
     if json_path:
         _write_json(rows, json_path)
     if markdown:
-        Path(markdown).write_text(compare_markdown(rows) + "\n")
+        Path(markdown).write_text(compare_markdown(rows, group_by) + "\n")
 
 
 @app.command("log-run")

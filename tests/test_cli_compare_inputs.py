@@ -76,3 +76,17 @@ def test_sweep_no_run_belongs_to(store):
     r = one_line_exit_2(["compare", "--tracking-uri", store, "--sweep", "deadbeef"],
                         "no finished experiment run belongs to sweep 'deadbeef'")
     assert "--sweep" in r.output
+
+
+def test_by_without_size_or_cluster_names_only_what_it_groups_by(store, tmp_path):
+    """``--by model,budget``: the task is ``rnnlm`` (was ``rnnlm/None on None``), and the markdown's settings
+    column is the ``--by`` fields beyond the task (``budget=200``), not the default ``--by``'s."""
+    md = tmp_path / "by.md"
+    r = _compare(store, "--by", "model,budget", "--json", "-", "--markdown", str(md))
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout[r.stdout.index("["):])
+    assert {row["task"] for row in rows} == {"rnnlm"}
+    text = md.read_text()
+    assert "None" not in text and "| rnnlm | budget=200 | rl (learner) | 2 |" in text
+    r = _compare(store, "--by", "cluster", "--json", "-")
+    assert {row["task"] for row in json.loads(r.stdout[r.stdout.index("["):])} == {"on k80x2"}

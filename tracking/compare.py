@@ -107,7 +107,7 @@ def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]
 
     Returns:
         One row per (group, method): the ``by`` settings (``None`` where a run did not log one),
-        ``task`` (``model/size on cluster [env]``), ``method``, ``learner`` (bool), ``seeds`` (distinct
+        ``task`` ([`task_label`][tracking.compare.task_label]: ``model/size on cluster [env]``, the parts grouped by), ``method``, ``learner`` (bool), ``seeds`` (distinct
         seeds), ``median_step_time_s``, ``min_step_time_s``, ``max_step_time_s`` (s),
         ``x_best_baseline_median``, ``_min``, ``_max`` and ``x_lower_bound_median`` (``None``
         without a bound). Groups are sorted by their settings, methods in a group by median step time.
@@ -158,8 +158,7 @@ def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]
     rows = []
     for key, g in sorted(groups.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         settings = dict(zip(by, key))
-        task = (f"{settings.get('model')}/{settings.get('size')} on {settings.get('cluster')}"
-                + (f" [{settings['env']}]" if settings.get("env") else ""))
+        task = task_label(settings)
         cells = sorted(g.items(), key=lambda kv: (statistics.median(kv[1]["t"]), kv[0]))
         for method, c in cells:
             t, xb, xl = _spread(c["t"]), _spread(c["xb"]), _spread(c["xl"])
@@ -172,21 +171,31 @@ def compare_rows(runs, by: tuple[str, ...] | list[str] = GROUP_BY) -> list[dict]
     return rows
 
 
+def task_label(settings: dict) -> str:
+    """A group's task from the settings it is grouped by: ``model/size on cluster [env]``, each part only where
+    the group has it (``--by model`` gives ``rnnlm``, ``--by cluster`` gives ``on k80x2``); ``all runs`` for none."""
+    model, size, cluster, env = (settings.get(k) for k in ("model", "size", "cluster", "env"))
+    text = " ".join(filter(None, ("/".join(str(x) for x in (model, size) if x is not None) or None,
+                                  None if cluster is None else f"on {cluster}",
+                                  f"[{env}]" if env else None)))
+    return text or "all runs"
+
+
 def group_label(row: dict, by: tuple[str, ...] | list[str] = GROUP_BY) -> str:
     """The settings of ``row``'s group beyond its task (model, size, cluster, env), e.g. ``budget=16 grouper=2017``."""
     return " ".join(f"{k}={row.get(k)}" for k in by if k not in ("model", "size", "cluster", "env")
                     and row.get(k) not in (None, "", "{}"))
 
 
-def compare_markdown(rows: list[dict]) -> str:
-    """[`compare_rows`][tracking.compare.compare_rows] as a markdown table."""
+def compare_markdown(rows: list[dict], by: tuple[str, ...] | list[str] = GROUP_BY) -> str:
+    """[`compare_rows`][tracking.compare.compare_rows] (grouped by ``by``) as a markdown table."""
     with_bound = any(r["x_lower_bound_median"] is not None for r in rows)
     head = ["task", "settings", "method", "seeds", "step time (s), median [min, max]", "x best baseline, median [min, max]"]
     if with_bound:
         head.append("x lower bound")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["task"], group_label(r), r["method"] + (" (learner)" if r["learner"] else ""), str(r["seeds"]),
+        cells = [r["task"], group_label(r, by), r["method"] + (" (learner)" if r["learner"] else ""), str(r["seeds"]),
                  f"{_fmt(r['median_step_time_s'])} [{_fmt(r['min_step_time_s'])}, {_fmt(r['max_step_time_s'])}]",
                  f"{_fmt(r['x_best_baseline_median'], 3)} [{_fmt(r['x_best_baseline_min'], 3)}, {_fmt(r['x_best_baseline_max'], 3)}]"]
         if with_bound:
