@@ -269,7 +269,7 @@ def load_graph_def_step(path: str | Path, fetches: list[str] | str | None = None
     """
     path = Path(path)
     if not path.is_file():
-        raise UserGraphError(f"{path}: no such file")
+        raise UserGraphError(f"graph def {str(path)!r}: no such file")
     graph_def = _parse(path)
     if len(graph_def.node) and len(graph_def.library.function):
         return _flatten(graph_def, _resolve_fetches(graph_def, fetches, str(path)), str(path))

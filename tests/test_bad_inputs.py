@@ -79,7 +79,7 @@ CASES = [
     ("unknown-option", ["experiment", "--no-such-option"], "No such option"),
     # users' graphs
     ("garbage-graph-def", ["experiment", "--graph-def", "DATA/garbage.pb"], "garbage.pb"),
-    ("missing-graph-def", ["experiment", "--graph-def", "DATA/missing.pb"], "missing.pb"),
+    ("missing-graph-def", ["experiment", "--graph-def", "DATA/missing.pb"], "missing.pb': no such file"),
     ("empty-saved-model", ["experiment", "--saved-model", "OUT/../empty-saved-model"], "empty-saved-model"),
     ("keras-spec-malformed", ["experiment", "--keras", "not a spec"], "expected 'module:function'"),
     ("keras-exits-on-import", ["experiment", "--keras", "exits:build"], "it called sys.exit(0)"),

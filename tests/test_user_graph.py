@@ -111,7 +111,7 @@ def test_bad_files(tmp_path, fname, data, match):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(UserGraphError, match="no such file"):
+    with pytest.raises(UserGraphError, match=r"graph def '.*nope\.pb': no such file"):
         load_graph_def(tmp_path / "nope.pb")
 
 
