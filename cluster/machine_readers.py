@@ -73,6 +73,17 @@ def _read(path: str | Path) -> str | None:
         return None
 
 
+def host_cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """This machine's CPU model as the kernel names it (``/proc/cpuinfo``'s first ``model name``, e.g.
+    ``AMD EPYC``), else ``platform.processor()``, else ``platform.machine()``: the label beside a figure
+    per CPU-second, which moves with the machine (learners' ``placements_per_cpu_s``)."""
+    import platform
+
+    text = _read(cpuinfo)
+    blocks = parse_cpuinfo(text) if text else []
+    return (blocks[0].get("model name", "") if blocks else "") or platform.processor() or platform.machine()
+
+
 def run_lscpu() -> str | None:
     """The output of ``lscpu`` in the C locale, or ``None`` where it is missing or fails."""
     if not shutil.which("lscpu"):

@@ -17,6 +17,7 @@ from baselines import BASELINES
 from cluster.environment import Environment
 from cluster.factory import make_environment
 from cluster.evaluation import evaluate_placements, summarize
+from cluster.machine_readers import host_cpu_model
 from cluster.spec import ClusterSpec
 from compgraph.grouping import colocation_grouping
 from compgraph.ir import Grouping
@@ -429,7 +430,9 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
     that one-time load. MLflow params of each learner's run: ``search_cpu_s`` (this process's
     CPU-seconds in the search task, the environment's and the learner's construction included),
     ``search_loop_cpu_s`` (those of the search loop, [`placer.search.SearchResult`][placer.search.SearchResult] ``cpu_time_s``)
-    and ``placements_per_cpu_s``, the placements this run measured over ``search_loop_cpu_s``.
+    and ``placements_per_cpu_s``, the placements this run measured over ``search_loop_cpu_s``, with
+    ``host_cpu``, the CPU they were counted on ([`cluster.machine_readers.host_cpu_model`][cluster.machine_readers.host_cpu_model]:
+    the same search runs at twice the rate on one 2-core machine as on another).
 
     Raises:
         ValueError: an option a learner's config refuses ([`learner_config`][tasks.search.learner_config]); a warm start
@@ -485,7 +488,8 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
                   "search_wall_s": round(wall, 3), "search_cpu_s": round(cpu, 3),
                   "search_loop_cpu_s": round(found.cpu_time_s, 3),
                   "placements_per_cpu_s": (round(found.measured / found.cpu_time_s, 2)
-                                           if found.cpu_time_s > 0 and found.measured else None)}
+                                           if found.cpu_time_s > 0 and found.measured else None),
+                  "host_cpu": host_cpu_model()}
         if distributed:
             params.update({**dist, "workers": ray.workers or "K per controller", **(found.distributed or {}),
                            "ray_address": ray.address or "local"})

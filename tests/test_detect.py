@@ -288,3 +288,21 @@ def test_cli_refuses_an_unknown_gpu_in_one_line(fake_host, tmp_path, monkeypatch
 def test_bad_cpuinfo_path_is_one_line(tmp_path):
     r = _invoke(["detect", "--cpuinfo", str(tmp_path / "missing"), "--no-gpu"])
     assert r.exit_code == 2 and "cannot read the CPU description" in r.output and r.output.count("\n") == 1
+
+
+def test_host_cpu_model_reads_the_first_model_name(tmp_path, monkeypatch):
+    """The label of a learner's ``placements_per_cpu_s``: ``model name`` of the first processor; without one
+    (an ARM cpuinfo, no file), ``platform.processor()``, then ``platform.machine()``."""
+    import platform
+
+    from cluster.machine_readers import host_cpu_model
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 7B13\n\nprocessor\t: 1\nmodel name\t: other\n")
+    assert host_cpu_model(info) == "AMD EPYC 7B13"
+    info.write_text("processor\t: 0\nBogoMIPS\t: 50.00\n\nHardware\t: BCM2835\n")
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")
+    assert host_cpu_model(info) == "aarch64" == host_cpu_model(tmp_path / "none")
+    monkeypatch.setattr(platform, "processor", lambda: "arm")
+    assert host_cpu_model(tmp_path / "none") == "arm"

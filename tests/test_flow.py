@@ -81,6 +81,9 @@ def test_flow_end_to_end_logs_parent_and_nested_runs(prefect_harness, tmp_path):
     rl = by_method["rl"].data.params  # the rate is over the search loop's CPU-seconds, within the task's
     assert 0 < float(rl["search_loop_cpu_s"]) <= float(rl["search_cpu_s"])
     assert float(rl["placements_per_cpu_s"]) == pytest.approx(16 / float(rl["search_loop_cpu_s"]), rel=0.01)
+    from cluster.machine_readers import host_cpu_model
+
+    assert rl["host_cpu"] == host_cpu_model() != ""  # the CPU the rate was counted on
     assert curve[-1].value == pytest.approx(result["methods"]["rl"]["step_time_s"])
     assert len(client.get_metric_history(by_method["rl"].info.run_id, "sample_mean_step_time_s")) == 4
     # the learner's diagnostics, live, as CleanRL names them: one point per policy update
