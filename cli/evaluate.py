@@ -88,7 +88,8 @@ def evaluate_command(
 
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
-    from tracking.evaluate import EvaluateError, check_device, evaluate_placement, read_placement, summary_line
+    from tracking.evaluate import (SINGLE_PREFIX, EvaluateError, check_device, evaluate_placement, load_placement_record,
+                                   origin_note, read_placement, summary_line)
 
     if env not in ENVIRONMENTS:
         _fail(f"unknown --env value {env!r}; valid: {', '.join(ENVIRONMENTS)}")
@@ -112,10 +113,13 @@ def evaluate_command(
 
     if host_memory is not None and host_memory not in HOST_MEMORY:
         _fail(f"unknown --host-memory value {host_memory!r}; valid: {' or '.join(map(repr, HOST_MEMORY))}")
+    origin: dict[str, str] = {}
     try:
-        placed = read_placement(placement)
-        if isinstance(placed, str):
+        if placement.startswith(SINGLE_PREFIX):
+            placed = read_placement(placement)
             check_device(placed, spec.device_names, repr(spec.name))
+        else:
+            placed, origin = load_placement_record(placement)
     except EvaluateError as exc:
         _fail(str(exc))
     from compgraph.frontends import environment_problem, is_user_graph
@@ -125,6 +129,9 @@ def evaluate_command(
         _fail(f"--{problem}")
     prepared = _prepare_graph(source, None, None, cache_dir or str(Path(out_dir) / "graph-cache"), 0,
                               parse_int_bounds(int_bound, is_user_graph(source)), env)
+    note = origin_note(placement, origin, prepared.name, spec.name)
+    if note:
+        typer.echo(note, err=True)
     try:
         options = real_options(given, is_torch_step(prepared)) if env == "real" else {}
         result = evaluate_placement(prepared, spec, env, placed, options or None)

@@ -160,3 +160,21 @@ def test_bad_placement_is_one_line_naming_the_op_or_device(case, graph, tmp_path
     assert r.exit_code == 2, r.output
     assert needle in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+@pytest.mark.slow  # the graph: about 5 s here
+def test_a_file_exported_for_another_cluster_is_evaluated_with_a_note(graph, tmp_path):
+    """The same op names may run on another cluster (allowed), but the user is told; a file without
+    ``model``/``cluster``, or with this run's, gets no note."""
+    devices = {op.name: "/gpu:0" for op in graph[0].graph.ops}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"model": "rnnlm", "cluster": "k80x4", "devices": devices}))
+    r = _invoke(["--placement", str(path)], graph[1])
+    assert r.exit_code == 0, r.output
+    assert f"note: {path} was exported for cluster 'k80x4'; evaluated here on model 'rnnlm', cluster 'k80x2'" in r.stderr
+    single = _invoke(["--placement", "single:/gpu:0"], graph[1])
+    assert r.stdout.split("step time", 1)[1] == single.stdout.split("step time", 1)[1]  # the same step time
+    for meta in ({}, {"model": "rnnlm", "cluster": CLUSTER}):
+        path.write_text(json.dumps({**meta, "devices": devices}))
+        r = _invoke(["--placement", str(path)], graph[1])
+        assert r.exit_code == 0 and "note:" not in r.output, r.output

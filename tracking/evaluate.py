@@ -56,6 +56,16 @@ def load_placement_file(path: str | Path, max_bytes: int = MAX_PLACEMENT_BYTES) 
     Raises:
         EvaluateError: missing, unreadable, too large, not JSON, or not of that shape (one line naming the file).
     """
+    return load_placement_record(path, max_bytes)[0]
+
+
+def load_placement_record(path: str | Path, max_bytes: int = MAX_PLACEMENT_BYTES) -> tuple[dict[str, str], dict[str, str]]:
+    """[`load_placement_file`][tracking.evaluate.load_placement_file]'s op -> device map, and the file's own
+    ``model`` and ``cluster`` where it names them as strings (``placement export --format json`` does).
+
+    Raises:
+        EvaluateError: as [`load_placement_file`][tracking.evaluate.load_placement_file].
+    """
     path = Path(path)
     where = f"--placement {path}"
     try:
@@ -87,7 +97,17 @@ def load_placement_file(path: str | Path, max_bytes: int = MAX_PLACEMENT_BYTES) 
                             + _more(len(bad) - 1, "ops likewise"))
     if not devices:
         raise EvaluateError(f'{where}: "devices" is empty; it must place every op of the graph')
-    return dict(devices)
+    return dict(devices), {k: data[k] for k in ("model", "cluster") if isinstance(data.get(k), str)}
+
+
+def origin_note(path: str, origin: dict[str, str], model: str, cluster: str) -> str | None:
+    """A note when a placement file says it was exported for another model or cluster than the one it is
+    evaluated on (allowed: the same op names may run on another cluster), else ``None``."""
+    other = [f"{key} {origin[key]!r}" for key, here in (("model", model), ("cluster", cluster))
+             if key in origin and origin[key] != here]
+    if not other:
+        return None
+    return f"note: {path} was exported for {' and '.join(other)}; evaluated here on model {model!r}, cluster {cluster!r}"
 
 
 def read_placement(placement: str) -> dict[str, str] | str:
