@@ -73,12 +73,15 @@ class WarmStart:
         ops: int64 ``[num_ops]`` device indices.
         step_time_s: its step time measured in the experiment's environment (seconds; ``None``: OOM).
         oom: it ran out of memory.
+        note: a placement file exported for another model or cluster
+            ([`tracking.evaluate.origin_note`][tracking.evaluate.origin_note]); ``None``: none.
     """
 
     source: str
     ops: np.ndarray
     step_time_s: float | None
     oom: bool = False
+    note: str | None = None
 
     def label(self, method: str) -> str:
         """``method``'s label in the results table: ``rl (warm: expert)`` ([`placer.warm.warm_label`][placer.warm.warm_label])."""
@@ -147,16 +150,18 @@ def file_start(path: str, prepared: PreparedGraph, spec: ClusterSpec, env_kind: 
             the file and the op or device).
     """
     from cluster.op_placement import OpPlacement
-    from tracking.evaluate import EvaluateError, load_placement_file, op_devices
+    from tracking.evaluate import EvaluateError, load_placement_record, op_devices, origin_note
 
     try:
-        ops = op_devices(prepared.graph, list(spec.device_names), load_placement_file(path), repr(spec.name))
+        devices, origin = load_placement_record(path)
+        ops = op_devices(prepared.graph, list(spec.device_names), devices, repr(spec.name))
     except EvaluateError as exc:
         from tasks.config import init_placement_error
 
         raise ValueError(init_placement_error(exc, str(path))) from None
     row = _measure(prepared, spec, env_kind, {"start": OpPlacement(ops)}, env_options)["start"]
-    return WarmStart(str(path), ops, None if row["oom"] else row["step_time_s"], oom=bool(row["oom"]))
+    return WarmStart(str(path), ops, None if row["oom"] else row["step_time_s"], oom=bool(row["oom"]),
+                     note=origin_note(str(path), origin, prepared.name, spec.name))
 
 
 def warm_start_config(method: str, config: LearnerConfig, prepared: PreparedGraph, spec: ClusterSpec, env_kind: str,
@@ -462,7 +467,7 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
                 said.add(start.source)
                 when = "OOM" if start.oom else f"{start.step_time_s:.5g} s"
                 kind = "best baseline" if getattr(config, "init", None) == "best_baseline" else "placement file"
-                say(f"warm start: {kind} {start.source} ({when})")
+                say(f"warm start: {kind} {start.source} ({when})" + (f"; {start.note}" if start.note else ""))
         log_path, ckpt_path = run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None

@@ -180,6 +180,12 @@ def test_a_placement_file_is_a_warm_start(rnnlm_small, k80x2, expert_devices, tm
 
     start = file_start(_file(tmp_path, expert_devices), rnnlm_small, k80x2, "sim")
     assert start.step_time_s == pytest.approx(0.079286, rel=1e-3) and start.label("rl_warm") == "rl (warm: start.json)"
+    assert start.note is None
+    path = tmp_path / "start.json"
+    path.write_text(json.dumps({"model": "rnnlm", "cluster": "k80x4", "devices": expert_devices}))
+    other = file_start(str(path), rnnlm_small, k80x2, "sim")  # exported for another cluster: started from, with a note
+    assert other.step_time_s == start.step_time_s and other.note == (
+        f"note: {path} was exported for cluster 'k80x4'; evaluated here on model 'rnnlm', cluster 'k80x2'")
 
 
 @pytest.mark.parametrize("change, message", [
