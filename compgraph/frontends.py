@@ -35,7 +35,7 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from compgraph.prepare import PreparedGraph, prepare, prepare_user_step
 
@@ -512,7 +512,7 @@ def source_from_flags(values: Mapping[str, Any]) -> Any:
     Raises:
         ValueError: several front ends' first flags (``give one of graph_def, ... not several``); a
             flag given without its front end's first one (its ``note``, else ``NAME is for FIRST``);
-            those of the source model (pydantic's, naming the field).
+            those of the source model (one line naming the flag, the error and the value given).
     """
     chosen = [fe for k, fe in FRONTENDS.items() if k != DEFAULT_KIND and fe.flags
               and values.get(fe.flags[0].name) is not None]
@@ -528,7 +528,14 @@ def source_from_flags(values: Mapping[str, Any]) -> Any:
             if values.get(f.name) is not None:
                 raise ValueError(f.note or f"{f.name} is for {fe.flags[0].name}")
     fields = {f.field: values[f.name] for f in frontend.flags if values.get(f.name) is not None}
-    return frontend.source(**fields)
+    try:
+        return frontend.source(**fields)
+    except ValidationError as exc:  # one line naming the flag and the value, not pydantic's report
+        err = exc.errors()[0]
+        flag = next((f.flag for f in frontend.flags if err["loc"] and f.field == err["loc"][0]), None)
+        where = flag or ".".join(str(x) for x in err["loc"]) or frontend.kind
+        given = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        raise ValueError(f"{where}: {err['msg'].removeprefix('Value error, ')}{given}") from None
 
 
 def graph_source(model: str | None = None, size: str = "small", graph_def: str | None = None,

@@ -95,6 +95,8 @@ CASES = [
     ("two-graph-sources", ["experiment", "--graph-def", "DATA/garbage.pb", "--keras", "exits:build"], "not several"),
     ("torch-spec-malformed", ["experiment", "--torch", "not a spec"], "torch spec 'not a spec': expected 'module:function'"),
     ("torch-exits-on-import", ["graph-stats", "--torch", "exits:build"], "it called sys.exit(0)"),
+    ("torch-optimizer-unknown", ["experiment", "--torch", "exits:build", "--torch-optimizer", "rmsprop"],
+     "--torch-optimizer: Input should be 'sgd' or 'adam' (got 'rmsprop')"),
     ("torch-on-real-exits", ["experiment", "--torch", "exits:build", "--env", "real", "--cluster", "cpu4"],
      "it called sys.exit(0)"),
     # a function (or module) that ends its own process: probed in a child before the in-process capture (issue 35)
