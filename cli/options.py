@@ -78,6 +78,14 @@ def cli_source(values: dict, optional: bool = False):
     return source
 
 
+def _flag_help(flag, optional: bool) -> str:
+    """A graph flag's ``--help``; a command whose graph is ``optional`` has no default model, so ``--model``
+    says it is needed there instead of ``(default rnnlm)``."""
+    if optional and flag.name == "model":
+        return flag.help.replace("(default rnnlm)", "(no default here)")
+    return flag.help
+
+
 def graph_flags(optional: bool = False):
     """Decorator of a command taking a graph: its parameter ``source`` becomes every registered front
     end's flags ([`compgraph.frontends.source_flags`][compgraph.frontends.source_flags]: ``--model``, ``--size``, ``--graph-def``,
@@ -95,7 +103,8 @@ def graph_flags(optional: bool = False):
         params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
         where = [p.name for p in params].index("source")
         generated = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
-            Optional[list[str] if f.repeated else str], typer.Option(f.flag, help=f.help)]) for f in flags]
+            Optional[list[str] if f.repeated else str], typer.Option(f.flag, help=_flag_help(f, optional))])
+            for f in flags]
         params[where:where + 1] = generated
 
         @functools.wraps(func)

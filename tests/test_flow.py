@@ -211,6 +211,18 @@ def test_cli_lists_models_and_clusters():
                                                  "h100x1", "h100x8", "h200x1", "k80x2", "k80x4", "p100x4"]
 
 
+def test_model_help_states_the_default_only_where_there_is_one():
+    """``experiment`` runs rnnlm without ``--model``; ``train`` needs a graph, so its help gives no default."""
+    from cli.main import app
+
+    def model_help(command):
+        text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300"}).output
+        return next(line for line in text.splitlines() if "--model " in line)
+
+    assert "(default rnnlm)" in model_help("experiment")
+    assert "(default rnnlm)" not in model_help("train") and "(no default here)" in model_help("train")
+
+
 def test_cli_graph_stats_json(rnnlm_small):
     from cli.main import app
 
