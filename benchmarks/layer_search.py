@@ -11,7 +11,11 @@ for the searches that move whole scopes (the ``scope_moves`` option, ``local_sea
 above ``--max-placements``.
 
     python benchmarks/layer_search.py [--model nmt] [--size paper] [--cluster k80x4] [--depth 3]
-        [--max-placements 1000000] [--cache-dir DIR]
+        [--max-placements 1000000] [--cache-dir DIR] [--output BEST.json]
+
+``--output``: the best placement as an op -> device JSON (`placement export --format json`'s shape), a
+warm start for the learners (``--init-placement``, or ``init=placement,init_placement=BEST.json`` in
+``benchmarks/learners.py --variant``).
 
 Output: ``{"model", "size", "cluster", "depth", "leaf_scopes": [{"scope", "groups"}], "placements",
 "seconds", "best_step_time_s", "best": {scope: device}, "expert_step_time_s"}`` (seconds of wall time).
@@ -49,6 +53,7 @@ def main(argv=None) -> int:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--max-placements", type=int, default=1_000_000)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--output", default=None, help="write the best placement here (op -> device JSON)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -86,6 +91,14 @@ def main(argv=None) -> int:
                 best_time, best_choice = m.step_time_s, choice
     seconds = time.perf_counter() - start
     names = spec.device_names
+    if args.output and best_choice is not None:
+        placement = expert.copy()
+        for (_, groups), k in zip(leaves, best_choice):
+            placement[groups] = gpus[k]
+        ops = prepared.grouping.expand(placement)
+        Path(args.output).write_text(json.dumps({
+            "model": args.model, "cluster": spec.name, "method": "layer_search",
+            "step_time_s": best_time, "devices": {op.name: names[int(d)] for op, d in zip(prepared.graph.ops, ops)}}))
     print(json.dumps({
         "model": args.model, "size": args.size, "cluster": args.cluster, "depth": args.depth,
         "leaf_scopes": [{"scope": s, "groups": len(g)} for s, g in leaves], "placements": total,

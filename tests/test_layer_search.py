@@ -30,8 +30,9 @@ def test_layer_search_measures_every_assignment_and_its_best_is_that_placement(c
     from compgraph.prepare import prepare
 
     module = _module()
+    best = tmp_path / "best.json"
     assert module.main(["--model", "rnnlm", "--size", "small", "--cluster", "k80x2", "--depth", "2",
-                        "--cache-dir", str(tmp_path)]) == 0
+                        "--cache-dir", str(tmp_path), "--output", str(best)]) == 0
     out = json.loads(capsys.readouterr().out)
     scopes = [s["scope"] for s in out["leaf_scopes"]]
     assert {"rnnlm/layer_0", "rnnlm/layer_1", "rnnlm/softmax"} <= set(scopes)
@@ -44,6 +45,10 @@ def test_layer_search_measures_every_assignment_and_its_best_is_that_placement(c
         placement[groups] = spec.device_names.index(out["best"][scope])
     measured = make_environment("sim", prepared, spec).measure_batch([placement.tolist()])[0]
     assert measured.step_time_s == out["best_step_time_s"]
+    from tasks.search import file_start  # --output: that placement, per op, a warm start measured the same
+
+    start = file_start(str(best), prepared, spec, "sim")
+    assert start.step_time_s == out["best_step_time_s"] and start.note is None
     with pytest.raises(SystemExit, match=r"placements, more than --max-placements 4$"):
         module.main(["--model", "rnnlm", "--size", "small", "--cluster", "k80x2", "--depth", "2",
                      "--max-placements", "4", "--cache-dir", str(tmp_path)])
