@@ -86,7 +86,8 @@ def _calibrate_torch(from_profile: str | None, cluster: str, output: str | None,
     from cluster.spec import PRESET_DIR, preset_names
 
     name = Path(output).stem  # the fitted spec is named by its file: a run on it is not labelled as the base preset's
-    if name in preset_names() and Path(output).resolve() != (PRESET_DIR / f"{name}.yaml").resolve():
+    own = Path(output).resolve() == (PRESET_DIR / f"{name}.yaml").resolve() and cluster == name  # refitting a preset
+    if name in preset_names() and not own:
         _fail(f"--output {output}: the fitted spec takes its file's name, and {name!r} is a preset's; give the "
               "file a name of its own")
 

@@ -329,26 +329,27 @@ class ClusterSpec(_Strict):
             raise ValueError(f"cluster spec {path}: {loc}: {msg}{got}") from None
 
 
-def first_difference(a, b, path: str = "") -> str | None:
-    """The first field where two JSON-like values differ, as a dotted path (``devices.1.peak_flops``;
-    ``(top level)`` for two scalars); ``None`` if they are equal."""
+def first_difference(a, b, path: str = "") -> tuple[str, object, object] | None:
+    """The first field where two JSON-like values differ: ``(dotted path, value in a, value in b)``
+    (``devices.1.peak_flops``; ``<path>.length`` and the two lengths for lists of different lengths; a key
+    one side lacks has ``None`` there; ``(top level)`` for two scalars); ``None`` if they are equal."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(a.keys() | b.keys(), key=str):
             if key not in a or key not in b:
-                return f"{path}{key}"
+                return f"{path}{key}", a.get(key), b.get(key)
             found = first_difference(a[key], b[key], f"{path}{key}.")
             if found is not None:
                 return found
         return None
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
-            return f"{path}length" if path else "length"
+            return f"{path}length", len(a), len(b)
         for i, (x, y) in enumerate(zip(a, b)):
             found = first_difference(x, y, f"{path}{i}.")
             if found is not None:
                 return found
         return None
-    return None if a == b else (path.rstrip(".") or "(top level)")
+    return None if a == b else (path.rstrip(".") or "(top level)", a, b)
 
 
 def preset_names() -> list[str]:
@@ -378,8 +379,10 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
                 differs = first_difference(spec.model_dump(mode="json"),
                                            ClusterSpec.from_yaml(PRESET_DIR / f"{spec.name}.yaml").model_dump(mode="json"))
                 if differs is not None:
+                    field, mine, theirs = differs
                     raise ValueError(f"cluster spec {name_or_path}: name {spec.name!r} is a preset's, but this spec "
-                                     f"differs from that preset ({differs}); give it a name of its own (name: ...)")
+                                     f"differs from that preset ({field}: {quote_value(mine)} here, "
+                                     f"{quote_value(theirs)} in the preset); give it a name of its own (name: ...)")
             return spec
         raise ValueError(f"cluster spec {name_or_path}: " + ("a folder, not a YAML file" if path.is_dir() else "no such file"))
     raise ValueError(f"unknown cluster {name_or_path!r}; valid: {', '.join(preset_names())} or a path to a YAML spec")

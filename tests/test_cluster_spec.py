@@ -113,7 +113,8 @@ def test_a_yaml_spec_named_as_a_preset_must_be_that_preset(tmp_path):
     path = tmp_path / "edited.yaml"
     path.write_text(yaml.safe_dump(edited.model_dump(mode="json")))
     with pytest.raises(ValueError, match=r"edited\.yaml: name 'k80x2' is a preset's, but this spec differs from "
-                                         r"that preset \(devices\.1\.peak_flops\); give it a name of its own"):
+                                         rf"that preset \(devices\.1\.peak_flops: {2 * spec.devices[1].peak_flops!r} here, "
+                                         rf"{spec.devices[1].peak_flops!r} in the preset\); give it a name of its own"):
         load_cluster(str(path))
     path.write_text(yaml.safe_dump({**edited.model_dump(mode="json"), "name": "k80x2-fast"}))
     assert load_cluster(str(path)).devices[1].peak_flops == 2 * spec.devices[1].peak_flops

@@ -189,6 +189,12 @@ def test_cli_writes_a_loadable_preset(tmp_path):
     res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(DATA), "--cluster", "h200x1",
                                    "--output", str(tmp_path / "h200x1.yaml")])
     assert res.exit_code == 2 and "'h200x1' is a preset's" in res.output and not (tmp_path / "h200x1.yaml").exists()
+    from cluster.spec import PRESET_DIR  # a preset's own file, fitted from another preset: refused, the file untouched
+
+    before = (PRESET_DIR / "k80x2.yaml").read_text()
+    res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(DATA), "--cluster", "h200x1",
+                                   "--output", str(PRESET_DIR / "k80x2.yaml")])
+    assert res.exit_code == 2 and "'k80x2' is a preset's" in res.output and (PRESET_DIR / "k80x2.yaml").read_text() == before
     res = CliRunner().invoke(app, ["calibrate", "--torch", "--cluster", "h200x1", "--output", str(out)])
     assert res.exit_code == 2 and "--from-profile" in res.output
     res = CliRunner().invoke(app, ["calibrate", "--torch", "--from-profile", str(tmp_path), "--cluster", "h200x1",
