@@ -69,18 +69,22 @@ def cli_source(values: dict, optional: bool = False):
     flags = {f.name: f.flag for f in source_flags()}
     try:
         source = source_from_flags(values)
-    except ValueError as exc:  # pydantic's ValidationError too
-        _fail(re.sub(r"(?<![\w-])(" + "|".join(sorted(flags, key=len, reverse=True)) + r")\b",
-                     lambda m: flags[m.group(1)], str(exc)))
+    except ValueError as exc:  # a message already in flags (--torch-optimizer: ... (got 'size')) is kept as it is
+        message = str(exc)
+        _fail(message if message.startswith("--") else re.sub(
+            r"(?<![\w-])(" + "|".join(sorted(flags, key=len, reverse=True)) + r")\b", lambda m: flags[m.group(1)], message))
     default = [f.flag for f in FRONTENDS[DEFAULT_KIND].flags if values.get(f.name) is not None]
     if default and source.kind != DEFAULT_KIND:
         _fail(f"give {' '.join(default)} (a benchmark) or {FRONTENDS[source.kind].flags[0].flag}, not both")
+    first = FRONTENDS[DEFAULT_KIND].flags[0]
+    if optional and source.kind == DEFAULT_KIND and values.get(first.name) is None:  # --size alone: no model here
+        _fail(f"{' '.join(default)} is for {first.flag}: give {first.flag} (a benchmark) or a user's graph")
     return source
 
 
 def _flag_help(flag, optional: bool) -> str:
     """A graph flag's ``--help``; a command whose graph is ``optional`` has no default model, so ``--model``
-    says it is needed there instead of ``(default rnnlm)``."""
+    says ``(no default here)`` there instead of ``(default rnnlm)``."""
     if optional and flag.name == "model":
         return flag.help.replace("(default rnnlm)", "(no default here)")
     return flag.help

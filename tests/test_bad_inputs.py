@@ -97,6 +97,10 @@ CASES = [
     ("torch-exits-on-import", ["graph-stats", "--torch", "exits:build"], "it called sys.exit(0)"),
     ("torch-optimizer-unknown", ["experiment", "--torch", "exits:build", "--torch-optimizer", "rmsprop"],
      "--torch-optimizer: Input should be 'sgd' or 'adam' (got 'rmsprop')"),
+    ("torch-optimizer-a-flag-name", ["graph-stats", "--torch", "exits:build", "--torch-optimizer", "size"],
+     "(got 'size')"),  # the value as given, not rewritten into a flag (--size)
+    ("train-size-without-model", ["train", "--size", "paper", "--cluster", "cpu4", "--method", "single_cpu"],
+     "--size is for --model: give --model (a benchmark) or a user's graph"),
     ("torch-on-real-exits", ["experiment", "--torch", "exits:build", "--env", "real", "--cluster", "cpu4"],
      "it called sys.exit(0)"),
     # a function (or module) that ends its own process: probed in a child before the in-process capture (issue 35)
