@@ -37,12 +37,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 def leaf_scopes(names: list[str], depth: int) -> list[tuple[str, list[int]]]:
     """The scopes of [`compgraph.grouping.name_scopes`][compgraph.grouping.name_scopes] at most ``depth`` deep that hold no
-    other such scope: ``[(common name prefix, group indices)]``."""
-    from compgraph.grouping import name_scopes
+    other such scope: ``[(label, group indices)]``, the label the groups' common name prefix (gradient scopes
+    left out, as ``name_scopes`` does), made unique with ``#k`` where two would be the same."""
+    from compgraph.grouping import GRADIENT_SCOPE, name_scopes
 
+    forward = [GRADIENT_SCOPE.sub("", n) for n in names]
     kept = [set(int(i) for i in g) for d, g in name_scopes(names) if d <= depth]
-    leaves = [g for g in kept if not any(h < g for h in kept)]
-    return [(os.path.commonprefix([names[i] for i in sorted(g)]).rstrip("/_"), sorted(g)) for g in leaves]
+    out: list[tuple[str, list[int]]] = []
+    for k, g in enumerate(g for g in kept if not any(h < g for h in kept)):
+        label = os.path.commonprefix([forward[i] for i in sorted(g)]).rstrip("/_") or "(root)"
+        out.append((label if label not in {o[0] for o in out} else f"{label}#{k}", sorted(g)))
+    return out
 
 
 def main(argv=None) -> int:
@@ -91,6 +96,8 @@ def main(argv=None) -> int:
                 best_time, best_choice = m.step_time_s, choice
     seconds = time.perf_counter() - start
     names = spec.device_names
+    if best_choice is None:
+        print(f"every one of the {total:,} placements ran out of memory: no best, nothing written", file=sys.stderr)
     if args.output and best_choice is not None:
         placement = expert.copy()
         for (_, groups), k in zip(leaves, best_choice):
