@@ -88,8 +88,7 @@ def evaluate_command(
 
     from cluster.environment import ENVIRONMENTS
     from cluster.spec import load_cluster
-    from tracking.evaluate import (SINGLE_PREFIX, EvaluateError, check_device, evaluate_placement, load_placement_record,
-                                   origin_note, read_placement, summary_line)
+    from tracking.evaluate import EvaluateError, check_device, evaluate_placement, origin_note, read_placement, summary_line
 
     if env not in ENVIRONMENTS:
         _fail(f"unknown --env value {env!r}; valid: {', '.join(ENVIRONMENTS)}")
@@ -113,13 +112,10 @@ def evaluate_command(
 
     if host_memory is not None and host_memory not in HOST_MEMORY:
         _fail(f"unknown --host-memory value {host_memory!r}; valid: {' or '.join(map(repr, HOST_MEMORY))}")
-    origin: dict[str, str] = {}
     try:
-        if placement.startswith(SINGLE_PREFIX):
-            placed = read_placement(placement)
+        placed, origin = read_placement(placement)
+        if isinstance(placed, str):
             check_device(placed, spec.device_names, repr(spec.name))
-        else:
-            placed, origin = load_placement_record(placement)
     except EvaluateError as exc:
         _fail(str(exc))
     from compgraph.frontends import environment_problem, is_user_graph

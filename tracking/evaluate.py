@@ -110,9 +110,9 @@ def origin_note(path: str, origin: dict[str, str], model: str, cluster: str) -> 
     return f"note: {path} was exported for {' and '.join(other)}; evaluated here on model {model!r}, cluster {cluster!r}"
 
 
-def read_placement(placement: str) -> dict[str, str] | str:
-    """``--placement``: the op -> device map of a file ([`load_placement_file`][tracking.evaluate.load_placement_file]), or the device name of
-    ``single:DEVICE``.
+def read_placement(placement: str) -> tuple[dict[str, str] | str, dict[str, str]]:
+    """``--placement``: the op -> device map of a file and the ``model``/``cluster`` it names
+    ([`load_placement_record`][tracking.evaluate.load_placement_record]), or the device name of ``single:DEVICE`` and ``{}``.
 
     Raises:
         EvaluateError: ``single:`` without a device; those of [`load_placement_file`][tracking.evaluate.load_placement_file].
@@ -121,8 +121,8 @@ def read_placement(placement: str) -> dict[str, str] | str:
         device = placement[len(SINGLE_PREFIX):].strip()
         if not device:
             raise EvaluateError("--placement single:DEVICE: no device given, e.g. single:/gpu:0")
-        return device
-    return load_placement_file(placement)
+        return device, {}
+    return load_placement_record(placement)
 
 
 def check_device(device: str, device_names: list[str], cluster: str = "the cluster") -> None:
