@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cli.common import _fail, check_json_path, out_dir_or_home
+from cli.common import _fail, check_json_path, config_error, out_dir_or_home
 from tracking import placement_home
 
 from compgraph.frontends import SIZES_HELP
@@ -62,17 +62,20 @@ def cli_source(values: dict, optional: bool = False):
     of --graph-def, --saved-model, --keras and --torch, not several``), exit 2."""
     import re
 
-    from compgraph.frontends import DEFAULT_KIND, FRONTENDS, source_flags, source_from_flags
+    from pydantic import ValidationError
+
+    from compgraph.frontends import DEFAULT_KIND, FRONTENDS, chosen_frontend, source_flags, source_from_flags
 
     if optional and all(v is None for v in values.values()):
         return None
     flags = {f.name: f.flag for f in source_flags()}
     try:
         source = source_from_flags(values)
-    except ValueError as exc:  # a message already in flags (--torch-optimizer: ... (got 'size')) is kept as it is
-        message = str(exc)
-        _fail(message if message.startswith("--") else re.sub(
-            r"(?<![\w-])(" + "|".join(sorted(flags, key=len, reverse=True)) + r")\b", lambda m: flags[m.group(1)], message))
+    except ValidationError as exc:  # a flag's bad value: the configs' one line (unknown --torch-optimizer value ...)
+        _fail(config_error(exc, {f.flag: f.field for f in chosen_frontend(values).flags}))
+    except ValueError as exc:  # a bad combination, in flag names
+        _fail(re.sub(r"(?<![\w-])(" + "|".join(sorted(flags, key=len, reverse=True)) + r")\b",
+                     lambda m: flags[m.group(1)], str(exc)))
     default = [f.flag for f in FRONTENDS[DEFAULT_KIND].flags if values.get(f.name) is not None]
     if default and source.kind != DEFAULT_KIND:
         _fail(f"give {' '.join(default)} (a benchmark) or {FRONTENDS[source.kind].flags[0].flag}, not both")

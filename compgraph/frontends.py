@@ -35,7 +35,7 @@ from dataclasses import field as dc_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from compgraph.prepare import PreparedGraph, prepare, prepare_user_step
 
@@ -504,15 +504,13 @@ def source_flags() -> list[SourceFlag]:
     return [f for fe in order for f in fe.flags]
 
 
-def source_from_flags(values: Mapping[str, Any]) -> Any:
-    """The source named by flat flag values (flag name -> value, ``None`` when not given): the front
-    end whose first flag is given, else the default one ([`DEFAULT_KIND`][compgraph.frontends.DEFAULT_KIND]); a field
-    left unset keeps the source model's default.
+def chosen_frontend(values: Mapping[str, Any]) -> Frontend:
+    """The front end that flat flag values (flag name -> value, ``None`` when not given) name: the one whose
+    first flag is given, else the default one ([`DEFAULT_KIND`][compgraph.frontends.DEFAULT_KIND]).
 
     Raises:
         ValueError: several front ends' first flags (``give one of graph_def, ... not several``); a
-            flag given without its front end's first one (its ``note``, else ``NAME is for FIRST``);
-            those of the source model (one line naming the flag, the error and the value given).
+            flag given without its front end's first one (its ``note``, else ``NAME is for FIRST``).
     """
     chosen = [fe for k, fe in FRONTENDS.items() if k != DEFAULT_KIND and fe.flags
               and values.get(fe.flags[0].name) is not None]
@@ -527,15 +525,20 @@ def source_from_flags(values: Mapping[str, Any]) -> Any:
         for f in fe.flags[1:]:
             if values.get(f.name) is not None:
                 raise ValueError(f.note or f"{f.name} is for {fe.flags[0].name}")
+    return frontend
+
+
+def source_from_flags(values: Mapping[str, Any]) -> Any:
+    """The source named by flat flag values (flag name -> value, ``None`` when not given): of the front
+    end [`chosen_frontend`][compgraph.frontends.chosen_frontend] picks; a field left unset keeps the source model's default.
+
+    Raises:
+        ValueError: those of [`chosen_frontend`][compgraph.frontends.chosen_frontend]; the source model's
+            (a pydantic ``ValidationError``, located by the model's field).
+    """
+    frontend = chosen_frontend(values)
     fields = {f.field: values[f.name] for f in frontend.flags if values.get(f.name) is not None}
-    try:
-        return frontend.source(**fields)
-    except ValidationError as exc:  # one line naming the flag and the value, not pydantic's report
-        err = exc.errors()[0]
-        flag = next((f.flag for f in frontend.flags if err["loc"] and f.field == err["loc"][0]), None)
-        where = flag or ".".join(str(x) for x in err["loc"]) or frontend.kind
-        given = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
-        raise ValueError(f"{where}: {err['msg'].removeprefix('Value error, ')}{given}") from None
+    return frontend.source(**fields)
 
 
 def graph_source(model: str | None = None, size: str = "small", graph_def: str | None = None,

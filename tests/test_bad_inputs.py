@@ -96,9 +96,9 @@ CASES = [
     ("torch-spec-malformed", ["experiment", "--torch", "not a spec"], "torch spec 'not a spec': expected 'module:function'"),
     ("torch-exits-on-import", ["graph-stats", "--torch", "exits:build"], "it called sys.exit(0)"),
     ("torch-optimizer-unknown", ["experiment", "--torch", "exits:build", "--torch-optimizer", "rmsprop"],
-     "--torch-optimizer: Input should be 'sgd' or 'adam' (got 'rmsprop')"),
+     "unknown --torch-optimizer value 'rmsprop'; valid: 'sgd' or 'adam'"),
     ("torch-optimizer-a-flag-name", ["graph-stats", "--torch", "exits:build", "--torch-optimizer", "size"],
-     "(got 'size')"),  # the value as given, not rewritten into a flag (--size)
+     "unknown --torch-optimizer value 'size'; valid"),  # the value as given, not rewritten into a flag (--size)
     ("train-size-without-model", ["train", "--size", "paper", "--cluster", "cpu4", "--method", "single_cpu"],
      "--size is for --model: give --model (a benchmark) or a user's graph"),
     ("torch-on-real-exits", ["experiment", "--torch", "exits:build", "--env", "real", "--cluster", "cpu4"],
