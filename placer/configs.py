@@ -153,6 +153,12 @@ class ReinforceConfig(LearnerConfig):
             measured so far with one name scope moved whole to one device
             ([`placer.features.move_scope`][placer.features.move_scope]); the decoder scores the replaced samples
             teacher-forced, so Eq. 3 learns from them as from its own. 0: the paper's.
+
+    Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
+        restart_after: after this many placements without a faster one, the decoder's parameters
+            and Adam go back to their initial state, its prior (a warm start's) onto the fastest
+            placement measured so far, and the baseline starts at the next batch's mean reward
+            ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
     """
 
     budget: int = Field(400, ge=1)
@@ -174,6 +180,7 @@ class ReinforceConfig(LearnerConfig):
     baseline_samples: Literal["all", "ran"] = "all"
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    restart_after: int | None = Field(None, ge=1)
 
 
 # placer.post
@@ -273,6 +280,16 @@ class PostConfig(LearnerConfig):
             optimum search 1.608 s); moving a scope of a *sampled* placement instead found 1.39 s
             and 1.85 s: the cross-entropy step's per-group frequencies mix elites that moved
             different scopes.
+
+    Named option for a search that stalls (in no paper):
+        restart_after: after this many placements without a faster one, the policy starts again
+            as a warm start on the fastest placement measured so far: the tables become the start's
+            distribution there (``init_prob``, scaled by ``moves_per_sample``), the step-time
+            baseline and the KL coefficient ``beta`` start afresh; the kept elites stay
+            ([`placer.features.Restarts`][placer.features.Restarts]: an iterated local search whose moves are the
+            policy's samples). ``None``: the paper's. Not on Ray (each controller's incumbent is its
+            own). Chosen on inception_v3 ``k80x4``, warm-started, seeds 0-2 (48 against 24, 120
+            and 480; docs/results.md, "Restarts from the incumbent").
     """
 
     budget: int = Field(2400, ge=1)
@@ -296,6 +313,7 @@ class PostConfig(LearnerConfig):
     elites_kept: int = Field(0, ge=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    restart_after: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _rank_with_pg(self):
@@ -391,6 +409,12 @@ class HierarchicalConfig(LearnerConfig):
             ``max(1, max_d bytes_d / memory_d)`` ([`placer.hierarchical.measured_times`][placer.hierarchical.measured_times]), so
             that from a start that does not fit (the 6.7B decoder on one H100) the samples that
             overflow least score best.
+
+    Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
+        restart_after: after this many placements without a faster one, the grouper's and
+            placer's parameters and Adam go back to their initial state, their priors (a warm
+            start's) onto the fastest placement measured so far, and the baseline starts afresh
+            ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
     """
 
     k: int = Field(1, ge=1)
@@ -419,6 +443,7 @@ class HierarchicalConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    restart_after: int | None = Field(None, ge=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
 
@@ -475,6 +500,13 @@ class EagleConfig(LearnerConfig):
             3,917 units) EAGLE with ``scope_moves`` ends 1.03x the best known over the groups against
             1.29-1.34x over the units; on the paper graphs the groups cost 2.5-10% (``docs/results.md``,
             "EAGLE over the co-location groups").
+
+    Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
+        restart_after: after this many placements without a faster one, the grouper's, link's
+            and placer's parameters and Adam go back to their initial state, their priors (a warm
+            start's) onto the fastest placement measured so far, and the baseline starts afresh
+            (the CE elites stay)
+            ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
     """
 
     k: int = Field(10, ge=1)
@@ -502,6 +534,7 @@ class EagleConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    restart_after: int | None = Field(None, ge=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     units: Literal["colocation", "groups"] = "colocation"
 
@@ -572,18 +605,37 @@ no softmax learner improved on the expert there in 2,400 placements (1.7235 s, s
 ce_warm found 1.619 s and post_warm 1.683 s (seed 0; docs/results.md "Warm starts")."""
 
 
+WARM_SCOPE_MOVES = 0.25
+"""The warm-started variants' ``scope_moves`` (every learner but ``local_search``)."""
+
+WARM_RESTART_AFTER = 48
+"""The warm-started variants' ``restart_after`` (every learner but ``local_search``, which restarts
+by its own ``patience``). With both (medians of seeds 0-2, 2,400 placements, docs/results.md
+"Restarts from the incumbent"): on inception_v3 ``k80x4`` post_warm 2.333 s, ppo_warm 2.303 s,
+ce_warm 2.332 s and pg_warm 2.372 s against 2.390, 2.450, 2.351 and 2.678 s without; on nmt ``k80x4``
+1.639, 1.655, 1.639 and 1.668 s against 1.688, 1.724, 1.619 and 1.706 s; on rnnlm 0.950-0.952 s
+against 0.948-0.978 s; on the 6.7B decoder 1.871-1.872 s against 1.883-1.889 s. Chosen on
+inception_v3, seeds 0-2 (48 against 24, 120 and 480, with and without scope moves); the held-out
+seeds 3-5 agree within 1.3%."""
+
+
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
-    """``config`` with ``init="best_baseline"`` and ``moves_per_sample`` [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE]
-    as its defaults: the config of the warm-started variant of a learner (``rl_warm``...;
-    [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time and has
-    no ``moves_per_sample`` default."""
+    """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
+    [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] and ``restart_after``
+    [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER]: the config of the warm-started variant of a learner (``rl_warm``...;
+    [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
+    its own ``patience`` and has none of the last three."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
     fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
     if config is not LocalSearchConfig:
         fields["moves_per_sample"] = (config.model_fields["moves_per_sample"].annotation, WARM_MOVES_PER_SAMPLE)
+        fields["scope_moves"] = (config.model_fields["scope_moves"].annotation, WARM_SCOPE_MOVES)
+        fields["restart_after"] = (config.model_fields["restart_after"].annotation, WARM_RESTART_AFTER)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
-                        __doc__=f"{config.__name__} with ``init='best_baseline'`` and a start scaled to the graph "
-                                f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``): the warm-started variant "
+                        __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
+                                f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
+                                f"(``scope_moves={WARM_SCOPE_MOVES:g}``) and restarts from the incumbent "
+                                f"(``restart_after={WARM_RESTART_AFTER}``): the warm-started variant "
                                 "(placer.warm; no paper does this).", **fields)
 
 

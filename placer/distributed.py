@@ -276,7 +276,9 @@ def ray_controllers(
             the learner cannot run on (its ``policy_devices``), a bad ``address``,
             GPUs asked of a Ray cluster that has fewer, ``env_kind="real"`` on GPUs without
             ``gpus_per_worker``, an asynchronous search with a warm start (its start is placement
-            0 of synchronous rounds), a warm start without its ``init_ops``.
+            0 of synchronous rounds), a warm start without its ``init_ops``, the named option
+            ``restart_after`` given (its restarts are a single search's; a warm variant's default
+            ``restart_after`` is left out on Ray: [`tasks.search.learner_config`][tasks.search.learner_config]).
         TypeError: a learner without a policy module that does not override ``policy_state``.
         ConnectionError: no Ray cluster at ``address``.
         TimeoutError: the actors did not start within ``start_timeout_s``.
@@ -289,6 +291,12 @@ def ray_controllers(
     learner_cls = resolve_learner(learner)
     env_options = dict(env_options or {})
     _check(learner_cls, settings, prepared, spec, env_kind, env_options)
+    if getattr(config, "restart_after", None) is not None:
+        if "restart_after" in config.model_fields_set:
+            raise ValueError(f"restart_after: {config.restart_after} ({learner_cls.name}) restarts a policy on the "  # type: ignore[attr-defined]
+                             "incumbent of its own search; on Ray each controller has its own incumbent and the "
+                             "server merges their policies; leave restart_after unset, or run the search without Ray")
+        config = config.model_copy(update={"restart_after": None})  # a warm variant's default: no restarts on Ray
     if grouping is not None:  # the learner's units: what controllers, server and workers see
         prepared = replace(prepared, grouping=grouping)
     # a warm start (placer.warm): placement 0, measured before any controller samples (search_loop)

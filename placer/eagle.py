@@ -75,7 +75,7 @@ from torch import nn
 from cluster.environment import Environment
 from placer.configs import EagleCEConfig, EagleConfig
 from placer.attention import additive_scores
-from placer.features import ScopeMoves, static_memory_load
+from placer.features import Restarts, ScopeMoves, initial_state, static_memory_load
 from placer.hierarchical import (
     LinearGrouper,
     StepPrior,
@@ -261,6 +261,9 @@ class Eagle(Learner):
         self.elite_actions = torch.zeros(0, g, dtype=torch.long)
         #: ``scope_moves`` (named option): the units' name scopes, their own generator and the incumbent
         self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed))
+        #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
+        self.restarts = Restarts(c.restart_after)
+        self._initial = initial_state(self.policy) if c.restart_after is not None else {}
 
     @property
     def batch_size(self) -> int:
@@ -270,6 +273,14 @@ class Eagle(Learner):
         """The grouper's logits ``[U, G]``, plus a warm start's prior (``group_prior``) when there is one."""
         logits = self.grouper(self._x)
         return logits if self.group_prior is None else logits + self.group_prior
+
+    def _restart(self, centre: np.ndarray) -> None:
+        """``restart_after``: the initial parameters, a fresh Adam, the priors on ``centre`` (``[U]`` devices;
+        [`placer.hierarchical.warm_priors`][placer.hierarchical.warm_priors]) and the baseline at the next reward; the CE elites stay."""
+        self.policy.load_state_dict(self._initial)
+        self.optimizer = torch.optim.Adam(self.params, lr=self.config.learning_rate)
+        self.group_prior = warm_priors(centre, self.num_groups, self.num_devices, self.init_prob, self.placer)
+        self.baseline = None
 
     def _placer_inputs(self, embeddings: torch.Tensor) -> torch.Tensor:
         """Group embeddings ``[K, G, E]`` + the link RNN over the grouper's ``W2`` columns -> ``[K, G, E + link]``."""
@@ -314,6 +325,7 @@ class Eagle(Learner):
         oom = np.asarray(oom, dtype=bool)
         t = measured_times(self.failing_time_s, self.memory_load, samples.placements, step_times_s, oom)
         r = -np.sqrt(t)
+        before = self.scope.incumbent_time
         self.scope.keep(samples.placements, np.where(oom, np.inf, t))  # the fastest placement so far
         self.sampled += len(t)
         # Eq. 4, t indexing placements: B_t = ExpMovAvg(R_1..R_t), A_t = R_t - B_t
@@ -345,7 +357,10 @@ class Eagle(Learner):
             self._remember_elites(samples, t, oom)
             if c.ce_interval is not None and self.sampled // c.ce_interval > (self.sampled - len(t)) // c.ce_interval:
                 out["ce_loss"] = self._cross_entropy_update()
-        return out
+        centre = self.restarts.due(self.scope, before, len(t))
+        if centre is not None:  # named option restart_after
+            self._restart(centre)
+        return {**out, **self.restarts.diagnostics()}
 
     def _remember_elites(self, samples: Samples, t: np.ndarray, oom: np.ndarray) -> None:
         """Keep the ``ce_elites`` fastest placements sampled so far (those that ran), earliest first on ties."""
@@ -378,7 +393,7 @@ class Eagle(Learner):
                 "placer": self.placer.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "baseline": self.baseline, "sampled": self.sampled,
                 "updates": self.updates, "elite_times": self.elite_times, "elite_groups": self.elite_groups,
-                "elite_actions": self.elite_actions, **self.scope.state_dict()}
+                "elite_actions": self.elite_actions, **self.scope.state_dict(), **self.restarts.state_dict()}
 
     def observe_start(self, step_time_s: float | None) -> None:
         """The start is the first incumbent of ``scope_moves`` when it ran."""
@@ -395,6 +410,10 @@ class Eagle(Learner):
         self.elite_times, self.elite_groups = state["elite_times"], state["elite_groups"]
         self.elite_actions = state["elite_actions"]
         self.scope.load_state_dict(state)
+        self.restarts.load_state_dict(state)
+        if self.restarts.centre is not None:  # the priors are not parameters: rebuilt on the latest restart's incumbent
+            self.group_prior = warm_priors(self.restarts.centre, self.num_groups, self.num_devices, self.init_prob,
+                                           self.placer)
 
 
 @register

@@ -413,3 +413,78 @@ class ScopeMoves:
         self.incumbent_time = float(state.get("incumbent_time", float("inf")))
         kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
         self.incumbent = kept if len(kept) else None
+
+
+def initial_state(module) -> dict:
+    """A copy of a ``torch.nn.Module``'s parameters and buffers as they are now: a learner's initial
+    policy, to which the named option ``restart_after`` returns ([`Restarts`][placer.features.Restarts])."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+class Restarts:
+    """A learner's named option ``restart_after`` (in no paper; [`placer.configs.PostConfig`][placer.configs.PostConfig]):
+    after ``after`` placements without a faster one, the policy starts again, as a warm start on
+    the fastest placement measured so far (the incumbent of [`ScopeMoves`][placer.features.ScopeMoves]).
+
+    The restart is the learner's (``_restart``): its policy back to its initial parameters (Post's
+    tables: the start's distribution), with the warm start's bias ([`placer.warm`][placer.warm],
+    ``init_prob``) on the incumbent, and its step-time baseline, optimizer and KL coefficient
+    afresh. It is an iterated local search (Lourenço, Martin and Stützle, *Iterated Local Search*,
+    2003) whose moves are the policy's samples: where a policy update drifts the distribution
+    away from the incumbent and stops finding faster placements, the search starts again there.
+
+    Args:
+        after: placements without a new incumbent before a restart (``None``: never, the paper's).
+
+    Attributes:
+        stale: placements since the incumbent last improved (or since the last restart).
+        count: restarts so far.
+        centre: int64 ``[U]``, the incumbent of the latest restart (``None`` before one); a learner
+            whose warm-start bias is not a parameter (a seq2seq decoder's prior) rebuilds it from
+            this after loading a checkpoint.
+    """
+
+    def __init__(self, after: int | None) -> None:
+        self.after = after
+        self.stale, self.count = 0, 0
+        self.centre: np.ndarray | None = None
+
+    def due(self, scope: ScopeMoves, before_s: float, k: int) -> np.ndarray | None:
+        """After a batch of ``k`` placements: the placement to restart on, or ``None``.
+
+        Args:
+            scope: the learner's incumbent, already updated with the batch ([`ScopeMoves.keep`][placer.features.ScopeMoves.keep]).
+            before_s: the incumbent's step time before the batch (seconds; ``inf`` before any).
+            k: the batch's placements.
+        Returns:
+            A copy of the incumbent (int64 ``[U]``) when ``after`` placements have passed without a
+            faster one; ``None`` otherwise, or without the option.
+        """
+        if self.after is None:
+            return None
+        if scope.incumbent_time < before_s:
+            self.stale = 0
+            return None
+        self.stale += int(k)
+        if self.stale < self.after or scope.incumbent is None:
+            return None
+        self.stale, self.count = 0, self.count + 1
+        self.centre = np.asarray(scope.incumbent, dtype=np.int64).copy()
+        return self.centre.copy()
+
+    def diagnostics(self) -> dict[str, float]:
+        """``{"restarts": count}`` with the option, else nothing (the learning curve's extra series)."""
+        return {} if self.after is None else {"restarts": float(self.count)}
+
+    def state_dict(self) -> dict:
+        """``restart_stale``, ``restarts`` and ``restart_centre`` (a tensor, empty before a restart)."""
+        import torch
+
+        return {"restart_stale": self.stale, "restarts": self.count,
+                "restart_centre": torch.from_numpy(self.centre if self.centre is not None else np.zeros(0, dtype=np.int64))}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The inverse of [`state_dict`][placer.features.Restarts.state_dict] (keys absent in older checkpoints: no restart yet)."""
+        self.stale, self.count = int(state.get("restart_stale", 0)), int(state.get("restarts", 0))
+        centre = state["restart_centre"].numpy().copy() if "restart_centre" in state else np.zeros(0, dtype=np.int64)
+        self.centre = centre if len(centre) else None

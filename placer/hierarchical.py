@@ -65,7 +65,7 @@ from cluster.environment import Environment
 from compgraph.ir import Grouping, OpGraph
 from placer.configs import HierarchicalConfig
 from placer.attention import additive_scores
-from placer.features import ScopeMoves, oom_values, op_features, static_memory_load
+from placer.features import Restarts, ScopeMoves, initial_state, oom_values, op_features, static_memory_load
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import serial_time
 
@@ -502,6 +502,9 @@ class HierarchicalPlanner(Learner):
         self.updates = 0
         #: ``scope_moves`` (named option): the units' name scopes, their own generator and the incumbent
         self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed))
+        #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
+        self.restarts = Restarts(c.restart_after)
+        self._initial = initial_state(self.policy) if c.restart_after is not None else {}
 
     @property
     def batch_size(self) -> int:
@@ -511,6 +514,14 @@ class HierarchicalPlanner(Learner):
         """The grouper's logits ``[U, G]``, plus a warm start's prior (``group_prior``) when there is one."""
         logits = self.grouper(self._x)
         return logits if self.group_prior is None else logits + self.group_prior
+
+    def _restart(self, centre: np.ndarray) -> None:
+        """``restart_after``: the initial parameters, a fresh Adam, the priors on ``centre`` (``[U]``
+        devices; [`warm_priors`][placer.hierarchical.warm_priors]) and the baseline at the next batch's reward."""
+        self.policy.load_state_dict(self._initial)
+        self.optimizer = torch.optim.Adam(self.params, lr=self.config.learning_rate)
+        self.group_prior = warm_priors(centre, self.num_groups, self.num_devices, self.init_prob, self.placer)
+        self.baseline = None
 
     def _noise_on(self) -> bool:
         return self.updates <= self.config.stop_noise_step  # the code: noise while global_step <= stop_noise_step
@@ -556,6 +567,7 @@ class HierarchicalPlanner(Learner):
         c = self.config
         oom = np.asarray(oom, dtype=bool)
         t = measured_times(self.failing_time_s, self.memory_load, samples.placements, step_times_s, oom)
+        before = self.scope.incumbent_time
         self.scope.keep(samples.placements, np.where(oom, np.inf, t))  # the fastest placement so far
         r = torch.from_numpy(np.sqrt(t)).float()
         ran = torch.from_numpy(~oom)
@@ -565,7 +577,11 @@ class HierarchicalPlanner(Learner):
             group["lr"] = self.learning_rate()
         ex = samples.extra
         with policy_compute(c.threads):
-            return self._update(ex, r, ran, mask, late)
+            out = self._update(ex, r, ran, mask, late)
+        centre = self.restarts.due(self.scope, before, len(t))
+        if centre is not None:  # named option restart_after
+            self._restart(centre)
+        return {**out, **self.restarts.diagnostics()}
 
     def _update(self, ex: dict, r: torch.Tensor, ran: torch.Tensor, mask: torch.Tensor, late: bool) -> dict[str, float]:
         c = self.config
@@ -604,7 +620,7 @@ class HierarchicalPlanner(Learner):
         return {"grouper": self.grouper.state_dict(), "placer": self.placer.state_dict(),
                 "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
                 "baseline": None if self.baseline is None else float(self.baseline), "updates": int(self.updates),
-                **self.scope.state_dict()}
+                **self.scope.state_dict(), **self.restarts.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.grouper.load_state_dict(state["grouper"])
@@ -614,3 +630,7 @@ class HierarchicalPlanner(Learner):
         self.baseline = None if state["baseline"] is None else float(state["baseline"])
         self.updates = int(state["updates"])
         self.scope.load_state_dict(state)
+        self.restarts.load_state_dict(state)
+        if self.restarts.centre is not None:  # the priors are not parameters: rebuilt on the latest restart's incumbent
+            self.group_prior = warm_priors(self.restarts.centre, self.num_groups, self.num_devices, self.init_prob,
+                                           self.placer)

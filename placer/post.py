@@ -47,7 +47,7 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import PostConfig
-from placer.features import ScopeMoves, oom_values, static_memory_load
+from placer.features import Restarts, ScopeMoves, oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
 from placer.warm import exploration_rate, start_log_probs
@@ -185,6 +185,8 @@ class PostLearner(Learner):
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
         #: ``scope_moves`` (named option): the name scopes, drawn with the learner's generator, and the incumbent
         self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, self.num_devices, self.rng, owns_rng=False)
+        #: ``restart_after`` (named option): restarts from the incumbent when the search stalls
+        self.restarts = Restarts(config.restart_after)
 
     @property
     def batch_size(self) -> int:
@@ -206,6 +208,7 @@ class PostLearner(Learner):
         ended during this batch, else the policy update (PPO Eq. 11, or the ``pg`` step)."""
         config = self.config
         t_arr = self._times(samples.placements, step_times_s, oom)
+        before = self.scope.incumbent_time
         self.scope.keep(samples.placements, t_arr)
         ce_due = False
         for t, row in zip(t_arr.tolist(), samples.placements):
@@ -229,9 +232,19 @@ class PostLearner(Learner):
         if ce_due:
             self.period_times, self.period_placements = [], []
         self.baseline = config.baseline_decay * self.baseline + (1 - config.baseline_decay) * float(t_arr.mean())
+        centre = self.restarts.due(self.scope, before, len(t_arr))
+        if centre is not None:  # named option restart_after: the start's distribution, on the incumbent
+            self._restart(centre)
+        diagnostics.update(self.restarts.diagnostics())
         p = torch.softmax(self.u, dim=1)
         diagnostics["entropy"] = float(-(p * torch.log(p.clamp_min(1e-300))).sum(dim=1).mean())
         return diagnostics
+
+    def _restart(self, centre: np.ndarray) -> None:
+        """``restart_after``: the tables become the start's distribution on ``centre`` (``[G]`` devices),
+        ``init_prob`` on each group's device; ``beta`` and the baseline start afresh."""
+        self.u = torch.from_numpy(start_log_probs(centre, self.num_devices, self.init_prob))
+        self.beta, self.baseline = self.config.beta, None
 
     def _times(self, placements: np.ndarray, step_times_s: np.ndarray, oom: np.ndarray) -> np.ndarray:
         """Step times ``[K]`` (seconds) with OOM placements at the failing time (times their
@@ -333,6 +346,7 @@ class PostLearner(Learner):
                                                 else np.zeros((0, self.num_groups), dtype=np.int64)),
             "rng": json.dumps(self.rng.bit_generator.state),
             **self.scope.state_dict(),
+            **self.restarts.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -345,3 +359,4 @@ class PostLearner(Learner):
         self.kept_placements = [row.copy() for row in state["kept_placements"].numpy()] if "kept_placements" in state else []
         self.rng.bit_generator.state = json.loads(state["rng"])
         self.scope.load_state_dict(state)
+        self.restarts.load_state_dict(state)

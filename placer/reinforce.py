@@ -27,7 +27,7 @@ import torch
 
 from cluster.environment import Environment
 from placer.configs import ReinforceConfig
-from placer.features import ScopeMoves, group_features, oom_values, static_memory_load
+from placer.features import Restarts, ScopeMoves, group_features, initial_state, oom_values, static_memory_load
 from placer.learner import Learner, Samples, register
 from placer.search import serial_time
 from placer.seq2seq import Seq2SeqPlacer
@@ -114,6 +114,9 @@ class ReinforceLearner(Learner):
         #: ``scope_moves`` (named option): the name scopes, their own generator and the incumbent
         self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, len(env.spec.devices),
                                 np.random.default_rng(config.seed))
+        #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
+        self.restarts = Restarts(config.restart_after)
+        self._initial = initial_state(self.policy) if config.restart_after is not None else {}
 
     @property
     def batch_size(self) -> int:
@@ -149,6 +152,7 @@ class ReinforceLearner(Learner):
         config = self.config
         k = len(step_times_s)
         oom_r = oom_values(self.failing_signal, self.memory_load, samples.placements, oom)
+        before = self.scope.incumbent_time
         self.scope.keep(samples.placements, np.where(oom, np.inf, step_times_s))  # the fastest placement so far
         rewards = [float(f) if o else math.sqrt(t) for t, o, f in zip(step_times_s.tolist(), oom.tolist(), oom_r.tolist())]
         ran = [not o for o in oom.tolist()]
@@ -184,7 +188,19 @@ class ReinforceLearner(Learner):
             ran_mean = float(r[torch.tensor(ran)].mean())
             self.baseline = config.baseline_decay * self.baseline + (1 - config.baseline_decay) * ran_mean
         self.updates += 1
+        centre = self.restarts.due(self.scope, before, k)
+        if centre is not None:  # named option restart_after
+            self._restart(centre)
+        diagnostics.update(self.restarts.diagnostics())
         return diagnostics
+
+    def _restart(self, centre: np.ndarray) -> None:
+        """``restart_after``: the decoder's initial parameters, a fresh Adam, the prior on ``centre``
+        (``[G]`` devices, ``init_prob`` each) and the baseline at the next batch's mean reward."""
+        self.policy.load_state_dict(self._initial)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.learning_rate)
+        self.policy.set_prior(start_log_probs(centre, self.policy.num_devices, self.init_prob))
+        self.baseline = None
 
     def _step(self, loss: torch.Tensor) -> None:
         self.optimizer.zero_grad()
@@ -208,6 +224,7 @@ class ReinforceLearner(Learner):
             "updates": self.updates,
             "failing_signal": self.failing_signal,
             **self.scope.state_dict(),
+            **self.restarts.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -219,3 +236,6 @@ class ReinforceLearner(Learner):
         self.updates = int(state["updates"])
         self.failing_signal = float(state["failing_signal"])
         self.scope.load_state_dict(state)
+        self.restarts.load_state_dict(state)
+        if self.restarts.centre is not None:  # the prior is not a parameter: rebuilt on the latest restart's incumbent
+            self.policy.set_prior(start_log_probs(self.restarts.centre, self.policy.num_devices, self.init_prob))

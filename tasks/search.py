@@ -47,8 +47,11 @@ def learner_grouping(method: str, prepared: PreparedGraph, config: LearnerConfig
     return prepared.grouping
 
 
-def learner_config(method: str, budget: int, seed: int, options: dict | None = None) -> LearnerConfig:
-    """``method``'s config: its paper defaults, then ``budget``, ``seed`` and ``options``.
+def learner_config(method: str, budget: int, seed: int, options: dict | None = None, on_ray: bool = False) -> LearnerConfig:
+    """``method``'s config: its paper defaults, then ``budget``, ``seed`` and ``options``. ``on_ray`` (a
+    search on Ray): a warm variant's default ``restart_after`` is left out (``None``): its restarts
+    are a single search's, and on Ray each controller has its own incumbent (given in ``options``,
+    [`placer.distributed.ray_controllers`][placer.distributed.ray_controllers] refuses it).
 
     Raises:
         ValueError: unknown method (lists the valid ones), or an option its config refuses
@@ -61,6 +64,8 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
     unknown = sorted(set(options) - set(cls.model_fields))
     if unknown:
         raise ValueError(f"learner option {method}.{unknown[0]}: unknown; valid: {', '.join(cls.model_fields)}")
+    if on_ray and "restart_after" in cls.model_fields and "restart_after" not in options:
+        options["restart_after"] = None
     return cls(**{"budget": budget, "seed": seed, **options})
 
 
@@ -226,6 +231,7 @@ def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -
     from placer.search import settings_difference
 
     out, seed, budget, learner_options = Path(config.tracking.out_dir), config.seed, config.budget, config.learner_options
+    ray = config.ray
     for method in config.resolved_methods:
         if method not in LEARNER_NAMES:
             continue
@@ -237,7 +243,7 @@ def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -
                 old = json.loads(fh.readline()).get("search")
             except (json.JSONDecodeError, AttributeError):
                 return f"--resume: placement log {log} has no readable header; run without --resume to start afresh"
-        config = learner_config(method, budget, seed, (learner_options or {}).get(method))
+        config = learner_config(method, budget, seed, (learner_options or {}).get(method), ray.distributes(method))
         now = json.loads(json.dumps({"learner": method, **config.model_dump()}))
         if old != now:
             return (f"--resume: placement log {log} was written with other {method} settings: "
@@ -459,7 +465,12 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
     for method in methods:
         if method not in LEARNERS:
             continue
-        config = learner_config(method, budget, seed, (learner_options or {}).get(method, {}))
+        on_ray = ray.distributes(method)
+        config = learner_config(method, budget, seed, (learner_options or {}).get(method, {}), on_ray)
+        restarts = LEARNERS[method].Config.model_fields.get("restart_after")
+        if on_ray and restarts is not None and restarts.default is not None and config.restart_after is None:  # type: ignore[attr-defined]
+            say(f"{method} on Ray: no restarts from the incumbent (its default restart_after; each controller's "
+                "incumbent is its own)")
         start: WarmStart | None = None
         if is_warm(config):  # placer.warm: the start, resolved once per run (and said once)
             config, start = warm_start_config(method, config, prepared, spec, env_kind, env_options, baselines, starts)

@@ -222,3 +222,84 @@ def test_rl_scores_its_scope_moves_teacher_forced(rnnlm_small, k80x2):
         _, logp, _ = learner.policy(8, actions=torch.from_numpy(samples.placements))
     assert np.allclose(samples.log_prob, logp.numpy(), atol=1e-4)
     assert samples.extra["logp"].requires_grad
+
+
+@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl", "hierarchical", "eagle", "eagle_ce"])
+def test_restart_after_restarts_the_policy_on_the_incumbent(name, rnnlm_small, k80x2):
+    """``restart_after=8``: after 8 placements without a faster one the policy starts again as a warm
+    start on the fastest placement so far (not on the search's start): its samples keep about
+    ``1 - 4 / U`` of their units there; the restart and its incumbent survive ``state_dict``
+    (the seq2seq and grouper + placer priors, not parameters, are rebuilt from it)."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import colocation_grouping
+
+    cls = LEARNERS[name]
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle", "eagle_ce") else {}
+    options = dict(seed=0, init="single_gpu", moves_per_sample=4, restart_after=8, **small)
+    learner = cls(env, cls.Config(**options))
+    first = learner.sample(8)
+    moved = [i for i, row in enumerate(first.placements) if not np.array_equal(row, learner.start)]
+    assert moved  # about 4 units a sample off the start
+    times = np.full(8, 5.0)
+    times[moved[0]] = 1.0  # the incumbent: a sample that is not the start
+    learner.update(first, times, np.zeros(8, dtype=bool))
+    best = first.placements[moved[0]]
+    for _ in range(2):  # 4, then 8 placements slower than the incumbent
+        assert learner.restarts.count == 0
+        batch = learner.sample(4)
+        diag = learner.update(batch, np.full(4, 9.0), np.zeros(4, dtype=bool))
+    assert learner.restarts.count == 1 and diag["restarts"] == 1.0
+    assert np.array_equal(learner.restarts.centre, best)
+    off = best != learner.start  # the units the incumbent moved off the start
+
+    def centred_on_best(placements: np.ndarray) -> bool:  # where they differ, the samples follow the incumbent
+        return (placements == best).mean() > 0.8 and (placements[:, off] == best[off]).mean() > 0.8
+
+    assert centred_on_best(learner.sample(64).placements)
+    other = cls(env, cls.Config(**options))
+    other.load_state_dict(learner.state_dict())
+    assert other.restarts.count == 1 and np.array_equal(other.restarts.centre, best)
+    assert centred_on_best(other.sample(64).placements)
+    plain = cls(env, cls.Config(**{**options, "restart_after": None}))
+    plain.load_state_dict(learner.state_dict())  # without the option: nothing restarts
+    for _ in range(3):
+        batch = plain.sample(4)
+        assert "restarts" not in plain.update(batch, np.full(4, 9.0), np.zeros(4, dtype=bool))
+    assert plain.restarts.count == 1  # loaded, never incremented
+
+
+def test_restart_after_keeps_a_search_at_least_its_start_and_is_refused_on_ray(rnnlm_small, k80x2):
+    """A search with restarts returns at most its start (the start is placement 0 and the first
+    incumbent) and restarts when it stalls; Ray refuses the option before any actor starts (each
+    controller would restart on its own incumbent)."""
+    from cluster.factory import make_environment
+    from placer.distributed import RaySettings, ray_controllers
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    cls = LEARNERS["ppo"]
+    config = cls.Config(seed=0, init="single_gpu", moves_per_sample=4, restart_after=24, budget=240)
+    learner = cls(env, config)
+    result = run_search(learner, env)
+    start = env.measure_batch([learner.start])[0].step_time_s
+    assert result.best_step_time_s <= start
+    assert learner.restarts.count >= 1
+    with pytest.raises(ValueError, match=r"restart_after: 24 \(ppo\)"):
+        with ray_controllers("ppo", config, rnnlm_small, k80x2, settings=RaySettings(controllers=2)):
+            pass
+
+
+def test_a_warm_variant_restarts_by_default_but_not_on_ray():
+    """The warm-started variants restart from the incumbent by default (``restart_after`` 48, with
+    ``scope_moves`` 0.25); on Ray that default is left out (each controller's incumbent is its own),
+    and the faithful learners never restart unless asked."""
+    from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES
+    from tasks.search import learner_config
+
+    warm = learner_config("ppo_warm", 100, 0)
+    assert warm.restart_after == WARM_RESTART_AFTER == 48 and warm.scope_moves == WARM_SCOPE_MOVES == 0.25
+    assert learner_config("ppo_warm", 100, 0, on_ray=True).restart_after is None
+    assert learner_config("ppo_warm", 100, 0, {"restart_after": 12}, on_ray=True).restart_after == 12  # Ray refuses it
+    assert learner_config("ppo", 100, 0).restart_after is None and learner_config("ppo", 100, 0).scope_moves == 0
+    assert not hasattr(learner_config("local_search_warm", 100, 0), "restart_after")

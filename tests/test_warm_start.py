@@ -335,7 +335,7 @@ def test_a_warm_start_is_scaled_to_the_graph(name, rnnlm_small, k80x2):
 
         grouping = colocation_grouping(rnnlm_small.graph)
     env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
-    learner = cls(env, cls.Config(budget=30, init_ops=ops))
+    learner = cls(env, cls.Config(budget=30, init_ops=ops, scope_moves=0.0))  # the start's own moves only
     units = len(learner.start)
     assert units > WARM_MOVES_PER_SAMPLE / 0.1
     assert learner.config.moves_per_sample == WARM_MOVES_PER_SAMPLE
