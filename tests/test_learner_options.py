@@ -303,3 +303,6 @@ def test_a_warm_variant_restarts_by_default_but_not_on_ray():
     assert learner_config("ppo_warm", 100, 0, {"restart_after": 12}, on_ray=True).restart_after == 12  # Ray refuses it
     assert learner_config("ppo", 100, 0).restart_after is None and learner_config("ppo", 100, 0).scope_moves == 0
     assert not hasattr(learner_config("local_search_warm", 100, 0), "restart_after")
+    for field, bad in (("restart_after", 0), ("scope_moves", 2), ("moves_per_sample", -1)):  # the learner's bounds hold
+        with pytest.raises(ValueError, match=field):
+            learner_config("ppo_warm", 100, 0, {field: bad})
