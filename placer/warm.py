@@ -41,6 +41,11 @@ The search loop ([`placer.search.search_loop`][placer.search.search_loop]) measu
 the budget, and writes it to the placement log before anything else happens with it; it is the
 incumbent, so a warm-started learner never returns a placement worse than its start.
 
+The warm-started variants (``<learner>_warm``; [`placer.configs.warm_config`][placer.configs.warm_config]) start scaled to
+the graph (``moves_per_sample`` 4) and, but ``local_search_warm``, move name scopes of the incumbent
+(``scope_moves`` 0.25) and restart on it when they stall (``restart_after`` 48:
+[`placer.features.Restarts`][placer.features.Restarts]); each is a named option of the learner, off in its faithful form.
+
 This module is torch-free (the configs and the CLI read it).
 """
 
