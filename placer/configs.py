@@ -9,10 +9,9 @@ section) are in each class's docstring.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model, model_validator
-from pydantic.fields import FieldInfo
 
 from placer.warm import WARM_SUFFIX
 
@@ -414,7 +413,9 @@ class HierarchicalConfig(LearnerConfig):
     Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
         restart_after: after this many placements without a faster one, the grouper's and
             placer's parameters and Adam go back to their initial state, their priors (a warm
-            start's) onto the fastest placement measured so far, and the baseline starts afresh
+            start's) onto the fastest placement measured so far, and the baseline starts afresh;
+            the learning-rate decay, the logits noise and ``stop_updating_after_steps`` keep
+            counting the search's updates (a late restart learns at the decayed rate)
             ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
     """
 
@@ -632,7 +633,7 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
         for field, default in (("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", WARM_SCOPE_MOVES),
                                ("restart_after", WARM_RESTART_AFTER)):
             info = config.model_fields[field]
-            fields[field] = (info.annotation, FieldInfo.merge_field_infos(info, default=default))
+            fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "

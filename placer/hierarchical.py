@@ -517,7 +517,8 @@ class HierarchicalPlanner(Learner):
 
     def _restart(self, centre: np.ndarray) -> None:
         """``restart_after``: the initial parameters, a fresh Adam, the priors on ``centre`` (``[U]``
-        devices; [`warm_priors`][placer.hierarchical.warm_priors]) and the baseline at the next batch's reward."""
+        devices; [`warm_priors`][placer.hierarchical.warm_priors]) and the baseline at the next batch's reward; the schedules
+        (learning-rate decay, noise, ``stop_updating_after_steps``) keep counting the search's updates."""
         self.policy.load_state_dict(self._initial)
         self.optimizer = torch.optim.Adam(self.params, lr=self.config.learning_rate)
         self.group_prior = warm_priors(centre, self.num_groups, self.num_devices, self.init_prob, self.placer)

@@ -242,9 +242,11 @@ class PostLearner(Learner):
 
     def _restart(self, centre: np.ndarray) -> None:
         """``restart_after``: the tables become the start's distribution on ``centre`` (``[G]`` devices),
-        ``init_prob`` on each group's device; ``beta`` and the baseline start afresh."""
+        ``init_prob`` on each group's device; ``beta``, the baseline and the cross-entropy period start
+        afresh (the next CE step's elites are drawn from the restarted tables; the kept elites stay)."""
         self.u = torch.from_numpy(start_log_probs(centre, self.num_devices, self.init_prob))
         self.beta, self.baseline = self.config.beta, None
+        self.period_times, self.period_placements = [], []
 
     def _times(self, placements: np.ndarray, step_times_s: np.ndarray, oom: np.ndarray) -> np.ndarray:
         """Step times ``[K]`` (seconds) with OOM placements at the failing time (times their

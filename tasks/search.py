@@ -235,7 +235,7 @@ def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -
     for method in config.resolved_methods:
         if method not in LEARNER_NAMES:
             continue
-        log, _ = run_paths(out, *names, method, seed, budget)
+        log = searched_log(run_paths(out, *names, method, seed, budget)[0], method, ray)
         if not log.is_file() or log.stat().st_size == 0:
             continue
         with log.open() as fh:
@@ -251,6 +251,14 @@ def resume_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -
     return None
 
 
+def searched_log(log: Path, method: str, ray: RayOptions) -> Path:
+    """The placement log a search writes: ``log`` ([`run_paths`][tasks.search.run_paths]), named ``-<method>-ray<N>-``
+    when ``ray`` distributes ``method`` (as [`learner_searches`][tasks.search.learner_searches] names it)."""
+    if ray.distributes(method):
+        return log.with_name(log.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
+    return log
+
+
 def busy_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> str | None:
     """Before a run starts (the CLI, before Prefect): the first learner whose placement log another run
     holds now (the same settings, at once), as [`placer.search.PlacementLogBusy`][placer.search.PlacementLogBusy]'s line; ``None``
@@ -264,9 +272,7 @@ def busy_problem(config: ExperimentConfig, names: tuple[str, str, str, str]) -> 
             continue
         learner = learner_config(method, config.budget, config.seed, config.learner_options.get(method))
         log, _ = run_paths(out, *names, method, config.seed, learner.budget)
-        if ray.distributes(method):
-            log = log.with_name(log.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
-        problem = placement_log_busy(log)
+        problem = placement_log_busy(searched_log(log, method, ray))
         if problem:
             return problem
     return None
@@ -487,8 +493,7 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
         say(f"search {method}: {config.budget} placements" + (f" on Ray ({ray.controllers} controllers)" if distributed
                                                               else "") + (", resuming" if resume else "") + " ...")
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        if distributed:  # on Ray: its own log (a search on Ray is not checkpointed)
-            log_path = log_path.with_name(log_path.name.replace(f"-{method}-", f"-{method}-ray{ray.controllers}-"))
+        log_path = searched_log(log_path, method, ray)  # on Ray its own log (a search on Ray is not checkpointed)
         found = learner_search(method, quote(prepared), spec, env_kind, quote(config), log_path,
                                None if distributed else ckpt_path, resume, env_options, on_update,
                                ray if distributed else None)
