@@ -296,6 +296,11 @@ class ExperimentConfig(_FormModel):
                                  "rl_warm, post_warm...)")
         if self.ray.controllers and (problem := policy_device_problem(self.resolved_methods, self.ray.policy_device)):
             raise ValueError(f"ray.{problem}")
+        for m, options in self.learner_options.items():  # before any search runs (placer.distributed refuses it too)
+            if self.ray.distributes(m) and options.get("restart_after") is not None:
+                raise ValueError(f"learners.{m}.restart_after: {options['restart_after']} restarts one search on its "
+                                 "incumbent; on Ray each controller has its own (leave it unset, or run without "
+                                 "ray.controllers)")
         return self
 
     def spec(self):

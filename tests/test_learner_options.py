@@ -335,3 +335,16 @@ def test_resume_on_ray_reads_the_ray_log_with_the_ray_settings(tmp_path):
     assert resume_problem(config, names) is None
     on_ray.write_text(json.dumps({"search": header}) + "\n")
     assert "restart_after: 48 in the log" in (resume_problem(config, names) or "")
+
+
+def test_the_experiment_refuses_restart_after_on_ray_before_any_search():
+    """``restart_after`` given for a learner that runs on Ray is refused when the experiment is
+    configured, naming the learner and the value (not when its search starts, after the others
+    ran); a warm variant's default is no refusal (it runs without restarts there)."""
+    from tasks.config import ExperimentConfig
+
+    with pytest.raises(ValueError, match=r"learners\.ppo\.restart_after: 12 restarts one search"):
+        ExperimentConfig(methods=["rl", "ppo"], ray={"controllers": 2}, learners={"ppo": {"restart_after": 12}})
+    assert ExperimentConfig(methods=["ppo_warm"], ray={"controllers": 2}).learner_options == {}
+    assert ExperimentConfig(methods=["ppo"], learners={"ppo": {"restart_after": 12}}).learner_options == {
+        "ppo": {"restart_after": 12}}  # in one process: taken
