@@ -488,7 +488,7 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
         log_path, ckpt_path = run_paths(out, prepared.name, size, spec.name, prepared.grouping.grouper, method,
                                         seed, config.budget)
         on_update = progress(method, config.budget) if progress is not None else None
-        distributed = ray.distributes(method)
+        distributed = on_ray
         units = learner_grouping(method, prepared, config)
         say(f"search {method}: {config.budget} placements" + (f" on Ray ({ray.controllers} controllers)" if distributed
                                                               else "") + (", resuming" if resume else "") + " ...")
