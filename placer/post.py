@@ -98,7 +98,7 @@ def policy_batch_constants(p_old: np.ndarray, idx: np.ndarray) -> tuple[np.ndarr
 
 def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv: np.ndarray, beta: float,
                           rule: str, constants: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                          ) -> tuple[float, np.ndarray]:
+                          clip: float | None = None) -> tuple[float, np.ndarray]:
     """Post's policy objective at logits ``u`` and its gradient in closed form (Sec. 3.3, Eq. 11).
 
     ``rule="ppo"``: ``J = 1/K sum_n sum_m r_m(n) A_n - beta sum_m KL(f(.|u_m old) || f(.|u_m))``,
@@ -118,6 +118,9 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
         rule: ``"ppo"`` or ``"pg"``.
         constants: [`policy_batch_constants`][placer.post.policy_batch_constants] of ``(p_old, idx)``, when the
             caller keeps them over an update's steps (``None``: computed here; the same result to the bit).
+        clip: ``eps`` of PPO's clipped surrogate (Schulman et al. 2017, Eq. 7; ``rule="ppo"`` only):
+            each term ``r_m(n) A_n`` becomes ``min(r A, clip(r, 1 - eps, 1 + eps) A)``, whose gradient is
+            0 where the clip is the minimum; ``None``: Eq. 11 as Post has it, unclipped.
     Returns:
         ``(J, dJ/du)``: a float and ``[G, D]`` float64.
     Raises:
@@ -132,7 +135,13 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
     if rule == "ppo":
         ratio = np.exp(sel) / p_old_sel
         weight = ratio * adv[None, :]
-        objective = float(weight.sum(axis=0).mean() - beta * _kl(p_old, logp, log_p_old).sum())
+        if clip is not None:  # the clipped surrogate: no gradient where the clipped term is the smaller
+            clipped = np.clip(ratio, 1.0 - clip, 1.0 + clip) * adv[None, :]
+            surrogate = np.minimum(weight, clipped)
+            weight = np.where(weight <= clipped, weight, 0.0)
+        else:
+            surrogate = weight
+        objective = float(surrogate.sum(axis=0).mean() - beta * _kl(p_old, logp, log_p_old).sum())
     else:
         weight = np.broadcast_to(adv[None, :], idx.shape)
         objective = float((sel.sum(axis=0) * adv).mean())
@@ -178,6 +187,7 @@ class PostLearner(Learner):
         self.beta = config.beta
         self.baseline: float | None = None
         self.sampled = 0
+        self.nonfinite_steps = 0  # policy steps stopped at non-finite logits ([`_policy_step`])
         self.period_times: list[float] = []  # step times (seconds) since the last CE update
         self.period_placements: list[np.ndarray] = []
         self.kept_times: list[float] = []  # the best placements so far (``elites_kept``), fastest first
@@ -276,8 +286,11 @@ class PostLearner(Learner):
         self.u = torch.log(torch.from_numpy(mixed).clamp_min(1e-6))
 
     def _policy_step(self, adv: np.ndarray, placements: np.ndarray) -> dict[str, float]:
-        """PPO with the adaptive KL penalty (Eq. 11, ``ppo_steps`` steps) or one ``pg`` step; advantage ``[K]``,
-        placements ``[K, G]``; the gradient in closed form ([`policy_objective_grad`][placer.post.policy_objective_grad])."""
+        """PPO with the adaptive KL penalty (Eq. 11, ``ppo_steps`` steps; clipped with ``ppo_clip``) or one ``pg``
+        step; advantage ``[K]``, placements ``[K, G]``; the gradient in closed form
+        ([`policy_objective_grad`][placer.post.policy_objective_grad]). A step that would leave a logit non-finite (a
+        sampled device of old probability 0 in float64: ratio ``p / 0``) is not taken: the update keeps
+        the last finite logits and ``nonfinite_steps`` counts it."""
         config = self.config
         rule = "ppo" if config.policy_update == "ppo" else "pg"
         u_old = self.u.numpy()
@@ -286,9 +299,15 @@ class PostLearner(Learner):
         u_new = u_old.copy()
         objective = 0.0
         constants = policy_batch_constants(p_old, idx)
-        for _ in range(config.ppo_steps if rule == "ppo" else 1):
-            objective, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule, constants)
-            u_new += config.ppo_learning_rate * grad
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
+            for _ in range(config.ppo_steps if rule == "ppo" else 1):
+                objective, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule, constants,
+                                                        config.ppo_clip)
+                step = u_new + config.ppo_learning_rate * grad
+                if not np.isfinite(step).all():  # a ratio over an underflowed p_old: keep the last finite logits
+                    self.nonfinite_steps += 1
+                    break
+                u_new = step
         kl = float(_kl(p_old, _log_softmax(u_new)).mean())
         if rule == "ppo":
             if kl > 1.5 * config.kl_target:
@@ -296,7 +315,7 @@ class PostLearner(Learner):
             elif kl < config.kl_target / 1.5:
                 self.beta /= 2.0
         self.u = torch.from_numpy(u_new)
-        return {"loss": -objective, "kl": kl, "beta": self.beta}
+        return {"loss": -objective, "kl": kl, "beta": self.beta, "nonfinite_steps": float(self.nonfinite_steps)}
 
     # -- distribution (placer.distributed): the policy's parameters and the pooled CE step --
 
@@ -341,6 +360,7 @@ class PostLearner(Learner):
             "baseline": self.baseline,
             "sampled": self.sampled,
             "failing_signal": self.failing_signal,
+            "nonfinite_steps": self.nonfinite_steps,
             "period_times": torch.tensor(self.period_times, dtype=torch.float64),
             "period_placements": torch.from_numpy(np.stack(self.period_placements) if k else np.zeros((0, self.num_groups), dtype=np.int64)),
             "kept_times": torch.tensor(self.kept_times, dtype=torch.float64),
@@ -355,6 +375,7 @@ class PostLearner(Learner):
         self.u = state["u"].clone()
         self.beta, self.baseline = float(state["beta"]), state["baseline"]
         self.sampled, self.failing_signal = int(state["sampled"]), float(state["failing_signal"])
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
         self.period_times = state["period_times"].tolist()
         self.period_placements = [row for row in state["period_placements"].numpy()]
         self.kept_times = state["kept_times"].tolist() if "kept_times" in state else []

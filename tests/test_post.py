@@ -148,3 +148,74 @@ def test_closed_form_policy_gradient_equals_autograd_of_eq_11(rule):
     assert j2 == j and np.array_equal(dj2, dj)
     with pytest.raises(ValueError, match="rule: 'ce'"):
         policy_objective_grad(u, p_old.numpy(), idx, adv, beta, "ce")
+
+
+def test_clipped_surrogate_gradient_equals_autograd():
+    """``clip``: the closed form of PPO's clipped surrogate (Schulman et al. 2017, Eq. 7) with Post's KL
+    penalty equals autograd through ``min(r A, clamp(r) A)``, at logits far enough from the old ones
+    that some ratios leave ``[1 - eps, 1 + eps]`` on both sides of the advantage's sign."""
+    import torch
+
+    from placer.post import policy_objective_grad
+
+    rng = np.random.default_rng(4)
+    g, d, k, beta, eps = 9, 4, 6, 0.5, 0.2
+    u_old = rng.normal(size=(g, d))
+    u = u_old + 0.8 * rng.normal(size=(g, d))
+    idx = rng.integers(0, d, size=(g, k))
+    adv = rng.normal(size=k)
+    p_old = torch.softmax(torch.from_numpy(u_old), dim=1)
+    u_t = torch.from_numpy(u.copy()).requires_grad_(True)
+    logp = torch.log_softmax(u_t, dim=1)
+    ratio = logp.gather(1, torch.from_numpy(idx)).exp() / p_old.gather(1, torch.from_numpy(idx))
+    a = torch.from_numpy(adv).unsqueeze(0)
+    surrogate = torch.minimum(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+    kl = (p_old * (torch.log(p_old) - logp)).sum(dim=1)
+    objective = surrogate.sum(dim=0).mean() - beta * kl.sum()
+    (grad,) = torch.autograd.grad(objective, u_t)
+    r = ratio.detach().numpy()
+    clipped = (r * adv > np.clip(r, 1 - eps, 1 + eps) * adv)
+    assert clipped.sum() >= 3  # the clip is the minimum somewhere, so the two objectives differ
+    j, dj = policy_objective_grad(u, p_old.numpy(), idx, adv, beta, "ppo", clip=eps)
+    assert j == pytest.approx(float(objective.detach()), rel=1e-12)
+    np.testing.assert_allclose(dj, grad.numpy(), rtol=1e-10, atol=1e-14)
+    j0, dj0 = policy_objective_grad(u, p_old.numpy(), idx, adv, beta, "ppo")
+    assert j0 > j and not np.allclose(dj0, dj)
+
+
+@pytest.mark.parametrize("ppo_clip", [None, 0.2])
+def test_a_ppo_step_never_leaves_the_policy_non_finite(ppo_clip):
+    """A warm start's distributions saturate (a logit hundreds above the others: ``p_old`` underflows to
+    0 on the other devices); a sample there (a scope move, not drawn from the policy) has ratio
+    ``p / 0``. The update stops at the last finite logits and counts it (``nonfinite_steps``); before,
+    the tables became NaN and every later sample put every group on device 0. With ``ppo_clip`` the
+    term is clipped to a finite value and the step goes on."""
+    import torch
+
+    from placer.configs import PPOConfig
+    from placer.post_ablations import PPOLearner
+
+    env = CountingEnv()
+    learner = PPOLearner(env, PPOConfig(budget=48, seed=0, failing_time_s=1.0, ppo_clip=ppo_clip))
+    u = torch.full((10, 3), -400.0, dtype=torch.float64)
+    u[:, 1] = 1500.0
+    learner.u = u
+    placements = np.ones((12, 10), dtype=np.int64)
+    placements[0, 4] = 2  # p_old = exp(-1900): 0 in float64
+    adv = np.full(12, -0.1)
+    adv[0] = 2.0
+    diagnostics = learner._policy_step(adv, placements)
+    assert torch.isfinite(learner.u).all()
+    stopped = 1 if ppo_clip is None else 0  # the clipped surrogate's term is min(inf, (1 + eps) A): finite
+    assert learner.nonfinite_steps == stopped and diagnostics["nonfinite_steps"] == stopped
+    samples = learner.sample(12)
+    assert (samples.placements == 1).mean() > 0.9  # still the policy's device, not device 0 of NaN tables
+    assert learner.state_dict()["nonfinite_steps"] == stopped
+
+
+def test_ppo_clip_is_bounded():
+    from pydantic import ValidationError
+
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValidationError, match="ppo_clip"):
+            PostConfig(ppo_clip=bad)
