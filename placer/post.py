@@ -85,15 +85,25 @@ def _log_softmax(u: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
-def policy_batch_constants(p_old: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def policy_batch_constants(p_old: np.ndarray, idx: np.ndarray, logp_old: np.ndarray | None = None,
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What [`policy_objective_grad`][placer.post.policy_objective_grad] needs of one batch that no step of an update
-    changes: ``(flat, p_old_sel, log_p_old)``, the ``[G * K]`` positions of the sampled devices in the
-    flattened ``[G, D]``, their old probabilities ``[G, K]`` and ``log(max(p_old, 1e-12))`` ``[G, D]``
+    changes: ``(flat, logp_old_sel, log_p_old)``, the ``[G * K]`` positions of the sampled devices in the
+    flattened ``[G, D]``, their old log-probabilities ``[G, K]`` and ``log(max(p_old, 1e-12))`` ``[G, D]``
     (``p_old`` ``[G, D]``, ``idx`` ``[G, K]`` int64). Computed once per update, not at each of the
-    ``ppo_steps`` steps."""
+    ``ppo_steps`` steps.
+
+    ``logp_old``: the old ``log_softmax`` of the logits ``[G, D]``, when the caller has it: then a device
+    whose probability underflows to 0 in float64 keeps a finite log-probability, and the ratio of
+    Eq. 11, ``exp(log p - log p_old)``, is finite (``None``: ``log(p_old)``, ``-inf`` there)."""
     g, d = p_old.shape
     flat = (np.arange(g)[:, None] * d + idx).ravel()
-    return flat, p_old.ravel()[flat].reshape(g, idx.shape[1]), np.log(np.maximum(p_old, 1e-12))
+    if logp_old is None:
+        with np.errstate(divide="ignore"):
+            logp_old_sel = np.log(p_old.ravel()[flat])
+    else:
+        logp_old_sel = logp_old.ravel()[flat]
+    return flat, logp_old_sel.reshape(g, idx.shape[1]), np.log(np.maximum(p_old, 1e-12))
 
 
 def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv: np.ndarray, beta: float,
@@ -130,10 +140,10 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
         raise ValueError(f"rule: {rule!r}, expected 'ppo' or 'pg'")
     logp = _log_softmax(u)
     (g, d), k = u.shape, idx.shape[1]
-    flat, p_old_sel, log_p_old = constants if constants is not None else policy_batch_constants(p_old, idx)
+    flat, logp_old_sel, log_p_old = constants if constants is not None else policy_batch_constants(p_old, idx)
     sel = logp.ravel()[flat].reshape(g, k)  # [G, K]
     if rule == "ppo":
-        ratio = np.exp(sel) / p_old_sel
+        ratio = np.exp(sel - logp_old_sel)
         weight = ratio * adv[None, :]
         if clip is not None:  # the clipped surrogate: no gradient where the clipped term is the smaller
             clipped = np.clip(ratio, 1.0 - clip, 1.0 + clip) * adv[None, :]
@@ -294,20 +304,20 @@ class PostLearner(Learner):
         config = self.config
         rule = "ppo" if config.policy_update == "ppo" else "pg"
         u_old = self.u.numpy()
-        p_old = np.exp(_log_softmax(u_old))
+        logp_old = _log_softmax(u_old)
+        p_old = np.exp(logp_old)
         idx = np.ascontiguousarray(placements.T)  # [G, K]
         u_new = u_old.copy()
         objective = 0.0
-        constants = policy_batch_constants(p_old, idx)
+        constants = policy_batch_constants(p_old, idx, logp_old)
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below
             for _ in range(config.ppo_steps if rule == "ppo" else 1):
-                objective, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule, constants,
-                                                        config.ppo_clip)
+                value, grad = policy_objective_grad(u_new, p_old, idx, adv, self.beta, rule, constants, config.ppo_clip)
                 step = u_new + config.ppo_learning_rate * grad
                 if not np.isfinite(step).all():  # a ratio over an underflowed p_old: keep the last finite logits
                     self.nonfinite_steps += 1
                     break
-                u_new = step
+                u_new, objective = step, value
         kl = float(_kl(p_old, _log_softmax(u_new)).mean())
         if rule == "ppo":
             if kl > 1.5 * config.kl_target:

@@ -186,10 +186,13 @@ def test_clipped_surrogate_gradient_equals_autograd():
 @pytest.mark.parametrize("ppo_clip", [None, 0.2])
 def test_a_ppo_step_never_leaves_the_policy_non_finite(ppo_clip):
     """A warm start's distributions saturate (a logit hundreds above the others: ``p_old`` underflows to
-    0 on the other devices); a sample there (a scope move, not drawn from the policy) has ratio
-    ``p / 0``. The update stops at the last finite logits and counts it (``nonfinite_steps``); before,
-    the tables became NaN and every later sample put every group on device 0. With ``ppo_clip`` the
-    term is clipped to a finite value and the step goes on."""
+    0 in float64 on the other devices), and a sample there (a scope move, not drawn from the policy)
+    had ratio ``p / p_old = 0 / 0``: the tables became NaN and every later sample put every group on
+    device 0. The ratio is now ``exp(log p - log p_old)`` of the finite old log-probability (1 at the
+    first step). Unclipped, the ratio of that off-policy sample still grows step by step (exp(5) at
+    the 6th step here, then an overflow): that step is not taken, the update keeps the last finite
+    logits and counts it (``nonfinite_steps``); with ``ppo_clip`` its term stops at ``(1 + eps) A``."""
+    from placer.post import _log_softmax, policy_batch_constants, policy_objective_grad
     import torch
 
     from placer.configs import PPOConfig
@@ -204,12 +207,19 @@ def test_a_ppo_step_never_leaves_the_policy_non_finite(ppo_clip):
     placements[0, 4] = 2  # p_old = exp(-1900): 0 in float64
     adv = np.full(12, -0.1)
     adv[0] = 2.0
+    logp_old = _log_softmax(u.numpy())
+    idx = np.ascontiguousarray(placements.T)
+    first, _ = policy_objective_grad(u.numpy(), np.exp(logp_old), idx, adv, 1.0, "ppo",
+                                     policy_batch_constants(np.exp(logp_old), idx, logp_old), ppo_clip)
+    assert first == pytest.approx(adv.sum() / 12 * 10)  # every ratio 1 at the old logits, the 0 / 0 one too
     diagnostics = learner._policy_step(adv, placements)
     assert torch.isfinite(learner.u).all()
-    stopped = 1 if ppo_clip is None else 0  # the clipped surrogate's term is min(inf, (1 + eps) A): finite
+    assert float(learner.u[4, 2]) > -400.0  # the steps raised the sampled device's logit
+    stopped = int(ppo_clip is None)
     assert learner.nonfinite_steps == stopped and diagnostics["nonfinite_steps"] == stopped
-    samples = learner.sample(12)
-    assert (samples.placements == 1).mean() > 0.9  # still the policy's device, not device 0 of NaN tables
+    assert np.isfinite(diagnostics["loss"]) and np.isfinite(diagnostics["kl"])
+    samples = learner.sample(12).placements
+    assert (np.delete(samples, 4, axis=1) == 1).all() and (samples[:, 4] != 0).all()  # not device 0 of NaN tables
     assert learner.state_dict()["nonfinite_steps"] == stopped
 
 
