@@ -203,15 +203,14 @@ class PostConfig(LearnerConfig):
             ``rank`` (named option, ``pg`` only, below).
         ppo_clip: ``eps`` of PPO's clipped surrogate (named option; Schulman et al. 2017, Eq. 7),
             beside the KL penalty: each term ``r A`` becomes ``min(r A, clip(r, 1 - eps, 1 + eps) A)``.
-            ``None``: Eq. 11 as Post has it. Why: a sample the policy gives probability 0 in float64
-            (a warm start's tables after a few unclipped steps, a scope move) has ratio ``p / 0``.
-            Without the clip the update then stops at its last finite logits (counted in the
-            diagnostic ``nonfinite_steps``; before that guard the tables became NaN and the later
-            samples put every group on device 0). Measured (``ppo_warm`` and ``post_warm`` from the
-            expert, 2,400 placements, seeds 0-2): 0 such steps with ``ppo_clip=0.2`` against
-            380-590 of 2,000 for ``ppo_warm`` on nmt, but no faster: nmt 1.6638 / 1.6361 s,
-            inception_v3 2.3305 / 2.3592 s, against 1.6552 / 1.6455 and 2.3285 / 2.3444 s
-            without (docs/results.md).
+            ``None``: Eq. 11 as Post has it. Why: unclipped, the ratio of a sample the policy gives a
+            tiny probability (a scope move, the incumbent) grows step by step within one update until
+            it overflows; that step is then not taken (the diagnostic ``nonfinite_steps``; before, the
+            tables became NaN). Measured (2,400 placements, medians of seeds 0-2, docs/results.md
+            "Post's PPO step at a probability of 0"): ``ppo_warm`` / ``post_warm`` nmt 1.6638 /
+            1.6361 s and inception_v3 2.3305 / 2.3592 s, against 1.6509 / 1.6455 and 2.3226 / 2.3444 s
+            without; from scratch ``post`` on nmt 1.5777 s against 1.5960 s but ``ppo`` on inception_v3
+            2.8708 s against 2.5543 s (the named settings of ``scope_moves`` below). So off.
         seed: seeds sampling.
         torch_threads: CPU threads torch uses (process-wide, set when the learner is built; the
             ``[G, D]`` updates are small, so one thread is fastest: inside ``placement

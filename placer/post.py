@@ -298,9 +298,10 @@ class PostLearner(Learner):
     def _policy_step(self, adv: np.ndarray, placements: np.ndarray) -> dict[str, float]:
         """PPO with the adaptive KL penalty (Eq. 11, ``ppo_steps`` steps; clipped with ``ppo_clip``) or one ``pg``
         step; advantage ``[K]``, placements ``[K, G]``; the gradient in closed form
-        ([`policy_objective_grad`][placer.post.policy_objective_grad]). A step that would leave a logit non-finite (a
-        sampled device of old probability 0 in float64: ratio ``p / 0``) is not taken: the update keeps
-        the last finite logits and ``nonfinite_steps`` counts it."""
+        ([`policy_objective_grad`][placer.post.policy_objective_grad]), the ratios from the old log-softmax (finite where
+        ``p_old`` underflows to 0 in float64). A step that would leave a logit non-finite (the unclipped ratio
+        of a sample the policy gave a tiny probability grows step by step until it overflows) is not taken:
+        the update keeps the last finite logits and ``nonfinite_steps`` counts it."""
         config = self.config
         rule = "ppo" if config.policy_update == "ppo" else "pg"
         u_old = self.u.numpy()
