@@ -619,7 +619,17 @@ ce_warm found 1.619 s and post_warm 1.683 s (seed 0; docs/results.md "Warm start
 
 
 WARM_SCOPE_MOVES = 0.25
-"""The warm-started variants' ``scope_moves`` (every learner but ``local_search``)."""
+"""The warm-started variants' ``scope_moves`` (every learner but ``local_search`` and EAGLE's, below)."""
+
+WARM_SCOPE_MOVES_EAGLE = 0.5
+"""``eagle_warm``'s and ``eagle_ce_warm``'s ``scope_moves``: half their samples are the incumbent with one
+name scope moved. Measured (2,400 placements, the named widths ``attention=after, hidden_size=64,
+attention_size=16``, seed 0; docs/results.md "EAGLE's warm scope moves"): inception_v3 ``k80x4``
+EAGLE 2.286 s and EAGLE-CE 2.317 s against 2.429 and 2.388 s at 0.25 (seeds 1-2: 2.322, 2.325 and 2.298,
+2.325 s); nmt 1.577 and 1.578 s against 1.627 and 1.603 s; the 6.7B decoder 1.836 and 1.802 s against
+1.836 and 1.833 s; rnnlm and GPT-2 the same. The softmax learners at 0.5 were not faster (ppo_warm on
+inception_v3 2.384 s against 2.323 s at 0.25, seeds 0-2), nor the Hierarchical Planner (2.422 s against
+2.401 s, seed 0)."""
 
 WARM_RESTART_AFTER = 48
 """The warm-started variants' ``restart_after`` (every learner but ``local_search``, which restarts
@@ -634,21 +644,23 @@ seeds 3-5 are within 2.3% of these."""
 
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
-    [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] and ``restart_after``
+    [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
+    [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE]) and ``restart_after``
     [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER]: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
     its own ``patience`` and has none of the last three."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
     fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
+    scope_moves = WARM_SCOPE_MOVES_EAGLE if issubclass(config, EagleConfig) else WARM_SCOPE_MOVES
     if config is not LocalSearchConfig:  # each field as the learner's (its bounds), with the warm default
-        for field, default in (("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", WARM_SCOPE_MOVES),
+        for field, default in (("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", scope_moves),
                                ("restart_after", WARM_RESTART_AFTER)):
             info = config.model_fields[field]
             fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
-                                f"(``scope_moves={WARM_SCOPE_MOVES:g}``) and restarts from the incumbent "
+                                f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
                                 f"(``restart_after={WARM_RESTART_AFTER}``): the warm-started variant "
                                 "(placer.warm; no paper does this).", **fields)
 

@@ -298,11 +298,14 @@ def test_a_warm_variant_restarts_by_default_but_not_on_ray():
     """The warm-started variants restart from the incumbent by default (``restart_after`` 48, with
     ``scope_moves`` 0.25); on Ray that default is left out (each controller's incumbent is its own),
     and the faithful learners never restart unless asked."""
-    from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES
+    from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES, WARM_SCOPE_MOVES_EAGLE
     from tasks.search import learner_config
 
     warm = learner_config("ppo_warm", 100, 0)
     assert warm.restart_after == WARM_RESTART_AFTER == 48 and warm.scope_moves == WARM_SCOPE_MOVES == 0.25
+    for eagle in ("eagle_warm", "eagle_ce_warm"):  # EAGLE's warm variants move scopes in half their samples
+        assert learner_config(eagle, 100, 0).scope_moves == WARM_SCOPE_MOVES_EAGLE == 0.5
+    assert learner_config("eagle", 100, 0).scope_moves == 0 and learner_config("rl_warm", 100, 0).scope_moves == 0.25
     assert learner_config("ppo_warm", 100, 0, on_ray=True).restart_after is None
     assert learner_config("ppo_warm", 100, 0, {"restart_after": 12}, on_ray=True).restart_after == 12  # Ray refuses it
     assert learner_config("ppo", 100, 0).restart_after is None and learner_config("ppo", 100, 0).scope_moves == 0
