@@ -114,7 +114,8 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
     ``rule="ppo"``: ``J = 1/K sum_n sum_m r_m(n) A_n - beta sum_m KL(f(.|u_m old) || f(.|u_m))``,
     ``r_m(n) = f(d_nm | u_m) / f(d_nm | u_m old)``; ``rule="pg"``: ``J = 1/K sum_n A_n sum_m log f(d_nm | u_m)``.
     With ``l = log_softmax(u)``: ``dJ/dl_mj = 1/K sum_{n: d_nm = j} A_n r_m(n) + beta p_old_mj`` (PPO; ``A_n / K``
-    for PG), and ``dJ/du_mj = dJ/dl_mj - f(j | u_m) sum_i dJ/dl_mi``: the same gradient as autograd
+    for PG; with ``clip``, the terms whose clipped value is the smaller contribute 0), and
+    ``dJ/du_mj = dJ/dl_mj - f(j | u_m) sum_i dJ/dl_mi``: the same gradient as autograd
     through ``torch.log_softmax`` (``tests/test_post.py`` checks it against autograd), without
     building and walking autograd's graph at each of the ``ppo_steps`` steps (on nmt, ``[502, 5]``
     logits, ``K`` 12: ppo's search from 372 to 433 placements per CPU-second, the same placements).
@@ -126,8 +127,10 @@ def policy_objective_grad(u: np.ndarray, p_old: np.ndarray, idx: np.ndarray, adv
         adv: ``[K]`` float64 advantages.
         beta: the KL coefficient (PPO only).
         rule: ``"ppo"`` or ``"pg"``.
-        constants: [`policy_batch_constants`][placer.post.policy_batch_constants] of ``(p_old, idx)``, when the
-            caller keeps them over an update's steps (``None``: computed here; the same result to the bit).
+        constants: [`policy_batch_constants`][placer.post.policy_batch_constants] of ``(p_old, idx, logp_old)``, when
+            the caller keeps them over an update's steps (``None``: computed here from ``p_old`` alone, whose
+            log is ``-inf`` where it underflowed, so the ratio there is ``inf``; pass the old log-softmax
+            through ``policy_batch_constants`` to keep it finite, as ``_policy_step`` does).
         clip: ``eps`` of PPO's clipped surrogate (Schulman et al. 2017, Eq. 7; ``rule="ppo"`` only):
             each term ``r_m(n) A_n`` becomes ``min(r A, clip(r, 1 - eps, 1 + eps) A)``, whose gradient is
             0 where the clip is the minimum; ``None``: Eq. 11 as Post has it, unclipped.

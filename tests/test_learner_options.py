@@ -296,7 +296,7 @@ def test_a_search_with_restarts_improves_and_is_refused_on_ray(rnnlm_small, k80x
 
 def test_a_warm_variant_restarts_by_default_but_not_on_ray():
     """The warm-started variants restart from the incumbent by default (``restart_after`` 48, with
-    ``scope_moves`` 0.25); on Ray that default is left out (each controller's incumbent is its own),
+    ``scope_moves`` 0.25, EAGLE's 0.5); on Ray that default is left out (each controller's incumbent is its own),
     and the faithful learners never restart unless asked."""
     from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES, WARM_SCOPE_MOVES_EAGLE
     from tasks.search import learner_config

@@ -189,9 +189,10 @@ def test_a_ppo_step_never_leaves_the_policy_non_finite(ppo_clip):
     0 in float64 on the other devices), and a sample there (a scope move, not drawn from the policy)
     had ratio ``p / p_old = 0 / 0``: the tables became NaN and every later sample put every group on
     device 0. The ratio is now ``exp(log p - log p_old)`` of the finite old log-probability (1 at the
-    first step). Unclipped, the ratio of that off-policy sample still grows step by step (exp(5) at
-    the 6th step here, then an overflow): that step is not taken, the update keeps the last finite
-    logits and counts it (``nonfinite_steps``); with ``ppo_clip`` its term stops at ``(1 + eps) A``."""
+    first step). Unclipped, the log-ratio of that off-policy sample still grows step by step (0.3, 0.8,
+    1.5, 3.1, then 10.4 at the sixth step, which saturates the group's table on the sampled device, and
+    about 1900 at the seventh, which overflows): that step is not taken, the update keeps the last
+    finite logits and counts it (``nonfinite_steps``); with ``ppo_clip`` its term stops at ``(1 + eps) A``."""
     from placer.post import _log_softmax, policy_batch_constants, policy_objective_grad
     import torch
 
