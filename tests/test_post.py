@@ -113,6 +113,21 @@ def test_rank_advantages_are_refused_with_ppo():
         PostConfig(advantage="rank")
 
 
+def _random_policy_batch(seed: int, g: int, d: int, k: int, spread: float):
+    """Random old logits ``[g, d]``, new ones ``spread`` away, ``k`` sampled devices per group and advantages:
+    ``(u, idx, adv, p_old, u_t, logp)``, the last three torch (``u_t`` requiring grad, ``logp`` its log-softmax)."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    u_old = rng.normal(size=(g, d))
+    u = u_old + spread * rng.normal(size=(g, d))
+    idx = rng.integers(0, d, size=(g, k))
+    adv = rng.normal(size=k)
+    p_old = torch.softmax(torch.from_numpy(u_old), dim=1)
+    u_t = torch.from_numpy(u.copy()).requires_grad_(True)
+    return u, idx, adv, p_old, u_t, torch.log_softmax(u_t, dim=1)
+
+
 @pytest.mark.parametrize("rule", ["ppo", "pg"])
 def test_closed_form_policy_gradient_equals_autograd_of_eq_11(rule):
     """The closed-form objective and gradient of ``_policy_step`` equal torch autograd through
@@ -121,15 +136,8 @@ def test_closed_form_policy_gradient_equals_autograd_of_eq_11(rule):
 
     from placer.post import policy_batch_constants, policy_objective_grad
 
-    rng = np.random.default_rng(3)
-    g, d, k, beta = 7, 4, 5, 0.7
-    u_old = rng.normal(size=(g, d))
-    u = u_old + 0.3 * rng.normal(size=(g, d))
-    idx = rng.integers(0, d, size=(g, k))
-    adv = rng.normal(size=k)
-    p_old = torch.softmax(torch.from_numpy(u_old), dim=1)
-    u_t = torch.from_numpy(u.copy()).requires_grad_(True)
-    logp = torch.log_softmax(u_t, dim=1)
+    beta = 0.7
+    u, idx, adv, p_old, u_t, logp = _random_policy_batch(3, 7, 4, 5, 0.3)
     sel = logp.gather(1, torch.from_numpy(idx))
     a = torch.from_numpy(adv)
     if rule == "ppo":
@@ -158,15 +166,8 @@ def test_clipped_surrogate_gradient_equals_autograd():
 
     from placer.post import policy_objective_grad
 
-    rng = np.random.default_rng(4)
-    g, d, k, beta, eps = 9, 4, 6, 0.5, 0.2
-    u_old = rng.normal(size=(g, d))
-    u = u_old + 0.8 * rng.normal(size=(g, d))
-    idx = rng.integers(0, d, size=(g, k))
-    adv = rng.normal(size=k)
-    p_old = torch.softmax(torch.from_numpy(u_old), dim=1)
-    u_t = torch.from_numpy(u.copy()).requires_grad_(True)
-    logp = torch.log_softmax(u_t, dim=1)
+    beta, eps = 0.5, 0.2
+    u, idx, adv, p_old, u_t, logp = _random_policy_batch(4, 9, 4, 6, 0.8)
     ratio = logp.gather(1, torch.from_numpy(idx)).exp() / p_old.gather(1, torch.from_numpy(idx))
     a = torch.from_numpy(adv).unsqueeze(0)
     surrogate = torch.minimum(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
