@@ -331,6 +331,9 @@ class PostConfig(LearnerConfig):
         if self.advantage == "rank" and self.policy_update != "pg":
             raise ValueError(f"advantage 'rank': only with policy_update 'pg' (got {self.policy_update!r}; with PPO's "
                              "adaptive KL penalty it diverged)")
+        if self.ppo_clip is not None and self.policy_update != "ppo":
+            raise ValueError(f"ppo_clip {self.ppo_clip}: only with policy_update 'ppo' (got {self.policy_update!r}, "
+                             "which has no ratio to clip)")
         return self
 
 

@@ -231,3 +231,8 @@ def test_ppo_clip_is_bounded():
     for bad in (0.0, 1.0, -0.1):
         with pytest.raises(ValidationError, match="ppo_clip"):
             PostConfig(ppo_clip=bad)
+    from placer.configs import CEConfig, PGConfig
+
+    for config in (PGConfig, CEConfig):  # no PPO step: nothing to clip, so refused rather than ignored
+        with pytest.raises(ValidationError, match="ppo_clip 0.2: only with policy_update 'ppo'"):
+            config(ppo_clip=0.2)
