@@ -62,6 +62,10 @@ class LearnerConfig(BaseModel):
         if self.init_placement and init != "placement":
             raise ValueError(f"init_placement {self.init_placement!r}: given with init {init!r}; set init 'placement' "
                              "to start from it")
+        travel = getattr(self, "scope_travel", None)
+        if travel is not None and "scope_travel" in self.model_fields_set and not getattr(self, "scope_moves", 0):
+            raise ValueError(f"scope_travel {travel:g}: only with scope_moves > 0 (got {getattr(self, 'scope_moves', 0):g}); "
+                             "the walk's moves are the scope moves")
         return self
 
 
@@ -153,6 +157,9 @@ class ReinforceConfig(LearnerConfig):
             measured so far with one name scope moved whole to one device
             ([`placer.features.move_scope`][placer.features.move_scope]); the decoder scores the replaced samples
             teacher-forced, so Eq. 3 learns from them as from its own. 0: the paper's.
+        scope_travel: the scope moves start from a walk that takes any scope move within ``1 +
+            scope_travel`` of the incumbent's step time (record-to-record travel; as Post's,
+            [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
 
     Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
         restart_after: after this many placements without a faster one, the decoder's parameters
@@ -180,6 +187,7 @@ class ReinforceConfig(LearnerConfig):
     baseline_samples: Literal["all", "ran"] = "all"
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    scope_travel: float | None = Field(None, gt=0, lt=1)
     restart_after: int | None = Field(None, ge=1)
 
 
@@ -290,6 +298,16 @@ class PostConfig(LearnerConfig):
             optimum search 1.608 s); moving a scope of a *sampled* placement instead found 1.39 s
             and 1.85 s: the cross-entropy step's per-group frequencies mix elites that moved
             different scopes.
+        scope_travel: ``t`` (record-to-record travel: G. Dueck, J. Comput. Phys. 104, 1993): the scope
+            moves start from a walk instead of the incumbent; a scope move measured within ``1 + t``
+            of the incumbent's step time becomes the walk's placement, and a new incumbent puts the
+            walk back on it ([`placer.features.ScopeMoves`][placer.features.ScopeMoves]), so a move a little slower than the
+            incumbent can be followed by a second: on nmt ``k80x4``, from the expert (1.7235 s),
+            the decoder to a free GPU is 0.3% slower (1.7292 s), and its softmax back then gives
+            1.6491 s, which no single scope move reaches. ``None``: from the incumbent. Only with
+            ``scope_moves`` (refused without). Measured (warm-started, ``scope_moves=0.5``, ``t`` =
+            0.01, 2,400 placements, docs/results.md "Scope moves from a walk"): faster on nmt,
+            slower on inception_v3 and the 6.7B decoder, so off by default.
 
     Named option for a search that stalls (in no paper):
         restart_after: after this many placements without a faster one, the policy starts again
@@ -324,6 +342,7 @@ class PostConfig(LearnerConfig):
     elites_kept: int = Field(0, ge=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    scope_travel: float | None = Field(None, gt=0, lt=1)
     restart_after: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
@@ -416,6 +435,9 @@ class HierarchicalConfig(LearnerConfig):
             ``u`` to group ``P[u]``, group ``d`` to device ``d``, as a warm start's priors) and
             scored teacher-forced, so the joint REINFORCE step learns from them as from its own.
             0: the paper's.
+        scope_travel: the scope moves start from a walk that takes any scope move within ``1 +
+            scope_travel`` of the incumbent's step time (record-to-record travel; as Post's,
+            [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
 
     Named option for out-of-memory placements (in no paper; as the 2017 placer's, [`ReinforceConfig`][placer.configs.ReinforceConfig]):
         oom_reward: ``constant`` (the code: every OOM placement gets ``failing_time_s``) or
@@ -459,6 +481,7 @@ class HierarchicalConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    scope_travel: float | None = Field(None, gt=0, lt=1)
     restart_after: int | None = Field(None, ge=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
@@ -503,6 +526,9 @@ class EagleConfig(LearnerConfig):
         scope_moves: the share of samples replaced by the fastest placement measured so far with one
             name scope of units moved whole to one device, written as grouper and placer actions and
             scored teacher-forced (their PPO ratio starts at 1). 0: the paper's.
+        scope_travel: the scope moves start from a walk that takes any scope move within ``1 +
+            scope_travel`` of the incumbent's step time (record-to-record travel; as Post's,
+            [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
 
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
@@ -550,6 +576,7 @@ class EagleConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    scope_travel: float | None = Field(None, gt=0, lt=1)
     restart_after: int | None = Field(None, ge=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     units: Literal["colocation", "groups"] = "colocation"
@@ -622,7 +649,8 @@ ce_warm found 1.619 s and post_warm 1.683 s (seed 0; docs/results.md "Warm start
 
 
 WARM_SCOPE_MOVES = 0.25
-"""The warm-started variants' ``scope_moves`` (every learner but ``local_search`` and EAGLE's, below)."""
+"""The warm-started variants' ``scope_moves`` (every learner but ``local_search``, EAGLE's and the
+Hierarchical Planner's, below)."""
 
 WARM_SCOPE_MOVES_EAGLE = 0.5
 """``eagle_warm``'s and ``eagle_ce_warm``'s ``scope_moves``: half their samples are the incumbent with one
@@ -634,6 +662,16 @@ EAGLE 2.286 s and EAGLE-CE 2.317 s against 2.429 and 2.388 s at 0.25 (seeds 1-2:
 width. The softmax learners at 0.5 were not faster (ppo_warm on
 inception_v3 2.384 s against 2.323 s at 0.25, seeds 0-2), nor the Hierarchical Planner (2.422 s against
 2.401 s, seed 0)."""
+
+WARM_SCOPE_MOVES_HIERARCHICAL = 0.9
+"""``hierarchical_warm``'s ``scope_moves``: nine samples in ten are the incumbent with one name scope
+moved, the grouper + placer's own samples the tenth (its REINFORCE step, one placement per update at
+learning rate 0.01, moves the policy slowly; the scope moves, scored teacher-forced, are most of
+what it learns from). Measured (2,400 placements, ``hidden_size=64``, medians of seeds 0-2;
+docs/results.md "The Hierarchical Planner's warm scope moves"): inception_v3 ``k80x4`` 2.347 s
+against 2.419 s at 0.25, nmt ``k80x4`` 1.499 s against 1.583 s, rnnlm 0.944 s against 0.942 s (seed 0);
+0.5 and 0.75 were not faster on inception_v3 (2.422 and 2.387 s, seed 0), nor 0.9 for the softmax
+learners (inception_v3 2.448-2.528 s against 2.32-2.37 s at 0.25)."""
 
 WARM_RESTART_AFTER = 48
 """The warm-started variants' ``restart_after`` (every learner but ``local_search``, which restarts
@@ -649,13 +687,15 @@ seeds 3-5 are within 2.3% of these."""
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
     [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
-    [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE]) and ``restart_after``
+    [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE], the Hierarchical Planner's
+    [`WARM_SCOPE_MOVES_HIERARCHICAL`][placer.configs.WARM_SCOPE_MOVES_HIERARCHICAL]) and ``restart_after``
     [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER]: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
     its own ``patience`` and has none of the last three."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
     fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
-    scope_moves = WARM_SCOPE_MOVES_EAGLE if issubclass(config, EagleConfig) else WARM_SCOPE_MOVES
+    scope_moves = (WARM_SCOPE_MOVES_EAGLE if issubclass(config, EagleConfig) else
+                   WARM_SCOPE_MOVES_HIERARCHICAL if issubclass(config, HierarchicalConfig) else WARM_SCOPE_MOVES)
     if config is not LocalSearchConfig:  # each field as the learner's (its bounds), with the warm default
         for field, default in (("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", scope_moves),
                                ("restart_after", WARM_RESTART_AFTER)):

@@ -350,18 +350,33 @@ class ScopeMoves:
         rng: the numpy generator of the moves.
         owns_rng: the generator is this object's (its state goes in [`state_dict`][placer.features.ScopeMoves.state_dict]); else
             the learner's own, which the learner saves.
+        travel: the named option ``scope_travel`` (in no paper; ``None``: off): the moves start from
+            a walk instead of the incumbent, record-to-record travel (G. Dueck, *New optimization
+            heuristics: the great deluge algorithm and the record-to-record travel*, J. Comput.
+            Phys. 104, 1993): a scope move whose step time is below ``incumbent_time x (1 +
+            travel)`` becomes the walk's placement, so a move a little slower than the incumbent (a
+            layer to a free GPU before its output layer comes back) can be followed by a second;
+            a new incumbent puts the walk back on it.
 
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
         incumbent_time: its step time (seconds; ``inf`` before any).
+        current: with ``travel``: int64 ``[U]``, the walk's placement (``None`` before the first incumbent).
+        current_time: its step time (seconds).
+        walked: with ``travel``: the moves the walk accepted that were not a new incumbent.
     """
 
     def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
-                 owns_rng: bool = True) -> None:
+                 owns_rng: bool = True, travel: float | None = None) -> None:
         self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
+        self.travel = travel
         self.scopes = scopes_by_depth(names) if share > 0 else {}
         self.incumbent: np.ndarray | None = None
         self.incumbent_time = float("inf")
+        self.current: np.ndarray | None = None  # travel: the walk's placement (None: the incumbent)
+        self.current_time = float("inf")
+        self.walked = 0  # travel: moves the walk accepted that were not a new incumbent
+        self._pending: set[bytes] = set()  # travel: the moved placements handed out since the last keep
 
     def rows(self, k: int) -> np.ndarray:
         """Which of ``k`` samples to replace (one coin flip each; empty without scopes)."""
@@ -374,17 +389,34 @@ class ScopeMoves:
         return self.rows(k) if self.incumbent is not None else np.zeros(0, dtype=np.int64)
 
     def moved(self, base: np.ndarray | None = None) -> np.ndarray:
-        """``base`` (default: the incumbent) with one scope moved whole to one device, a copy ``[U]``."""
-        p = np.array(self.incumbent if base is None else base, dtype=np.int64)
+        """``base`` (default: the incumbent, or the walk's placement with ``travel``) with one scope
+        moved whole to one device, a copy ``[U]``."""
+        if base is None:
+            base = self.current if self.travel is not None and self.current is not None else self.incumbent
+        p = np.array(base, dtype=np.int64)
         move_scope(self.rng, p, self.scopes, self.num_devices)
+        if self.travel is not None:
+            self._pending.add(p.tobytes())
         return p
 
     def keep(self, placements: np.ndarray, times_s: np.ndarray) -> None:
         """Keep the fastest of ``placements`` (``[K, U]``; ``times_s`` ``[K]`` seconds, ``inf`` for OOM,
-        or a learner's failing value) if it beats the incumbent."""
+        or a learner's failing value) if it beats the incumbent (and the walk on it, with ``travel``);
+        else, with ``travel``, the walk moves to the last of the batch's scope moves (those
+        [`moved`][placer.features.ScopeMoves.moved] handed out since the last call) within ``1 + travel`` of
+        the incumbent's time."""
         if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
             i = int(np.argmin(times_s))
             self.incumbent_time, self.incumbent = float(times_s[i]), np.asarray(placements[i], dtype=np.int64).copy()
+            self.current, self.current_time = self.incumbent.copy(), self.incumbent_time
+        elif self.travel is not None and self._pending:
+            bar = self.incumbent_time * (1.0 + self.travel)
+            for row, t in zip(placements, times_s):
+                row = np.asarray(row, dtype=np.int64)
+                if float(t) < bar and row.tobytes() in self._pending:
+                    self.current, self.current_time = row.copy(), float(t)
+                    self.walked += 1
+        self._pending.clear()
 
     def observe_start(self, start: np.ndarray | None, step_time_s: float | None) -> None:
         """The start is the first incumbent when it ran ([`placer.learner.Learner.observe_start`][placer.learner.Learner.observe_start])."""
@@ -400,6 +432,9 @@ class ScopeMoves:
         state = {"incumbent_time": self.incumbent_time,
                  "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None
                                                else np.zeros(0, dtype=np.int64))}
+        if self.travel is not None:
+            state.update(walk_time=self.current_time, walk_accepted=self.walked,
+                         walk=torch.from_numpy(self.current if self.current is not None else np.zeros(0, dtype=np.int64)))
         if self.owns_rng:
             state["scope_rng"] = json.dumps(self.rng.bit_generator.state)
         return state
@@ -413,6 +448,10 @@ class ScopeMoves:
         self.incumbent_time = float(state.get("incumbent_time", float("inf")))
         kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
         self.incumbent = kept if len(kept) else None
+        walk = state["walk"].numpy().copy() if "walk" in state else np.zeros(0, dtype=np.int64)
+        self.current = walk if len(walk) else (None if self.incumbent is None else self.incumbent.copy())
+        self.current_time = float(state.get("walk_time", self.incumbent_time))
+        self.walked = int(state.get("walk_accepted", 0))
 
 
 def initial_state(module) -> dict:

@@ -501,7 +501,8 @@ class HierarchicalPlanner(Learner):
         self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.updates = 0
         #: ``scope_moves`` (named option): the units' name scopes, their own generator and the incumbent
-        self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed))
+        self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed),
+                                travel=c.scope_travel)
         #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
         self.restarts = Restarts(c.restart_after)
         self._initial = initial_state(self.policy) if c.restart_after is not None else {}

@@ -207,7 +207,8 @@ class PostLearner(Learner):
         self.kept_placements: list[np.ndarray] = []
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
         #: ``scope_moves`` (named option): the name scopes, drawn with the learner's generator, and the incumbent
-        self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, self.num_devices, self.rng, owns_rng=False)
+        self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, self.num_devices, self.rng, owns_rng=False,
+                                travel=config.scope_travel)
         #: ``restart_after`` (named option): restarts from the incumbent when the search stalls
         self.restarts = Restarts(config.restart_after)
 

@@ -189,6 +189,82 @@ def test_scope_moves_move_one_name_scope_of_the_incumbent(name, rnnlm_small, k80
     assert np.isfinite(moved.log_prob).all()
 
 
+def test_scope_travel_walks_on_from_a_scope_move_a_little_slower_than_the_incumbent():
+    """``scope_travel``: a scope move within ``1 + travel`` of the incumbent's time becomes the walk's
+    placement and the next moves start there (record-to-record travel); a slower one, or a sample
+    that was not a scope move, does not; a new incumbent puts the walk back on it; the walk survives
+    ``state_dict``. Without ``travel`` every move starts from the incumbent."""
+    from placer.features import ScopeMoves, move_scope
+
+    names = [f"net/layer_{i // 4}/op_{i % 4}" for i in range(16)]
+    start = np.zeros(16, dtype=np.int64)
+
+    def moves(travel):
+        s = ScopeMoves(names, 1.0, 3, np.random.default_rng(0), travel=travel)
+        s.observe_start(start, 1.0)
+        first = s.moved()
+        while np.array_equal(first, start):  # a move that changes something
+            s.keep(first[None], np.array([1.0]))
+            first = s.moved()
+        other = start.copy()
+        other[0] = 1  # not a scope move: the walk does not take it
+        s.keep(np.stack([first, other]), np.array([1.004, 1.001]))
+        return s, first
+
+    off, first = moves(None)
+    assert off.current is None or np.array_equal(off.current, start)
+    assert off.walked == 0
+    s, first = moves(0.01)
+    assert np.array_equal(s.current, first) and s.current_time == 1.004 and s.walked == 1
+    assert np.array_equal(s.incumbent, start)
+    state = s.state_dict()
+    copy = ScopeMoves(names, 1.0, 3, np.random.default_rng(0), travel=0.01)
+    copy.load_state_dict(state)
+    assert np.array_equal(copy.current, first) and copy.walked == 1
+    rng = np.random.default_rng()
+    rng.bit_generator.state = s.rng.bit_generator.state
+    expected = first.copy()
+    move_scope(rng, expected, s.scopes, 3)
+    second = s.moved()  # from the walk, not from the incumbent
+    assert np.array_equal(second, expected)
+    s.keep(second[None], np.array([1.02]))  # beyond the 1% bar: the walk stays
+    assert np.array_equal(s.current, first)
+    third = s.moved()
+    s.keep(third[None], np.array([0.9]))  # a new incumbent: the walk goes back on it
+    assert np.array_equal(s.incumbent, third) and np.array_equal(s.current, third) and s.walked == 1
+
+
+def test_scope_travel_needs_scope_moves():
+    """``scope_travel`` without scope moves would do nothing: refused, naming both values."""
+    cls = LEARNERS["post"]
+    with pytest.raises(ValueError, match="scope_travel 0.01.*scope_moves"):
+        cls.Config(scope_travel=0.01)
+    for bad in (0, 1, -0.1):
+        with pytest.raises(ValueError, match="scope_travel"):
+            cls.Config(scope_moves=0.5, scope_travel=bad)
+    assert cls.Config(scope_moves=0.5, scope_travel=0.01).scope_travel == 0.01
+
+
+@pytest.mark.parametrize("name", ["post", "rl", "hierarchical", "eagle"])
+def test_every_learner_walks_its_scope_moves_with_scope_travel(name, rnnlm_small, k80x2):
+    """Each learner hands its scope moves to the walk: with ``scope_moves=1`` and a wide
+    ``scope_travel``, a search accepts moves that are not new incumbents, and a checkpoint keeps the walk."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import colocation_grouping
+
+    cls = LEARNERS[name]
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle") else {}
+    config = cls.Config(seed=0, budget=48, init="single_gpu", moves_per_sample=4, scope_moves=1.0, scope_travel=0.5, **small)
+    learner = cls(env, config)
+    run_search(learner, env)
+    assert learner.scope.walked > 0 and learner.scope.current is not None
+    other = cls(env, config)
+    other.load_state_dict(learner.state_dict())
+    assert np.array_equal(other.scope.current, learner.scope.current) and other.scope.walked == learner.scope.walked
+
+
 def test_the_local_search_reference_can_make_the_same_scope_moves(rnnlm_small, k80x2):
     """``local_search`` ``scope_prob=1``: every candidate is the current placement with one name
     scope moved whole (the learners' ``scope_moves``, so the reference can search the same moves)."""
@@ -296,15 +372,18 @@ def test_a_search_with_restarts_improves_and_is_refused_on_ray(rnnlm_small, k80x
 
 def test_a_warm_variant_restarts_by_default_but_not_on_ray():
     """The warm-started variants restart from the incumbent by default (``restart_after`` 48, with
-    ``scope_moves`` 0.25, EAGLE's 0.5); on Ray that default is left out (each controller's incumbent is its own),
+    ``scope_moves`` 0.25, EAGLE's 0.5, the Hierarchical Planner's 0.9); on Ray that default is left out (each controller's incumbent is its own),
     and the faithful learners never restart unless asked."""
-    from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES, WARM_SCOPE_MOVES_EAGLE
+    from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES, WARM_SCOPE_MOVES_EAGLE, WARM_SCOPE_MOVES_HIERARCHICAL
     from tasks.search import learner_config
 
     warm = learner_config("ppo_warm", 100, 0)
     assert warm.restart_after == WARM_RESTART_AFTER == 48 and warm.scope_moves == WARM_SCOPE_MOVES == 0.25
     for eagle in ("eagle_warm", "eagle_ce_warm"):  # EAGLE's warm variants move scopes in half their samples
         assert learner_config(eagle, 100, 0).scope_moves == WARM_SCOPE_MOVES_EAGLE == 0.5
+    # the Hierarchical Planner's in nine of ten: its own REINFORCE step, one placement an update, moves slowly
+    assert learner_config("hierarchical_warm", 100, 0).scope_moves == WARM_SCOPE_MOVES_HIERARCHICAL == 0.9
+    assert learner_config("hierarchical", 100, 0).scope_moves == 0
     assert learner_config("eagle", 100, 0).scope_moves == 0 and learner_config("rl_warm", 100, 0).scope_moves == 0.25
     assert learner_config("ppo_warm", 100, 0, on_ray=True).restart_after is None
     assert learner_config("ppo_warm", 100, 0, {"restart_after": 12}, on_ray=True).restart_after == 12  # Ray refuses it
