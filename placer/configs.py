@@ -306,8 +306,8 @@ class PostConfig(LearnerConfig):
             the decoder to a free GPU is 0.3% slower (1.7292 s), and its softmax back then gives
             1.6491 s, which no single scope move reaches. ``None``: from the incumbent. Only with
             ``scope_moves`` (refused without). Measured (warm-started, ``scope_moves=0.5``, ``t`` =
-            0.01, 2,400 placements, docs/results.md "Scope moves from a walk"): faster on nmt,
-            slower on inception_v3 and the 6.7B decoder, so off by default.
+            0.01, 2,400 placements, docs/results.md "Scope moves from a walk"): 4-7% faster on nmt,
+            mixed on inception_v3 (``ce_warm`` above 1.05x), slower on the 6.7B decoder, so off by default.
 
     Named option for a search that stalls (in no paper):
         restart_after: after this many placements without a faster one, the policy starts again
@@ -669,9 +669,10 @@ moved, the grouper + placer's own samples the tenth (its REINFORCE step, one pla
 learning rate 0.01, moves the policy slowly; the scope moves, scored teacher-forced, are most of
 what it learns from). Measured (2,400 placements, ``hidden_size=64``, medians of seeds 0-2;
 docs/results.md "The Hierarchical Planner's warm scope moves"): inception_v3 ``k80x4`` 2.347 s
-against 2.419 s at 0.25, nmt ``k80x4`` 1.499 s against 1.583 s, rnnlm 0.944 s against 0.942 s (seed 0);
-0.5 and 0.75 were not faster on inception_v3 (2.422 and 2.387 s, seed 0), nor 0.9 for the softmax
-learners (inception_v3 2.448-2.528 s against 2.32-2.37 s at 0.25)."""
+against 2.419 s at 0.25, nmt ``k80x4`` 1.499 s against 1.583 s, rnnlm 0.948 s against 0.942 s
+(seed 0); 0.5 and 0.75 were not as fast on inception_v3 (2.422 and 2.387 s, seed 0, against 2.295 s).
+The softmax learners and the 2017 placer were slower at 0.9 (inception_v3 2.448-2.528 s against
+2.32-2.37 s at 0.25); EAGLE traded nmt (3% faster) for the decoder (1-3% slower) and stays at 0.5."""
 
 WARM_RESTART_AFTER = 48
 """The warm-started variants' ``restart_after`` (every learner but ``local_search``, which restarts

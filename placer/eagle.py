@@ -311,7 +311,7 @@ class Eagle(Learner):
             logp = torch.cat([glogp, plogp], dim=1)  # [k, U + G]
         placements = actions.gather(1, groups).numpy().astype(np.int64)
         rows = self.scope.incumbent_rows(k)
-        if len(rows):  # scope_moves: some samples move a scope of the incumbent
+        if len(rows):  # scope_moves: some samples move a scope of the incumbent (scope_travel: of the walk)
             groups, actions = scope_actions(self.scope, rows, groups, actions, placements, self.num_devices)
             with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced (PPO ratio 1)
                 emb = group_embeddings(self.inputs, groups, self.num_groups)

@@ -341,7 +341,8 @@ def move_scope(rng: np.random.Generator, placement: np.ndarray, scopes: dict[int
 
 class ScopeMoves:
     """A learner's named option ``scope_moves`` (in no paper; [`placer.configs.PostConfig`][placer.configs.PostConfig]): the
-    name scopes, the generator that picks the moves, and the incumbent they start from.
+    name scopes, the generator that picks the moves, and the incumbent they start from (or, with
+    ``travel``, the walk).
 
     Args:
         names: ``[U]`` unit names (the scopes: [`scopes_by_depth`][placer.features.scopes_by_depth]).
@@ -361,9 +362,11 @@ class ScopeMoves:
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
         incumbent_time: its step time (seconds; ``inf`` before any).
-        current: with ``travel``: int64 ``[U]``, the walk's placement (``None`` before the first incumbent).
+        current: int64 ``[U]``, the walk's placement (``None`` before the first incumbent; the
+            incumbent's copy, and unused, without ``travel``).
         current_time: its step time (seconds).
-        walked: with ``travel``: the moves the walk accepted that were not a new incumbent.
+        walked: with ``travel``: the batches after which the walk stood on another placement, not a
+            new incumbent.
     """
 
     def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
@@ -411,11 +414,15 @@ class ScopeMoves:
             self.current, self.current_time = self.incumbent.copy(), self.incumbent_time
         elif self.travel is not None and self._pending:
             bar = self.incumbent_time * (1.0 + self.travel)
+            step: tuple[np.ndarray, float] | None = None
             for row, t in zip(placements, times_s):
                 row = np.asarray(row, dtype=np.int64)
                 if float(t) < bar and row.tobytes() in self._pending:
-                    self.current, self.current_time = row.copy(), float(t)
+                    step = (row.copy(), float(t))  # the last such move of the batch
+            if step is not None:
+                if self.current is None or not np.array_equal(self.current, step[0]):
                     self.walked += 1
+                self.current, self.current_time = step
         self._pending.clear()
 
     def observe_start(self, start: np.ndarray | None, step_time_s: float | None) -> None:
@@ -424,7 +431,8 @@ class ScopeMoves:
             self.keep(np.asarray(start, dtype=np.int64)[None, :], np.array([step_time_s], dtype=np.float64))
 
     def state_dict(self) -> dict:
-        """``incumbent`` (a tensor, empty for none), ``incumbent_time`` and the generator's state when owned."""
+        """``incumbent`` (a tensor, empty for none), ``incumbent_time``, the generator's state when owned,
+        and with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``."""
         import json
 
         import torch

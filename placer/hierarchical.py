@@ -274,7 +274,7 @@ def warm_priors(start: np.ndarray | None, num_groups: int, num_devices: int, pro
 def scope_actions(scope: ScopeMoves, rows, groups: torch.Tensor, actions: torch.Tensor, placements: np.ndarray,
                   num_devices: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A grouper + placer batch (``groups [K, U]``, ``actions [K, G]``, ``placements [K, U]``) with
-    ``rows`` replaced by scope moves of the incumbent (named option ``scope_moves``), written as the
+    ``rows`` replaced by scope moves of the incumbent (named option ``scope_moves``; of the walk with ``scope_travel``), written as the
     two levels' actions: unit ``u`` to group ``P[u]``, group ``d`` to device ``d`` (as a warm start's
     priors, [`placer.warm.two_level_priors`][placer.warm.two_level_priors]). ``placements`` is changed in place; returns the new
     ``(groups, actions)``, for the learner to score teacher-forced."""
@@ -554,7 +554,7 @@ class HierarchicalPlanner(Learner):
             glogp = torch.log_softmax(logits + gnoise, dim=2).gather(2, groups.unsqueeze(2)).squeeze(2).sum(1)
         placements = actions.gather(1, groups).numpy().astype(np.int64)
         rows = self.scope.incumbent_rows(k)
-        if len(rows):  # scope_moves: some samples move a scope of the incumbent
+        if len(rows):  # scope_moves: some samples move a scope of the incumbent (scope_travel: of the walk)
             groups, actions = scope_actions(self.scope, rows, groups, actions, placements, self.num_devices)
             with torch.no_grad(), policy_compute(c.threads):  # their own log-probabilities, teacher-forced
                 x = group_embeddings(self.inputs, groups, self.num_groups)

@@ -222,7 +222,7 @@ class PostLearner(Learner):
         draws = self.rng.random((k, self.num_groups))
         cdf = np.cumsum(probs, axis=1)
         placements = np.minimum((draws[:, :, None] > cdf[None, :, :]).sum(axis=2), self.num_devices - 1).astype(np.int64)
-        for i in self.scope.rows(k):  # named option scope_moves: move one name scope whole, of the incumbent
+        for i in self.scope.rows(k):  # named option scope_moves: move one name scope whole, of the incumbent (or walk)
             placements[i] = self.scope.moved(placements[i] if self.scope.incumbent is None else None)
         logp = np.log(np.take_along_axis(probs, placements.T, axis=1).clip(1e-300)).sum(axis=0)
         return Samples(placements, logp)

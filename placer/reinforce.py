@@ -138,7 +138,7 @@ class ReinforceLearner(Learner):
         """``k`` placements from the seq2seq policy, scored in the same pass (kept for the update)."""
         placements, logp, ent = self.policy(k, generator=self.generator)
         rows = self.scope.incumbent_rows(k)
-        if len(rows):  # scope_moves: some samples move a scope of the incumbent
+        if len(rows):  # scope_moves: some samples move a scope of the incumbent (scope_travel: of the walk)
             moved = placements.cpu().numpy().copy()
             for i in rows:
                 moved[i] = self.scope.moved()

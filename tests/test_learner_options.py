@@ -203,8 +203,7 @@ def test_scope_travel_walks_on_from_a_scope_move_a_little_slower_than_the_incumb
         s = ScopeMoves(names, 1.0, 3, np.random.default_rng(0), travel=travel)
         s.observe_start(start, 1.0)
         first = s.moved()
-        while np.array_equal(first, start):  # a move that changes something
-            s.keep(first[None], np.array([1.0]))
+        while np.array_equal(first, start):  # a move that changes something (a no-op move is never measured here)
             first = s.moved()
         other = start.copy()
         other[0] = 1  # not a scope move: the walk does not take it
@@ -232,6 +231,9 @@ def test_scope_travel_walks_on_from_a_scope_move_a_little_slower_than_the_incumb
     third = s.moved()
     s.keep(third[None], np.array([0.9]))  # a new incumbent: the walk goes back on it
     assert np.array_equal(s.incumbent, third) and np.array_equal(s.current, third) and s.walked == 1
+    fourth = s.moved()
+    s.keep(np.stack([third, fourth]), np.array([0.9, 0.9 if np.array_equal(fourth, third) else 0.905]))
+    assert s.walked == 2 - np.array_equal(fourth, third)  # a move that leaves the walk where it was is no step
 
 
 def test_scope_travel_needs_scope_moves():
@@ -243,26 +245,41 @@ def test_scope_travel_needs_scope_moves():
         with pytest.raises(ValueError, match="scope_travel"):
             cls.Config(scope_moves=0.5, scope_travel=bad)
     assert cls.Config(scope_moves=0.5, scope_travel=0.01).scope_travel == 0.01
+    warm = LEARNERS["hierarchical_warm"]  # a warm variant's own scope moves carry it; set to 0 they do not
+    assert warm.Config(scope_travel=0.01).scope_moves == 0.9
+    with pytest.raises(ValueError, match="scope_travel 0.01.*scope_moves"):
+        warm.Config(scope_moves=0, scope_travel=0.01)
 
 
 @pytest.mark.parametrize("name", ["post", "rl", "hierarchical", "eagle"])
 def test_every_learner_walks_its_scope_moves_with_scope_travel(name, rnnlm_small, k80x2):
     """Each learner hands its scope moves to the walk: with ``scope_moves=1`` and a wide
-    ``scope_travel``, a search accepts moves that are not new incumbents, and a checkpoint keeps the walk."""
+    ``scope_travel``, the walk steps off the incumbent, a checkpoint keeps it, and the next samples
+    move a scope of the walk (a learner that moved its incumbent instead fails the last check)."""
     from cluster.factory import make_environment
-    from compgraph.grouping import colocation_grouping
+    from compgraph.grouping import colocation_grouping, name_scopes
 
     cls = LEARNERS[name]
     grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
     env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
     small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle") else {}
-    config = cls.Config(seed=0, budget=48, init="single_gpu", moves_per_sample=4, scope_moves=1.0, scope_travel=0.5, **small)
+    config = cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=1.0, scope_travel=0.5, **small)
     learner = cls(env, config)
-    run_search(learner, env)
-    assert learner.scope.walked > 0 and learner.scope.current is not None
+    scope = learner.scope
+    for _ in range(12):  # until the walk stands off the incumbent
+        batch = learner.sample(4)
+        measured = env.measure_batch(batch.placements)
+        learner.update(batch, np.array([m.step_time_s or np.nan for m in measured]), np.array([m.oom for m in measured]))
+        if scope.walked and not np.array_equal(scope.current, scope.incumbent):
+            break
+    assert scope.walked > 0 and not np.array_equal(scope.current, scope.incumbent)
     other = cls(env, config)
     other.load_state_dict(learner.state_dict())
-    assert np.array_equal(other.scope.current, learner.scope.current) and other.scope.walked == learner.scope.walked
+    assert np.array_equal(other.scope.current, scope.current) and other.scope.walked == scope.walked
+    scopes = [set(groups.tolist()) for _, groups in name_scopes(list(env.grouping.names))]
+    for row in learner.sample(8).placements:  # every sample now moves one scope of the walk, not of the incumbent
+        moved = set(np.flatnonzero(row != scope.current).tolist())
+        assert any(moved <= g and len(set(row[sorted(g)].tolist())) == 1 for g in scopes), moved
 
 
 def test_the_local_search_reference_can_make_the_same_scope_moves(rnnlm_small, k80x2):
