@@ -63,7 +63,7 @@ class LearnerConfig(BaseModel):
             raise ValueError(f"init_placement {self.init_placement!r}: given with init {init!r}; set init 'placement' "
                              "to start from it")
         travel = getattr(self, "scope_travel", None)
-        if travel is not None and "scope_travel" in self.model_fields_set and not getattr(self, "scope_moves", 0):
+        if travel is not None and not getattr(self, "scope_moves", 0):
             raise ValueError(f"scope_travel {travel:g}: only with scope_moves > 0 (got {getattr(self, 'scope_moves', 0):g}); "
                              "the walk's moves are the scope moves")
         return self

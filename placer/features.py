@@ -362,8 +362,8 @@ class ScopeMoves:
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
         incumbent_time: its step time (seconds; ``inf`` before any).
-        current: int64 ``[U]``, the walk's placement (``None`` before the first incumbent; the
-            incumbent's copy, and unused, without ``travel``).
+        current: with ``travel``: int64 ``[U]``, the walk's placement (``None`` before the first
+            incumbent: the moves start from the incumbent).
         current_time: its step time (seconds).
         walked: with ``travel``: the batches after which the walk stood on another placement, not a
             new incumbent.
@@ -395,7 +395,7 @@ class ScopeMoves:
         """``base`` (default: the incumbent, or the walk's placement with ``travel``) with one scope
         moved whole to one device, a copy ``[U]``."""
         if base is None:
-            base = self.current if self.travel is not None and self.current is not None else self.incumbent
+            base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
         move_scope(self.rng, p, self.scopes, self.num_devices)
         if self.travel is not None:
@@ -411,7 +411,8 @@ class ScopeMoves:
         if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
             i = int(np.argmin(times_s))
             self.incumbent_time, self.incumbent = float(times_s[i]), np.asarray(placements[i], dtype=np.int64).copy()
-            self.current, self.current_time = self.incumbent.copy(), self.incumbent_time
+            if self.travel is not None:
+                self.current, self.current_time = self.incumbent.copy(), self.incumbent_time
         elif self.travel is not None and self._pending:
             bar = self.incumbent_time * (1.0 + self.travel)
             step: tuple[np.ndarray, float] | None = None
@@ -457,7 +458,7 @@ class ScopeMoves:
         kept = state["incumbent"].numpy().copy() if "incumbent" in state else np.zeros(0, dtype=np.int64)
         self.incumbent = kept if len(kept) else None
         walk = state["walk"].numpy().copy() if "walk" in state else np.zeros(0, dtype=np.int64)
-        self.current = walk if len(walk) else (None if self.incumbent is None else self.incumbent.copy())
+        self.current = walk if len(walk) else None  # None: the moves start from the incumbent
         self.current_time = float(state.get("walk_time", self.incumbent_time))
         self.walked = int(state.get("walk_accepted", 0))
 
