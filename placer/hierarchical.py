@@ -64,7 +64,7 @@ from torch import nn
 from cluster.environment import Environment
 from compgraph.ir import Grouping, OpGraph
 from placer.configs import HierarchicalConfig
-from placer.attention import additive_scores
+from placer.attention import FixedKeys, additive_scores
 from placer.features import Restarts, ScopeMoves, initial_state, oom_values, op_features, static_memory_load
 from placer.learner import Learner, LearnerConfig, Samples, register
 from placer.search import serial_time
@@ -402,6 +402,7 @@ class HierarchicalPlacer(StepPrior):
         emb_gates = torch.cat([self.device_embeddings, self.go]) @ dec.weight_ih_l0.T + dec.bias_ih_l0 + dec.bias_hh_l0
         w_h = torch.cat([dec.weight_hh_l0.T, self.attn_w2], dim=1)  # [H, 5H]: recurrence and attention query
         w_out_h, w_out_c = self.device_softmax[:h], self.device_softmax[h:]
+        attend = FixedKeys(mem, self.attn_v[:, 0])
         hx, cx = h0[0], c0[0]
         rec = hx @ dec.weight_hh_l0.T
         prev = torch.full((k,), self.d, dtype=torch.long)
@@ -413,7 +414,7 @@ class HierarchicalPlacer(StepPrior):
             hx = torch.sigmoid(og) * torch.tanh(cx)
             proj = hx @ w_h
             rec, query = proj[:, : 4 * h], proj[:, 4 * h :]
-            scores = additive_scores(mem, query.unsqueeze(1), self.attn_v[:, 0])[:, 0]  # [K, G]
+            scores = attend.scores(query.unsqueeze(1))[:, 0]  # [K, G]
             context = (torch.softmax(scores, dim=1).unsqueeze(1) @ mem).squeeze(1)
             logits = (hx @ w_out_h + context @ w_out_c) / self.temperature
             if self.tanh_constant > 0:

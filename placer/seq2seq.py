@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from placer.attention import additive_scores
+from placer.attention import FixedKeys, additive_scores
 from placer.features import GroupFeatures
 
 
@@ -129,23 +129,25 @@ class Seq2SeqPlacer(nn.Module):
             per-step entropies (with autograd when it is enabled).
         """
         scores = None
+        enc = self.encode()  # once for both passes: the parameters do not change between them
         if actions is None:
-            actions, scores = self.sample(batch, generator)
-        logp, ent = self.score(actions, scores)
+            actions, scores = self.sample(batch, generator, enc.detach())
+        logp, ent = self.score(actions, scores, enc)
         return actions, logp.sum(1), ent.sum(1)
 
     @torch.no_grad()
-    def sample(self, batch: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``batch`` placements, the decoder stepped one group at a time, no autograd.
+    def sample(self, batch: int, generator: torch.Generator | None = None,
+               enc: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``batch`` placements, the decoder stepped one group at a time, no autograd; ``enc``: the encoder's
+        outputs ``[G, H]`` ([`encode`][placer.seq2seq.Seq2SeqPlacer.encode]) when the caller has them.
 
         Returns:
             ``(placements [K, G] int64, attention scores [K, G, G])``: the scores each step
             attended with, which [`score`][placer.seq2seq.Seq2SeqPlacer.score] re-uses as its forward values.
         """
-        enc = self.encode()  # [G, H]
+        enc = self.encode() if enc is None else enc  # [G, H]
         g, h = enc.shape
-        keys = self.attn_enc(enc)  # [G, A]
-        v = self.attn_v.weight[0]
+        attend = FixedKeys(self.attn_enc(enc).unsqueeze(0), self.attn_v.weight[0])  # keys [1, G, A]
         dec: Any = self.decoder  # nn.LSTM's weights: attributes torch's type stubs do not declare
         w_x, w_h = dec.weight_ih_l0, dec.weight_hh_l0
         bias = dec.bias_ih_l0 + dec.bias_hh_l0
@@ -160,7 +162,7 @@ class Seq2SeqPlacer(nn.Module):
             ig, fg, gg, og = gates.chunk(4, dim=1)
             cx = torch.sigmoid(fg) * cx + torch.sigmoid(ig) * torch.tanh(gg)
             hx = torch.sigmoid(og) * torch.tanh(cx)
-            scores = additive_scores(keys.unsqueeze(0), self.attn_dec(hx).unsqueeze(0), v)[0]  # [K, G]
+            scores = attend.scores(self.attn_dec(hx).unsqueeze(0))[0]  # [K, G]
             all_scores[:, i] = scores
             context = torch.softmax(scores, dim=1) @ enc  # [K, H]
             logits = self.out(torch.cat([hx, context], dim=1))
@@ -170,14 +172,16 @@ class Seq2SeqPlacer(nn.Module):
             chosen[:, i] = prev
         return chosen, all_scores
 
-    def score(self, actions: torch.Tensor, scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def score(self, actions: torch.Tensor, scores: torch.Tensor | None = None,
+              enc: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Teacher-forced ``(log p [K, G], entropy [K, G])`` per decision of ``actions [K, G]``.
 
         ``scores``: the attention scores ``[K, G, G]`` [`sample`][placer.seq2seq.Seq2SeqPlacer.sample] drew ``actions`` with, used
         as the forward values of the attention (computing them again is a third of the
-        attention's cost); ``None``: computed here.
+        attention's cost); ``None``: computed here. ``enc``: the encoder's outputs ``[G, H]`` when the caller
+        has them (with autograd, for the encoder's gradient).
         """
-        enc = self.encode()  # [G, H]
+        enc = self.encode() if enc is None else enc  # [G, H]
         k, g = actions.shape
         h = enc.shape[1]
         prev = torch.cat([actions.new_full((k, 1), self.num_devices), actions[:, :-1]], dim=1)  # [K, G]

@@ -167,6 +167,14 @@ def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_smal
     with torch.no_grad():
         assert torch.equal(additive_scores(keys.unsqueeze(0), query.unsqueeze(0), v)[0], fused.detach())
         assert torch.equal(additive_scores(keys.unsqueeze(0), query.unsqueeze(0), v, values=fused.unsqueeze(0))[0], fused)
+    # a decoder's sampling loop: the keys doubled once, the same scores to the bit, step after step
+    fixed = attention.FixedKeys(keys.unsqueeze(0), v)
+    with torch.no_grad():
+        for i in range(2):
+            step = query[i:i + 2].unsqueeze(0)
+            assert torch.equal(fixed.scores(step), additive_scores(keys.unsqueeze(0), step, v))
+    with pytest.raises(ValueError, match="FixedKeys.scores: keys \\(1, 61, 16\\), query \\(5, 16\\)"):
+        fixed.scores(query)
 
 
 def _plain_step_by_step(policy, batch, generator=None, actions=None):
