@@ -16,10 +16,11 @@ gradients against the plain ``tanh`` formula):
   502 groups, K = 8, A = 256).
 - The backward pass makes ``s (1 - s) grad`` in place (``addcmul_``) and applies the factor ``4 v``,
   constant over its sums, once to the summed ``[B, G, A]`` and ``[B, L, A]`` gradients, not to every
-  block; a block's sum over its queries is a ``[1, l] @ [l, G A]`` product. A decoder's sampling loop
-  doubles its keys once ([`FixedKeys`][placer.attention.FixedKeys]), not at every step. Together with
-  the 2017 placer's encoder run once for sampling and scoring: its paper widths on nmt went from 8.8-9.1 to
-  10.2-10.3 placements per CPU-second (``docs/results.md``), the same placements and step times.
+  block; a block of one memory sums over its queries as a ``[1, l] @ [l, G A]`` product. A decoder's
+  sampling loop doubles its keys once ([`FixedKeys`][placer.attention.FixedKeys]), not at every step.
+  Together with the 2017 placer's encoder run once for sampling and scoring, its paper widths on nmt
+  went from 8.65-9.02 to 10.06-10.47 placements per CPU-second inside ``placement experiment``
+  (``docs/results.md``); the gradients agree with the code before to float32 rounding.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ class _AdditiveScores(torch.autograd.Function):
         keys, query, v = ctx.saved_tensors
         (b, g, a), n = keys.shape, query.shape[1]
         grad = grad.contiguous()
-        grad_keys, grad_query, grad_v = torch.zeros_like(keys), torch.empty_like(query), torch.zeros_like(v)
-        keys2, query2 = keys * 2.0, query * 2.0
+        grad_keys = keys.new_zeros(keys.shape)  # contiguous whatever the keys' strides: its rows are viewed flat below
+        grad_query, grad_v = torch.empty_like(query), torch.zeros_like(v)
+        keys2, query2 = (keys * 2.0).contiguous(), (query * 2.0).contiguous()  # so that each block is contiguous
         ones = keys.new_ones(1, n)
         for b0, b1, l0, l1 in _blocks(b, n, g, a):
             s = _sigmoid_2x(keys2[b0:b1], query2[b0:b1, l0:l1])  # [b, l, G, A]
@@ -131,7 +133,7 @@ class _AdditiveScores(torch.autograd.Function):
             grad_v += (gr.reshape(1, -1) @ s.reshape(-1, a)).squeeze(0)  # sum grad * s
             s.addcmul_(s, s, value=-1.0).mul_(gr.unsqueeze(3))  # s (1 - s) grad, in place
             if b1 - b0 == 1:  # the sum over the block's queries as a [1, l] @ [l, G A] product (faster than sum(1))
-                grad_keys[b0].view(1, -1).addmm_(ones[:, : l1 - l0], s.view(l1 - l0, -1))
+                grad_keys[b0].view(1, g * a).addmm_(ones[:, : l1 - l0], s.view(l1 - l0, g * a))
             else:
                 grad_keys[b0:b1] += s.sum(1)
             grad_query[b0:b1, l0:l1] = s.sum(2)

@@ -173,6 +173,14 @@ def test_fused_attention_scores_equal_the_plain_formula_and_gradients(rnnlm_smal
         for i in range(2):
             step = query[i:i + 2].unsqueeze(0)
             assert torch.equal(fixed.scores(step), additive_scores(keys.unsqueeze(0), step, v))
+    # keys with other strides (a transposed tensor) and no queries at all: the same gradients as the plain formula
+    kt = torch.randn(16, 61).t().requires_grad_()  # [61, 16], strides (1, 61)
+    got = additive_scores(kt.unsqueeze(0), query.unsqueeze(0), v)[0]
+    ref = (torch.tanh(kt.unsqueeze(0) + query.unsqueeze(1)) * v).sum(2)
+    for a, b in zip(torch.autograd.grad((got * w).sum(), (kt, v)), torch.autograd.grad((ref * w).sum(), (kt, v))):
+        assert torch.allclose(a, b, atol=1e-5)
+    none = additive_scores(keys.unsqueeze(0), query[:0].unsqueeze(0), v)
+    assert none.shape == (1, 0, 61) and torch.equal(torch.autograd.grad(none.sum(), keys, allow_unused=True)[0], torch.zeros(61, 16))
     with pytest.raises(ValueError, match="FixedKeys.scores: keys \\(1, 61, 16\\), query \\(5, 16\\)"):
         fixed.scores(query)
 
