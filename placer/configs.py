@@ -62,6 +62,10 @@ class LearnerConfig(BaseModel):
         if self.init_placement and init != "placement":
             raise ValueError(f"init_placement {self.init_placement!r}: given with init {init!r}; set init 'placement' "
                              "to start from it")
+        majority = getattr(self, "scope_majority", 0.0)
+        if majority and not (getattr(self, "scope_moves", 0) or getattr(self, "scope_prob", 0)):
+            raise ValueError(f"scope_majority {majority:g}: only with scope moves (scope_moves > 0, or scope_prob > 0 "
+                             "for local_search); it says how the scope moves move")
         travel = getattr(self, "scope_travel", None)
         if travel is not None and not getattr(self, "scope_moves", 0):
             raise ValueError(f"scope_travel {travel:g}: only with scope_moves > 0 (got {getattr(self, 'scope_moves', 0):g}); "
@@ -160,6 +164,8 @@ class ReinforceConfig(LearnerConfig):
         scope_travel: the scope moves start from a walk that takes any scope move within ``1 +
             scope_travel`` of the incumbent's step time (record-to-record travel; as Post's,
             [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
+        scope_majority: the share of scope moves that move only the scope's units on its most common
+            device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
 
     Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
         restart_after: after this many placements without a faster one, the decoder's parameters
@@ -188,6 +194,7 @@ class ReinforceConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
+    scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
 
 
@@ -308,6 +315,14 @@ class PostConfig(LearnerConfig):
             ``scope_moves`` (refused without). Measured (warm-started, ``scope_moves=0.5``, ``t`` =
             0.01, 2,400 placements, docs/results.md "Scope moves from a walk"): 4-7% faster on nmt,
             mixed on inception_v3 (``ce_warm`` above 1.05x), slower on the 6.7B decoder, so off by default.
+        scope_majority: ``q``: with probability ``q`` a scope move moves only the scope's groups on its
+            most common device, and the scope's other groups stay where they are
+            ([`placer.features.move_scope`][placer.features.move_scope]): a human expert who moves a layer keeps the exceptions
+            already found (a few of the softmax's groups on the CPU and other GPUs, on nmt). Why: from
+            ``ce_warm``'s best on nmt ``k80x4`` (seed 0 with ``scope_travel``, 1.5190 s, the softmax's 42
+            groups 37 on ``/gpu:0``, 5 elsewhere), the softmax moved whole to ``/gpu:1`` takes 1.5536 s, its
+            37 alone 1.5047 s. 0: every move whole. Only with ``scope_moves`` (refused without).
+            Measured in docs/results.md ("Scope moves that keep a scope's exceptions").
 
     Named option for a search that stalls (in no paper):
         restart_after: after this many placements without a faster one, the policy starts again
@@ -343,6 +358,7 @@ class PostConfig(LearnerConfig):
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     scope_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
+    scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
@@ -438,6 +454,8 @@ class HierarchicalConfig(LearnerConfig):
         scope_travel: the scope moves start from a walk that takes any scope move within ``1 +
             scope_travel`` of the incumbent's step time (record-to-record travel; as Post's,
             [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
+        scope_majority: the share of scope moves that move only the scope's units on its most common
+            device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
 
     Named option for out-of-memory placements (in no paper; as the 2017 placer's, [`ReinforceConfig`][placer.configs.ReinforceConfig]):
         oom_reward: ``constant`` (the code: every OOM placement gets ``failing_time_s``) or
@@ -482,6 +500,7 @@ class HierarchicalConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
+    scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
@@ -529,6 +548,8 @@ class EagleConfig(LearnerConfig):
         scope_travel: the scope moves start from a walk that takes any scope move within ``1 +
             scope_travel`` of the incumbent's step time (record-to-record travel; as Post's,
             [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
+        scope_majority: the share of scope moves that move only the scope's units on its most common
+            device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
 
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
@@ -577,6 +598,7 @@ class EagleConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
+    scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     units: Literal["colocation", "groups"] = "colocation"
@@ -608,6 +630,8 @@ class LocalSearchConfig(LearnerConfig):
             device ([`placer.features.move_scope`][placer.features.move_scope]; named option, 0 by default): the same
             moves as the softmax learners' ``scope_moves``, so the reference can be compared with
             them on the same neighbourhood.
+        scope_majority: the share of scope moves that move only the scope's groups on its most common
+            device (the learners' option of that name, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
     """
 
     budget: int = Field(2400, ge=1)
@@ -619,6 +643,7 @@ class LocalSearchConfig(LearnerConfig):
     kick: int = Field(3, ge=1)
     init: WarmInit = "uniform"
     scope_prob: float = Field(0.0, ge=0, le=1)
+    scope_majority: float = Field(0.0, ge=0, le=1)
 
 
 LEARNER_REGISTRY: dict[str, tuple[str, type[LearnerConfig]]] = {

@@ -327,16 +327,27 @@ def scopes_by_depth(names: list[str]) -> dict[int, list[np.ndarray]]:
 
 
 def move_scope(rng: np.random.Generator, placement: np.ndarray, scopes: dict[int, list[np.ndarray]],
-               num_devices: int) -> None:
+               num_devices: int, majority: float = 0.0) -> None:
     """Move one name scope of ``placement`` (``[G]`` device indices, changed in place) whole to one
     device: a depth of ``scopes`` ([`scopes_by_depth`][placer.features.scopes_by_depth]), a scope at that depth and a
-    device, each uniformly (three draws of ``rng``). A layer, a time step or a block moves at once, as a
-    human expert moves them (Mirhoseini et al. 2017, Sec. 4.2); nothing moves when ``scopes`` is empty."""
+    device, each uniformly (three draws of ``rng``: the depth, the device, the scope). A layer, a time
+    step or a block moves at once, as a human expert moves them (Mirhoseini et al. 2017, Sec. 4.2);
+    nothing moves when ``scopes`` is empty.
+
+    ``majority`` (the named option ``scope_majority``; 0: off, and no fourth draw): with this probability (a
+    fourth draw) only the scope's groups on its most common device (the lowest index on a tie) move, and
+    its other groups stay where they are, so a layer whose few groups the search has put elsewhere moves
+    as a whole with its exceptions kept."""
     if not scopes:
         return
     depths = sorted(scopes)
     at = scopes[depths[int(rng.integers(len(depths)))]]
-    placement[at[int(rng.integers(len(at)))]] = int(rng.integers(num_devices))
+    device = int(rng.integers(num_devices))  # before the scope's index: the order of the draws of the whole move
+    groups = at[int(rng.integers(len(at)))]
+    if majority > 0 and rng.random() < majority:
+        on = placement[groups]
+        groups = groups[on == int(np.bincount(on, minlength=num_devices).argmax())]
+    placement[groups] = device
 
 
 class ScopeMoves:
@@ -358,6 +369,8 @@ class ScopeMoves:
             travel)`` becomes the walk's placement, so a move a little slower than the incumbent (a
             layer to a free GPU before its output layer comes back) can be followed by a second;
             a new incumbent puts the walk back on it.
+        majority: the named option ``scope_majority`` (in no paper; 0: off): the share of the moves that
+            move only the scope's groups on its most common device ([`move_scope`][placer.features.move_scope]).
 
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
@@ -370,9 +383,9 @@ class ScopeMoves:
     """
 
     def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
-                 owns_rng: bool = True, travel: float | None = None) -> None:
+                 owns_rng: bool = True, travel: float | None = None, majority: float = 0.0) -> None:
         self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
-        self.travel = travel
+        self.travel, self.majority = travel, float(majority)
         self.scopes = scopes_by_depth(names) if share > 0 else {}
         self.incumbent: np.ndarray | None = None
         self.incumbent_time = float("inf")
@@ -397,7 +410,7 @@ class ScopeMoves:
         if base is None:
             base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
-        move_scope(self.rng, p, self.scopes, self.num_devices)
+        move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
         if self.travel is not None:
             self._pending.add(p.tobytes())
         return p

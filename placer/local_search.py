@@ -89,7 +89,7 @@ class LocalSearch(Learner):
         if d < 2:
             return p
         if self.scopes and self.rng.random() < self.config.scope_prob:  # named option: a whole name scope
-            move_scope(self.rng, p, self.scopes, d)
+            move_scope(self.rng, p, self.scopes, d, self.config.scope_majority)
             return p
         if g >= 2 and self.rng.random() < self.config.block_prob:
             length = int(self.rng.integers(2, min(self.config.max_block, g) + 1))

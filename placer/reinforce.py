@@ -113,7 +113,7 @@ class ReinforceLearner(Learner):
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
         #: ``scope_moves`` (named option): the name scopes, their own generator and the incumbent
         self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, len(env.spec.devices),
-                                np.random.default_rng(config.seed), travel=config.scope_travel)
+                                np.random.default_rng(config.seed), travel=config.scope_travel, majority=config.scope_majority)
         #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
         self.restarts = Restarts(config.restart_after)
         self._initial = initial_state(self.policy) if config.restart_after is not None else {}

@@ -281,6 +281,90 @@ def test_every_learner_walks_its_scope_moves_with_scope_travel(name, rnnlm_small
         assert any(moved <= g and len(set(row[sorted(g)].tolist())) == 1 for g in scopes), moved
 
 
+def test_scope_majority_moves_a_scope_and_keeps_its_exceptions():
+    """``scope_majority``: a majority move changes only the chosen scope's groups on its most common
+    device, all to one device, and leaves the scope's other groups where they were; at 0 the move is
+    whole and draws from the generator exactly as before (three draws, no fourth)."""
+    from placer.features import move_scope, scopes_by_depth
+
+    names = [f"net/layer_{i // 4}/op_{i % 4}" for i in range(16)]
+    scopes = scopes_by_depth(names)
+    base = np.ones(16, dtype=np.int64)
+    base[[0, 5, 6]] = 2  # layer_0: one exception; layer_1: a tie (2 on each), the lowest device its majority
+    kept_somewhere = 0
+    for seed in range(40):
+        p = base.copy()
+        move_scope(np.random.default_rng(seed), p, scopes, 3, majority=1.0)
+        moved = set(np.flatnonzero(p != base).tolist())
+        fits = []
+        for groups in (g for gs in scopes.values() for g in gs):
+            on = base[groups]
+            majority = set(groups[on == np.bincount(on, minlength=3).argmax()].tolist())
+            if moved <= majority and len(set(p[sorted(majority)].tolist())) == 1:
+                fits.append(set(groups.tolist()) - majority)
+        assert fits, (seed, moved)
+        kept_somewhere += any(ex and moved and all(p[i] == base[i] for i in ex) for ex in fits)
+    assert kept_somewhere >= 5  # exceptions kept where a whole move would have taken them along
+    for seed in range(10):  # at 0: the whole move, and the generator where three draws leave it
+        a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+        p, q = base.copy(), base.copy()
+        move_scope(a, p, scopes, 3, majority=0.0)
+        depths = sorted(scopes)
+        at = scopes[depths[int(b.integers(len(depths)))]]
+        q[at[int(b.integers(len(at)))]] = int(b.integers(3))  # the code before: the device drawn first (the right side)
+        assert np.array_equal(p, q) and a.bit_generator.state == b.bit_generator.state
+
+
+def test_scope_majority_needs_scope_moves():
+    """``scope_majority`` without scope moves would do nothing: refused, naming both values; bounds 0-1."""
+    with pytest.raises(ValueError, match="scope_majority 0.5.*scope_moves"):
+        LEARNERS["post"].Config(scope_majority=0.5)
+    with pytest.raises(ValueError, match="scope_majority 0.5.*scope_prob"):
+        LEARNERS["local_search"].Config(scope_majority=0.5)
+    with pytest.raises(ValueError, match="scope_majority"):
+        LEARNERS["post"].Config(scope_moves=0.5, scope_majority=1.5)
+    assert LEARNERS["local_search"].Config(scope_prob=0.5, scope_majority=0.5).scope_majority == 0.5
+    assert LEARNERS["ce_warm"].Config(scope_majority=0.5).scope_majority == 0.5  # the warm variants' own scope moves
+
+
+@pytest.mark.parametrize("name", ["post", "rl", "hierarchical", "eagle", "local_search"])
+def test_every_learner_keeps_a_scopes_exceptions_with_scope_majority(name, rnnlm_small, k80x2):
+    """Each learner hands ``scope_majority`` to its scope moves: from a placement whose every scope has
+    an exception, each sample moves only the majority of one scope (a learner that moved scopes whole
+    fails: its moves take the exceptions along)."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import colocation_grouping, name_scopes
+
+    cls = LEARNERS[name]
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle") else {}
+    moves = {"scope_prob": 1.0} if name == "local_search" else {"scope_moves": 1.0, "moves_per_sample": 4}
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", scope_majority=1.0, **moves, **small))
+    scope_list = [groups for _, groups in name_scopes(list(env.grouping.names))]
+    base = np.ones(env.grouping.num_groups, dtype=np.int64)
+    for groups in scope_list:
+        base[groups[0]] = 2  # every scope's first group elsewhere
+    if name == "local_search":
+        learner.current = base.copy()
+        rows = learner.sample(24).placements[1:]
+    else:
+        learner.scope.incumbent, learner.scope.incumbent_time = base.copy(), 1.0
+        rows = learner.sample(8).placements
+    whole_would_differ = 0
+    for row in rows:
+        moved = np.flatnonzero(row != base)
+        ok = []
+        for groups in scope_list:
+            on = base[groups]
+            majority = groups[on == np.bincount(on, minlength=3).argmax()]
+            if set(moved.tolist()) <= set(majority.tolist()) and len(set(row[majority].tolist())) == 1:
+                ok.append(groups)
+        assert ok, moved.tolist()
+        whole_would_differ += bool(len(moved)) and all(row[g[0]] == 2 and row[g[1]] != 2 for g in ok if len(g) > 1)
+    assert whole_would_differ > 0
+
+
 def test_the_local_search_reference_can_make_the_same_scope_moves(rnnlm_small, k80x2):
     """``local_search`` ``scope_prob=1``: every candidate is the current placement with one name
     scope moved whole (the learners' ``scope_moves``, so the reference can search the same moves)."""
