@@ -406,7 +406,7 @@ class ScopeMoves:
 
     def moved(self, base: np.ndarray | None = None) -> np.ndarray:
         """``base`` (default: the incumbent, or the walk's placement with ``travel``) with one scope
-        moved whole to one device, a copy ``[U]``."""
+        moved to one device (whole, or with ``majority`` its majority only: [`move_scope`][placer.features.move_scope]), a copy ``[U]``."""
         if base is None:
             base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
