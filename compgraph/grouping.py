@@ -563,6 +563,50 @@ def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
     return out
 
 
+def leaf_scopes(names: list[str], depth: int) -> list[tuple[str, list[int]]]:
+    """The scopes of [`name_scopes`][compgraph.grouping.name_scopes] at most ``depth`` deep that hold no other such
+    scope: ``[(label, group indices)]``, the label the groups' common name prefix (gradient scopes
+    left out, as ``name_scopes`` does), made unique with ``#k`` where two would be the same. On nmt
+    paper at depth 3: the encoder's and the decoder's embedding, ``layer_0``, ``layer_1``, the
+    attention, the softmax and ``train_step`` (9 scopes); groups in no such scope are in none."""
+    forward = [GRADIENT_SCOPE.sub("", n) for n in names]
+    kept = [set(int(i) for i in g) for d, g in name_scopes(names) if d <= depth]
+    out: list[tuple[str, list[int]]] = []
+    for k, g in enumerate(g for g in kept if not any(h < g for h in kept)):
+        label = os.path.commonprefix([forward[i] for i in sorted(g)]).rstrip("/_") or "(root)"
+        out.append((label if label not in {o[0] for o in out} else f"{label}#{k}", sorted(g)))
+    return out
+
+
+LAYER_SCOPES_MAX = 64
+"""The most layer scopes [`layer_scopes`][compgraph.grouping.layer_scopes] returns: nmt paper's 9 (depth 3; 163 at
+depth 4), rnnlm paper's 5 (depth 2; 81 time steps at depth 3), inception_v3's 13 blocks, the 6.7B
+decoder's 34 (its 32 blocks, the input and the rest; 66 at depth 3), GPT-2's 26 (attention and MLP)."""
+
+
+def layer_scopes(names: list[str], max_scopes: int = LAYER_SCOPES_MAX) -> list[tuple[str, list[int]]]:
+    """A graph's layers by name: the [`leaf_scopes`][compgraph.grouping.leaf_scopes] of the deepest depth (1 to 8)
+    at which there are at most ``max_scopes`` of them, ``[(label, group indices)]`` (empty when no
+    name has a scope). What the 2017 expert puts "on a device" (Mirhoseini et al. 2017, Sec. 4.2):
+    an LSTM layer, its embedding and softmax; an Inception block; a transformer block. Disjoint: a
+    unit in two of them (a colocation unit under TensorFlow's gradient scope is in its forward
+    op's scopes too) is in the first only, and a scope left empty is dropped."""
+    best: list[tuple[str, list[int]]] = []
+    for depth in range(1, 9):
+        leaves = leaf_scopes(names, depth)
+        if len(leaves) > max_scopes:
+            break
+        best = leaves
+    taken: set[int] = set()
+    out: list[tuple[str, list[int]]] = []
+    for label, groups in best:
+        mine = [g for g in groups if g not in taken]
+        taken.update(mine)
+        if mine:
+            out.append((label, mine))
+    return out
+
+
 def grouping_stats(graph: OpGraph, model_rule: ModelRule | None = None, num_groups: int = DEFAULT_NUM_GROUPS) -> dict:
     """Number of groups each grouper makes of ``graph`` (for ``placement graph-stats``).
 

@@ -172,6 +172,8 @@ class ReinforceConfig(LearnerConfig):
             and Adam go back to their initial state, its prior (a warm start's) onto the fastest
             placement measured so far, and the baseline starts at the next batch's mean reward
             ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
+        layer_descent: the share of the budget that is first a descent over whole layers, then a
+            restart on the incumbent (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's. Not on Ray.
     """
 
     budget: int = Field(400, ge=1)
@@ -196,6 +198,7 @@ class ReinforceConfig(LearnerConfig):
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
+    layer_descent: float = Field(0.0, ge=0, lt=1)
 
 
 # placer.post
@@ -333,6 +336,17 @@ class PostConfig(LearnerConfig):
             policy's samples). ``None``: the paper's. Not on Ray (each controller's incumbent is its
             own). Chosen on inception_v3 ``k80x4``, warm-started, seeds 0-2 (48 against 24, 120
             and 480; docs/results.md, "Restarts from the incumbent").
+        layer_descent: the share of the budget (0 to 1, rounded to placements) that, after the
+            first incumbent (a warm start: the start), is an iterated local search over whole layers
+            instead of the policy's samples: each layer ([`compgraph.grouping.layer_scopes`][compgraph.grouping.layer_scopes]) moved whole to each GPU,
+            the fastest taken once all are measured, a kick of two layers when none is faster
+            ([`placer.features.LayerDescent`][placer.features.LayerDescent]); then the policy restarts on the fastest placement
+            so far, as with ``restart_after``. They are samples as any other (logged, counted in
+            the budget; the policy learns from them before its restart). 0: the paper's. Not on
+            Ray. Why: on nmt ``k80x4`` the best placement that keeps every layer whole (1.6473 s,
+            ``benchmarks/layer_search.py``) is a step back from the expert's basin, which the
+            warm-started learners never left; ``ce_warm``'s descent of 300 placements from the expert
+            ends within 0.2% of it at 15 of 20 seeds (docs/results.md, "A descent over whole layers first").
     """
 
     budget: int = Field(2400, ge=1)
@@ -360,6 +374,7 @@ class PostConfig(LearnerConfig):
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
+    layer_descent: float = Field(0.0, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _rank_with_pg(self):
@@ -471,6 +486,8 @@ class HierarchicalConfig(LearnerConfig):
             the learning-rate decay, the logits noise and ``stop_updating_after_steps`` keep
             counting the search's updates (a late restart learns at the decayed rate)
             ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
+        layer_descent: the share of the budget that is first a descent over whole layers, then a
+            restart on the incumbent (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's. Not on Ray.
     """
 
     k: int = Field(1, ge=1)
@@ -502,6 +519,7 @@ class HierarchicalConfig(LearnerConfig):
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
+    layer_descent: float = Field(0.0, ge=0, lt=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
 
 
@@ -570,6 +588,8 @@ class EagleConfig(LearnerConfig):
             start's) onto the fastest placement measured so far, and the baseline starts afresh
             (the CE elites stay)
             ([`placer.features.Restarts`][placer.features.Restarts]). ``None``: the paper's. Not on Ray.
+        layer_descent: the share of the budget that is first a descent over whole layers, then a
+            restart on the incumbent (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's. Not on Ray.
     """
 
     k: int = Field(10, ge=1)
@@ -600,6 +620,7 @@ class EagleConfig(LearnerConfig):
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
+    layer_descent: float = Field(0.0, ge=0, lt=1)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     units: Literal["colocation", "groups"] = "colocation"
 
@@ -710,12 +731,27 @@ inception_v3, seeds 0-2 (48 against 24, 120 and 480, with and without scope move
 seeds 3-5 are within 2.3% of these."""
 
 
+WARM_LAYER_DESCENT = 0.125
+"""The ``layer_descent`` of the warm-started softmax learners (``post_warm``, ``ppo_warm``, ``ce_warm``,
+``pg_warm``) and the 2017 placer (``rl_warm``): an eighth of the budget (300 of 2,400 placements) is first a descent over whole layers
+from the start ([`placer.features.LayerDescent`][placer.features.LayerDescent]). Measured (2,400 placements, medians,
+docs/results.md "A descent over whole layers first"): on nmt ``k80x4`` post_warm 1.485 s, ppo_warm
+1.535 s, ce_warm 1.454 s and pg_warm 1.497 s at seeds 0-2 against 1.646, 1.651, 1.637 and 1.668 s
+without (held-out seeds 3-5: 1.531, 1.573, 1.548, 1.571 s against 1.609, 1.622, 1.636, 1.636 s); on
+inception_v3, rnnlm and the 6.7B decoder within 0.8% either way (inception_v3 seeds 0-2 2.306-2.360 s
+against 2.323-2.372 s); GPT-2 unchanged. rl_warm (``hidden_size=64, attention_size=16``, seeds 0-2):
+nmt 1.555 s against 1.644 s, inception_v3 2.359 s against 2.358 s. The Hierarchical Planner was
+slower with it on nmt (1.613 s against 1.499 s, seeds 0-2), so its warm default stays 0, as EAGLE's
+(docs/results.md)."""
+
+
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
     [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
     [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE], the Hierarchical Planner's
     [`WARM_SCOPE_MOVES_HIERARCHICAL`][placer.configs.WARM_SCOPE_MOVES_HIERARCHICAL]) and ``restart_after``
-    [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER]: the config of the warm-started variant of a learner (``rl_warm``...;
+    [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER], and for the softmax learners and the 2017 placer ``layer_descent``
+    [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
     its own ``patience`` and has none of the last three."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
@@ -727,12 +763,17 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
                                ("restart_after", WARM_RESTART_AFTER)):
             info = config.model_fields[field]
             fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
+    if issubclass(config, (PostConfig, ReinforceConfig)):
+        info = config.model_fields["layer_descent"]
+        fields["layer_descent"] = (Annotated[(info.annotation, *info.metadata)], WARM_LAYER_DESCENT)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
                                 f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
-                                f"(``restart_after={WARM_RESTART_AFTER}``): the warm-started variant "
-                                "(placer.warm; no paper does this).", **fields)
+                                f"(``restart_after={WARM_RESTART_AFTER}``)"
+                                + (f", after a descent over whole layers (``layer_descent={WARM_LAYER_DESCENT:g}``)"
+                                   if "layer_descent" in fields else "")
+                                + ": the warm-started variant (placer.warm; no paper does this).", **fields)
 
 
 CONFIGS: dict[str, type[LearnerConfig]] = {

@@ -278,7 +278,9 @@ def ray_controllers(
             ``gpus_per_worker``, an asynchronous search with a warm start (its start is placement
             0 of synchronous rounds), a warm start without its ``init_ops``, the named option
             ``restart_after`` given (its restarts are a single search's; a warm variant's default
-            ``restart_after`` is left out on Ray: [`tasks.search.learner_config`][tasks.search.learner_config]).
+            ``restart_after`` is left out on Ray: [`tasks.search.learner_config`][tasks.search.learner_config]), or
+            ``layer_descent`` above 0 given (its descent and restart are a single search's; a warm
+            variant's default is left out on Ray as ``restart_after``'s).
         TypeError: a learner without a policy module that does not override ``policy_state``.
         ConnectionError: no Ray cluster at ``address``.
         TimeoutError: the actors did not start within ``start_timeout_s``.
@@ -297,6 +299,13 @@ def ray_controllers(
                              "incumbent of its own search; on Ray each controller has its own incumbent and the "
                              "server merges their policies; leave restart_after unset, or run the search without Ray")
         config = config.model_copy(update={"restart_after": None})  # a warm variant's default: no restarts on Ray
+    if getattr(config, "layer_descent", 0):
+        if "layer_descent" not in config.model_fields_set:  # a warm variant's default: no descent on Ray
+            config = config.model_copy(update={"layer_descent": 0.0})
+    if getattr(config, "layer_descent", 0):
+        raise ValueError(f"layer_descent: {config.layer_descent:g} ({learner_cls.name}) descends from the incumbent of "  # type: ignore[attr-defined]
+                         "its own search and restarts the policy there; on Ray each controller has its own incumbent "
+                         "and the server merges their policies; leave layer_descent at 0, or run the search without Ray")
     if grouping is not None:  # the learner's units: what controllers, server and workers see
         prepared = replace(prepared, grouping=grouping)
     # a warm start (placer.warm): placement 0, measured before any controller samples (search_loop)

@@ -350,6 +350,154 @@ def move_scope(rng: np.random.Generator, placement: np.ndarray, scopes: dict[int
     placement[groups] = device
 
 
+DESCENT_KICK = 2
+"""Layers a kick of [`LayerDescent`][placer.features.LayerDescent] moves at once, each to a device drawn uniformly."""
+
+
+class LayerDescent:
+    """The named option ``layer_descent`` (in no paper): the first placements of a search are an
+    iterated local search over whole layers (Lourenco, Martin and Stutzle, *Iterated Local Search*,
+    2003), the layers of [`compgraph.grouping.layer_scopes`][compgraph.grouping.layer_scopes], each moved whole to one of
+    ``devices``, every other unit where the placement has it.
+
+    From its point (first the incumbent: the warm start) it measures every neighbour of the point
+    (each layer whole on each device it is not wholly on, in an order drawn from ``rng``), over as
+    many batches as that takes, and then moves to the fastest if that beats the point (steepest
+    descent). When none does, the point becomes a *kick* of it: [`DESCENT_KICK`][placer.features.DESCENT_KICK] layers, each to
+    a device drawn uniformly, measured first and taken whatever its time; the descent goes on
+    from there. So a layer whose better device is a step back from the start (nmt's decoder to a
+    free GPU, +0.3%, before its softmax comes back, -4.6%) is reached by a kick, where moves from
+    the incumbent alone never take the step.
+
+    Args:
+        layers: ``[L]`` int64 unit index arrays, one per layer (disjoint).
+        devices: the devices a layer moves to (in a kick too).
+        budget: placements the descent hands out in all ([`next`][placer.features.LayerDescent.next] calls).
+        rng: the numpy generator of the orders and kicks (the learner's or the scope moves').
+
+    Attributes:
+        used: placements handed out so far.
+        point, point_time: the descent's placement (int64 ``[U]``; ``None`` before the first) and its
+            step time (seconds; ``inf`` for OOM or the learner's failing value; ``nan`` while a kick
+            is not yet measured).
+        queue: int64 ``[n, 2]``, what the point still has to measure, as (layer, device) rows; ``(-1,
+            -1)``: the point itself (a kick).
+        best, best_time: the fastest neighbour of the point measured so far (``None``, ``inf``).
+        kicks: the kicks so far.
+        ended: set by the [`keep`][placer.features.LayerDescent.keep] after which no placement is left; the learner's
+            [`Restarts.due`][placer.features.Restarts.due] restarts the policy on the incumbent and sets it back.
+    """
+
+    def __init__(self, layers: list[np.ndarray], devices: list[int], budget: int, rng: np.random.Generator) -> None:
+        self.layers, self.devices, self.budget, self.rng = layers, [int(d) for d in devices], int(budget), rng
+        self.used, self.kicks, self.ended = 0, 0, False
+        self.point: np.ndarray | None = None
+        self.point_time = float("inf")
+        self.best: np.ndarray | None = None
+        self.best_time = float("inf")
+        self.queue = np.zeros((0, 2), dtype=np.int64)
+        self._handed: dict[bytes, bool] = {}  # this batch's placements: bytes -> is the point itself
+
+    def left(self) -> int:
+        """Placements the descent has left to hand out."""
+        return max(0, self.budget - self.used)
+
+    def rows(self, k: int, incumbent: np.ndarray, incumbent_time: float) -> int:
+        """How many of a batch of ``k`` the descent takes: what it has left, at most what the point
+        has left to measure. The first call starts the point at ``incumbent`` (``[U]``; step time
+        ``incumbent_time``, seconds)."""
+        if self.point is None:
+            self.point, self.point_time = np.array(incumbent, dtype=np.int64), float(incumbent_time)
+            self._neighbours()
+        return min(int(k), self.left(), len(self.queue))
+
+    def _neighbours(self, kick: bool = False) -> None:
+        """Queue the point's neighbours in an order drawn from ``rng`` (each layer on each device it is
+        not wholly on), after the point itself for a kick; the fastest neighbour starts afresh."""
+        p = self.point
+        assert p is not None
+        rows = [(i, d) for i, g in enumerate(self.layers) for d in self.devices if not np.all(p[g] == d)]
+        order = self.rng.permutation(len(rows))
+        self.queue = np.asarray(([(-1, -1)] if kick else []) + [rows[j] for j in order], dtype=np.int64).reshape(-1, 2)
+        self.best, self.best_time = None, float("inf")
+
+    def next(self) -> np.ndarray:
+        """The descent's next placement, a copy ``[U]``: the point's next neighbour (or the point
+        itself after a kick).
+
+        Raises:
+            RuntimeError: before [`rows`][placer.features.LayerDescent.rows] started the point, or more placements
+                than it gave before the batch was kept.
+        """
+        if self.point is None or not len(self.queue):
+            raise RuntimeError("layer descent: no placement left to measure before the batch is kept (ask rows() first)")
+        layer, device = (int(v) for v in self.queue[0])
+        self.queue = self.queue[1:]
+        p = self.point.copy()
+        if layer >= 0:
+            p[self.layers[layer]] = device
+        self.used += 1
+        self._handed[p.tobytes()] = layer < 0
+        return p
+
+    def keep(self, placements: np.ndarray, times_s: np.ndarray) -> None:
+        """After a batch (``placements`` ``[K, U]``; ``times_s`` ``[K]`` seconds, ``inf`` or a failing value
+        for OOM): the descent's placements in it are taken (a kick's time, the fastest neighbour);
+        when the point has measured every neighbour, it moves to the fastest if that beats it, else
+        to a kick of it."""
+        if not self._handed:
+            return
+        handed, self._handed = self._handed, {}
+        for row, t in zip(placements, times_s):
+            key = np.asarray(row, dtype=np.int64).tobytes()
+            if key not in handed:
+                continue
+            if handed[key]:
+                self.point_time = float(t)
+            elif float(t) < self.best_time:
+                self.best, self.best_time = np.asarray(row, dtype=np.int64).copy(), float(t)
+        if not len(self.queue):
+            if self.best is not None and self.best_time < self.point_time:
+                self.point, self.point_time = self.best, self.best_time
+                self._neighbours()
+            else:  # a local optimum over whole layers: a kick
+                assert self.point is not None
+                p = self.point.copy()
+                for layer in self.rng.choice(len(self.layers), min(DESCENT_KICK, len(self.layers)), replace=False):
+                    p[self.layers[int(layer)]] = self.devices[int(self.rng.integers(len(self.devices)))]
+                self.point, self.point_time = p, float("nan")
+                self.kicks += 1
+                self._neighbours(kick=True)
+        if self.left() == 0:
+            self.ended = True
+
+    def state_dict(self) -> dict:
+        """``descent_used``, ``descent_kicks``, ``descent_time``, ``descent_best_time``, and the tensors
+        ``descent_point``, ``descent_best`` (empty for none) and ``descent_queue`` (``[n, 2]``)."""
+        import torch
+
+        def tensor(a: np.ndarray | None):
+            return torch.from_numpy(a.copy() if a is not None else np.zeros(0, dtype=np.int64))
+
+        return {"descent_used": self.used, "descent_kicks": self.kicks, "descent_time": self.point_time,
+                "descent_best_time": self.best_time, "descent_point": tensor(self.point),
+                "descent_best": tensor(self.best), "descent_queue": tensor(self.queue)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The inverse of [`state_dict`][placer.features.LayerDescent.state_dict] (keys absent: the descent not begun)."""
+        def array(key: str) -> np.ndarray | None:
+            a = state[key].numpy().copy() if key in state else np.zeros(0, dtype=np.int64)
+            return a if len(a) else None
+
+        self.used, self.kicks = int(state.get("descent_used", 0)), int(state.get("descent_kicks", 0))
+        self.point_time = float(state.get("descent_time", float("inf")))
+        self.best_time = float(state.get("descent_best_time", float("inf")))
+        self.point, self.best = array("descent_point"), array("descent_best")
+        queue = array("descent_queue")
+        self.queue = queue.reshape(-1, 2) if queue is not None else np.zeros((0, 2), dtype=np.int64)
+        self.ended, self._handed = False, {}
+
+
 class ScopeMoves:
     """A learner's named option ``scope_moves`` (in no paper; [`placer.configs.PostConfig`][placer.configs.PostConfig]): the
     name scopes, the generator that picks the moves, and the incumbent they start from (or, with
@@ -371,6 +519,11 @@ class ScopeMoves:
             a new incumbent puts the walk back on it.
         majority: the named option ``scope_majority`` (in no paper; 0: off): the share of the moves that
             move only the scope's groups on its most common device ([`move_scope`][placer.features.move_scope]).
+        descent: the named option ``layer_descent`` (in no paper; 0: off): the first ``descent``
+            placements after the first incumbent are a descent over whole layers instead of the
+            policy's samples ([`LayerDescent`][placer.features.LayerDescent]); then the learner restarts its
+            policy on the incumbent ([`Restarts.due`][placer.features.Restarts.due]).
+        descent_devices: the devices a layer moves to in the descent (default: every device).
 
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
@@ -380,13 +533,22 @@ class ScopeMoves:
         current_time: its step time (seconds).
         walked: with ``travel``: the batches after which the walk stood on another placement, not a
             new incumbent.
+        descent: the [`LayerDescent`][placer.features.LayerDescent] with ``descent`` > 0 and layer scopes, else ``None``.
     """
 
     def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
-                 owns_rng: bool = True, travel: float | None = None, majority: float = 0.0) -> None:
+                 owns_rng: bool = True, travel: float | None = None, majority: float = 0.0, descent: int = 0,
+                 descent_devices: list[int] | None = None) -> None:
         self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
         self.travel, self.majority = travel, float(majority)
         self.scopes = scopes_by_depth(names) if share > 0 else {}
+        self.descent: LayerDescent | None = None
+        if descent > 0:
+            from compgraph.grouping import layer_scopes
+
+            layers = [np.asarray(g, dtype=np.int64) for _, g in layer_scopes(names)]
+            devices = list(range(num_devices)) if descent_devices is None else [int(d) for d in descent_devices]
+            self.descent = LayerDescent(layers, devices, int(descent), rng) if layers and devices else None
         self.incumbent: np.ndarray | None = None
         self.incumbent_time = float("inf")
         self.current: np.ndarray | None = None  # travel: the walk's placement (None: the incumbent)
@@ -394,8 +556,17 @@ class ScopeMoves:
         self.walked = 0  # travel: moves the walk accepted that were not a new incumbent
         self._pending: set[bytes] = set()  # travel: the moved placements handed out since the last keep
 
+    def descending(self) -> bool:
+        """``layer_descent``: the descent has placements left and an incumbent to start from."""
+        return self.descent is not None and self.incumbent is not None and self.descent.left() > 0
+
     def rows(self, k: int) -> np.ndarray:
-        """Which of ``k`` samples to replace (one coin flip each; empty without scopes)."""
+        """Which of ``k`` samples to replace (one coin flip each; empty without scopes). While the
+        layer descent runs ([`descending`][placer.features.ScopeMoves.descending]): the first rows, as many as it
+        takes ([`LayerDescent.rows`][placer.features.LayerDescent.rows]; nothing drawn)."""
+        if self.descending():
+            return np.arange(self.descent.rows(k, self.incumbent, self.incumbent_time),  # type: ignore[union-attr,arg-type]
+                             dtype=np.int64)
         if not self.scopes:
             return np.zeros(0, dtype=np.int64)
         return np.flatnonzero(self.rng.random(k) < self.share)
@@ -406,7 +577,10 @@ class ScopeMoves:
 
     def moved(self, base: np.ndarray | None = None) -> np.ndarray:
         """``base`` (default: the incumbent, or the walk's placement with ``travel``) with one scope
-        moved to one device (whole, or with ``majority`` its majority only: [`move_scope`][placer.features.move_scope]), a copy ``[U]``."""
+        moved to one device (whole, or with ``majority`` its majority only: [`move_scope`][placer.features.move_scope]), a copy ``[U]``.
+        While the layer descent runs: its next placement ([`LayerDescent.next`][placer.features.LayerDescent.next]; ``base`` unused)."""
+        if self.descending():
+            return self.descent.next()  # type: ignore[union-attr]
         if base is None:
             base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
@@ -420,7 +594,9 @@ class ScopeMoves:
         or a learner's failing value) if it beats the incumbent (and the walk on it, with ``travel``);
         else, with ``travel``, the walk moves to the last of the batch's scope moves (those
         [`moved`][placer.features.ScopeMoves.moved] handed out since the last call) within ``1 + travel`` of
-        the incumbent's time."""
+        the incumbent's time. The layer descent ([`LayerDescent.keep`][placer.features.LayerDescent.keep]) sees the batch first."""
+        if self.descent is not None:
+            self.descent.keep(placements, times_s)
         if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
             i = int(np.argmin(times_s))
             self.incumbent_time, self.incumbent = float(times_s[i]), np.asarray(placements[i], dtype=np.int64).copy()
@@ -446,7 +622,8 @@ class ScopeMoves:
 
     def state_dict(self) -> dict:
         """``incumbent`` (a tensor, empty for none), ``incumbent_time``, the generator's state when owned,
-        and with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``."""
+        with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``, and with the
+        layer descent its state ([`LayerDescent.state_dict`][placer.features.LayerDescent.state_dict])."""
         import json
 
         import torch
@@ -457,6 +634,8 @@ class ScopeMoves:
         if self.travel is not None:
             state.update(walk_time=self.current_time, walk_accepted=self.walked,
                          walk=torch.from_numpy(self.current if self.current is not None else np.zeros(0, dtype=np.int64)))
+        if self.descent is not None:
+            state.update(self.descent.state_dict())
         if self.owns_rng:
             state["scope_rng"] = json.dumps(self.rng.bit_generator.state)
         return state
@@ -474,6 +653,8 @@ class ScopeMoves:
         self.current = walk if len(walk) else None  # None: the moves start from the incumbent
         self.current_time = float(state.get("walk_time", self.incumbent_time))
         self.walked = int(state.get("walk_accepted", 0))
+        if self.descent is not None:
+            self.descent.load_state_dict(state)
 
 
 def initial_state(module) -> dict:
@@ -519,9 +700,18 @@ class Restarts:
             k: the batch's placements.
         Returns:
             A copy of the incumbent (int64 ``[U]``) when ``after`` placements have passed without a
-            faster one; ``None`` otherwise, or without the option.
+            faster one, or when the layer descent (``layer_descent``, [`LayerDescent`][placer.features.LayerDescent]) has just
+            ended; ``None`` otherwise, or without either option.
         """
+        if scope.descent is not None and scope.descent.ended and scope.incumbent is not None:
+            scope.descent.ended = False  # the layer descent has ended: the policy starts on its incumbent
+            self.stale = 0
+            self.centre = np.asarray(scope.incumbent, dtype=np.int64).copy()
+            return self.centre.copy()
         if self.after is None:
+            return None
+        if scope.descending():  # the policy does not sample while the layer descent runs
+            self.stale = 0
             return None
         if scope.incumbent_time < before_s:
             self.stale = 0

@@ -208,7 +208,9 @@ class PostLearner(Learner):
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
         #: ``scope_moves`` (named option): the name scopes, drawn with the learner's generator, and the incumbent
         self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, self.num_devices, self.rng, owns_rng=False,
-                                travel=config.scope_travel, majority=config.scope_majority)
+                                travel=config.scope_travel, majority=config.scope_majority,
+                                descent=round(config.layer_descent * config.budget),
+                                descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
         #: ``restart_after`` (named option): restarts from the incumbent when the search stalls
         self.restarts = Restarts(config.restart_after)
 

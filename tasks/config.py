@@ -301,6 +301,10 @@ class ExperimentConfig(_FormModel):
                 raise ValueError(f"learners.{m}.restart_after: {options['restart_after']} restarts one search on its "
                                  "incumbent; on Ray each controller has its own (leave it unset, or run without "
                                  "ray.controllers)")
+            if self.ray.distributes(m) and options.get("layer_descent"):
+                raise ValueError(f"learners.{m}.layer_descent: {options['layer_descent']:g} descends from one search's "
+                                 "incumbent and restarts its policy there; on Ray each controller has its own (leave "
+                                 "it unset, or run without ray.controllers)")
         return self
 
     def spec(self):

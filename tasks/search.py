@@ -49,9 +49,9 @@ def learner_grouping(method: str, prepared: PreparedGraph, config: LearnerConfig
 
 def learner_config(method: str, budget: int, seed: int, options: dict | None = None, on_ray: bool = False) -> LearnerConfig:
     """``method``'s config: its paper defaults, then ``budget``, ``seed`` and ``options``. ``on_ray`` (a
-    search on Ray): a warm variant's default ``restart_after`` is left out (``None``): its restarts
-    are a single search's, and on Ray each controller has its own incumbent (given in ``options``,
-    [`placer.distributed.ray_controllers`][placer.distributed.ray_controllers] refuses it).
+    search on Ray): a warm variant's default ``restart_after`` and ``layer_descent`` are left out
+    (``None``, 0): its restarts and descent are a single search's, and on Ray each controller has its
+    own incumbent (given in ``options``, [`placer.distributed.ray_controllers`][placer.distributed.ray_controllers] refuses them).
 
     Raises:
         ValueError: unknown method (lists the valid ones), or an option its config refuses
@@ -66,6 +66,8 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
         raise ValueError(f"learner option {method}.{unknown[0]}: unknown; valid: {', '.join(cls.model_fields)}")
     if on_ray and "restart_after" in cls.model_fields and "restart_after" not in options:
         options["restart_after"] = None
+    if on_ray and "layer_descent" in cls.model_fields and "layer_descent" not in options:
+        options["layer_descent"] = 0.0
     return cls(**{"budget": budget, "seed": seed, **options})
 
 
@@ -476,6 +478,10 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
         restarts = LEARNERS[method].Config.model_fields.get("restart_after")
         if on_ray and restarts is not None and restarts.default is not None and config.restart_after is None:  # type: ignore[attr-defined]
             say(f"{method} on Ray: no restarts from the incumbent (its default restart_after; each controller's "
+                "incumbent is its own)")
+        descent = LEARNERS[method].Config.model_fields.get("layer_descent")
+        if on_ray and descent is not None and descent.default and not config.layer_descent:  # type: ignore[attr-defined]
+            say(f"{method} on Ray: no descent over whole layers first (its default layer_descent; each controller's "
                 "incumbent is its own)")
         start: WarmStart | None = None
         if is_warm(config):  # placer.warm: the start, resolved once per run (and said once)

@@ -494,10 +494,27 @@ def test_a_warm_variant_restarts_by_default_but_not_on_ray():
             learner_config("ppo_warm", 100, 0, {field: bad})
 
 
+def test_the_warm_softmax_learners_and_rl_descend_over_layers_first_by_default_but_not_on_ray():
+    """``layer_descent`` 0.125 is the default of ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm`` and
+    ``rl_warm`` (measured faster on nmt, even elsewhere), not of the Hierarchical Planner's or EAGLE's
+    warm variants nor of any faithful learner; on Ray the default is left out; its bounds hold."""
+    from placer.configs import WARM_LAYER_DESCENT
+    from tasks.search import learner_config
+
+    for name in ("post_warm", "ppo_warm", "ce_warm", "pg_warm", "rl_warm"):
+        assert learner_config(name, 2400, 0).layer_descent == WARM_LAYER_DESCENT == 0.125
+        assert learner_config(name, 2400, 0, on_ray=True).layer_descent == 0
+    for name in ("hierarchical_warm", "eagle_warm", "eagle_ce_warm", "post", "rl", "hierarchical", "eagle", "ce"):
+        assert learner_config(name, 2400, 0).layer_descent == 0
+    assert not hasattr(learner_config("local_search_warm", 100, 0), "layer_descent")
+    with pytest.raises(ValueError, match="layer_descent"):
+        learner_config("post_warm", 100, 0, {"layer_descent": 1.5})
+
+
 def test_resume_on_ray_reads_the_ray_log_with_the_ray_settings(tmp_path):
     """``--resume`` on Ray compares the search's own log (``-<method>-ray<N>-``), written without the
-    warm default's restarts, with the settings it would run now: an in-process log of the same search
-    (``restart_after`` 48) is not the one resumed and is not compared."""
+    warm default's restarts and layer descent, with the settings it would run now: an in-process log of
+    the same search (``restart_after`` 48, ``layer_descent`` 0.125) is not the one resumed and is not compared."""
     import json
 
     from tasks.config import ExperimentConfig
@@ -513,10 +530,12 @@ def test_resume_on_ray_reads_the_ray_log_with_the_ray_settings(tmp_path):
     header = {"learner": "ppo_warm", **learner_config("ppo_warm", 24, 0).model_dump()}
     local.write_text(json.dumps({"search": header}) + "\n")  # restart_after 48: in-process
     assert resume_problem(config, names) is None  # no Ray log yet: the Ray search starts afresh
-    on_ray.write_text(json.dumps({"search": {**header, "restart_after": None}}) + "\n")
+    on_ray.write_text(json.dumps({"search": {**header, "restart_after": None, "layer_descent": 0.0}}) + "\n")
     assert resume_problem(config, names) is None
-    on_ray.write_text(json.dumps({"search": header}) + "\n")
+    on_ray.write_text(json.dumps({"search": {**header, "layer_descent": 0.0}}) + "\n")
     assert "restart_after: 48 in the log" in (resume_problem(config, names) or "")
+    on_ray.write_text(json.dumps({"search": {**header, "restart_after": None}}) + "\n")
+    assert "layer_descent: 0.125 in the log" in (resume_problem(config, names) or "")
 
 
 def test_the_experiment_refuses_restart_after_on_ray_before_any_search():
@@ -530,3 +549,166 @@ def test_the_experiment_refuses_restart_after_on_ray_before_any_search():
     assert ExperimentConfig(methods=["ppo_warm"], ray={"controllers": 2}).learner_options == {}
     assert ExperimentConfig(methods=["ppo"], learners={"ppo": {"restart_after": 12}}).learner_options == {
         "ppo": {"restart_after": 12}}  # in one process: taken
+
+
+def test_layer_descent_measures_every_layer_move_then_takes_the_fastest_or_kicks():
+    """The descent measures all of its point's neighbours (each layer whole on each other device)
+    before it moves, moves to the *fastest* of them (not the first faster one), kicks from a point
+    none beats (the kick measured first, then its own neighbours), and resumes from its state."""
+    from placer.features import DESCENT_KICK, LayerDescent
+
+    layers = [np.array([0, 1]), np.array([2, 3]), np.array([4, 5])]
+    start = np.ones(6, dtype=np.int64)
+
+    def new() -> LayerDescent:
+        return LayerDescent(layers, [1, 2], budget=40, rng=np.random.default_rng(0))
+
+    def batch(d: LayerDescent, point: np.ndarray, k: int) -> np.ndarray:
+        n = d.rows(k, point, 1.0)
+        return np.stack([d.next() for _ in range(n)]) if n else np.zeros((0, 6), dtype=np.int64)
+
+    d = new()
+    layer_time = {(0, 1): 0.9, (2, 3): 0.5, (4, 5): 0.8}  # each neighbour's time, by the layer it moves
+
+    def times(rows: np.ndarray, point: np.ndarray) -> np.ndarray:
+        return np.array([layer_time[tuple(np.flatnonzero(r != point))] for r in rows])
+
+    first = batch(d, start, 2)
+    assert len(first) == 2  # two of the point's three neighbours
+    d.keep(first, times(first, start))
+    assert np.array_equal(d.point, start) and d.point_time == 1.0  # not moved before every neighbour is measured
+    rest = batch(d, start, 8)
+    assert len(rest) == 1  # the batch is cut at the third: the point has no more to measure
+    rows = np.concatenate([first, rest])
+    assert sorted(tuple(np.flatnonzero(r != start)) for r in rows) == sorted(layer_time)
+    assert (rows[rows != start] == 2).all()
+    d.keep(rest, times(rest, start))
+    fastest = start.copy()
+    fastest[[2, 3]] = 2
+    assert np.array_equal(d.point, fastest) and d.point_time == 0.5  # the fastest, whatever the order
+    second = batch(d, fastest, 8)
+    assert len(second) == 3 and all(len(np.flatnonzero(r != fastest)) == 2 for r in second)
+    d.keep(second, np.full(3, 0.7))  # none beats 0.5: a kick
+    assert d.kicks == 1
+    state = d.state_dict()  # as a checkpoint saves it, after the batch
+    kicked = batch(d, fastest, 1)[0]
+    changed = {i for i, g in enumerate(layers) if not np.array_equal(kicked[g], fastest[g])}
+    assert len(changed) <= DESCENT_KICK and all(len(set(kicked[layers[i]].tolist())) == 1 for i in changed)
+    assert np.isnan(d.point_time) and np.array_equal(d.point, kicked)
+    d.keep(kicked[None, :], np.array([3.0]))  # the kick is taken whatever its time
+    assert d.point_time == 3.0 and np.array_equal(d.point, kicked)
+    again = new()
+    again.load_state_dict(state)
+    assert again.kicks == 1 and again.used == d.used - 1 and np.isnan(again.point_time)
+    assert np.array_equal(batch(again, fastest, 1)[0], kicked)  # the same kick from the saved state
+    while d.left():
+        rows = batch(d, fastest, 8)
+        d.keep(rows, np.full(len(rows), 5.0))
+    assert d.ended and d.used == 40
+
+
+@pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl", "hierarchical", "eagle", "eagle_ce"])
+def test_every_learner_descends_over_whole_layers_then_restarts_on_the_incumbent(name, rnnlm_small, k80x2):
+    """``layer_descent=N / budget``: after the start, the learner's next N placements are the start with whole
+    layers ([`compgraph.grouping.layer_scopes`]) moved to GPUs, the first ones every single-layer move;
+    then its policy restarts on the fastest placement so far, and its samples are the policy's again."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import colocation_grouping, layer_scopes
+
+    cls = LEARNERS[name]
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle", "eagle_ce") else {}
+    layers = [np.asarray(g) for _, g in layer_scopes(list(env.grouping.names))]
+    start = cls(env, cls.Config(seed=0, init="single_gpu", **small)).start
+    neighbours = set()  # the start's: each layer whole on each GPU it is not wholly on
+    for g in layers:
+        for d in k80x2.gpu_indices:
+            if not (start[g] == d).all():
+                p = start.copy()
+                p[g] = d
+                neighbours.add(p.tobytes())
+    n = len(neighbours) + 30  # and then a kick and some of its neighbours
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, layer_descent=n / 400, budget=400,
+                                  **small))
+    assert np.array_equal(learner.start, start)
+    learner.observe_start(1.0)
+    descent = learner.scope.descent
+    assert descent is not None
+    rows: list[np.ndarray] = []
+    faster = None
+    while descent.left() > 0:
+        before = descent.used
+        batch = learner.sample(learner.batch_size)
+        got = np.asarray(batch.placements)[: descent.used - before]  # the descent takes a batch's first rows
+        assert len(got)
+        rows.extend(got)
+        times = np.full(len(batch.placements), 5.0)
+        if faster is None and before >= len(neighbours):  # after the first neighbourhood (a kick): faster
+            faster = got[0].copy()
+            times[0] = 0.5
+        learner.update(batch, times, np.zeros(len(times), dtype=bool))
+
+    def whole_layers(row: np.ndarray) -> bool:  # every unit off the start is in a layer wholly on one device
+        off = set(np.flatnonzero(row != start).tolist())
+        hit = [g for g in layers if off & set(g.tolist())]
+        in_layers = set().union(*[set(g.tolist()) for g in hit]) if hit else set()
+        return off <= in_layers and all(len(set(row[g].tolist())) == 1 for g in hit)
+
+    assert {r.tobytes() for r in rows[: len(neighbours)]} == neighbours
+    assert len(rows) == n and all(whole_layers(r) for r in rows)
+    assert faster is not None and np.array_equal(learner.scope.incumbent, faster)
+    assert np.array_equal(learner.restarts.centre, faster)  # restarted on the incumbent
+    after = np.asarray(learner.sample(64).placements)
+    assert (after == faster).mean() > 0.8  # the policy's own samples again, centred on the incumbent
+    assert not all(whole_layers(r) for r in after)
+
+
+def test_layer_descent_is_refused_at_the_budget_and_on_ray(rnnlm_small, k80x2):
+    """``layer_descent`` is a share of the budget below 1 (at 1 the policy would never sample); Ray
+    refuses it before any actor starts, and so does the experiment's config; a warm variant's default
+    is left out on Ray."""
+    from placer.distributed import RaySettings, ray_controllers
+    from tasks.config import ExperimentConfig
+    from tasks.search import learner_config
+
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match="layer_descent"):
+            LEARNERS["post"].Config(layer_descent=bad)
+    config = LEARNERS["ppo"].Config(seed=0, init="single_gpu", layer_descent=0.1, budget=240)
+    with pytest.raises(ValueError, match=r"layer_descent: 0.1 \(ppo\)"):
+        with ray_controllers("ppo", config, rnnlm_small, k80x2, settings=RaySettings(controllers=2)):
+            pass
+    with pytest.raises(ValueError, match=r"learners\.ppo\.layer_descent: 0.1"):
+        ExperimentConfig(methods=["ppo"], ray={"controllers": 2}, learners={"ppo": {"layer_descent": 0.1}})
+    assert ExperimentConfig(methods=["ppo"], learners={"ppo": {"layer_descent": 0.1}}).learner_options == {
+        "ppo": {"layer_descent": 0.1}}
+    assert learner_config("ppo", 240, 0, {"layer_descent": 0.1}, on_ray=True).layer_descent == 0.1  # Ray refuses it
+    assert learner_config("ppo_warm", 240, 0, on_ray=True).layer_descent == 0
+
+
+def test_a_search_with_a_layer_descent_resumes_to_the_same_result(rnnlm_small, k80x2, tmp_path):
+    """Interrupted inside the descent and resumed from its log and checkpoint, a search with
+    ``layer_descent`` gives the same placements as the uninterrupted one, and is never slower than
+    its start."""
+    from cluster.factory import make_environment
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_learners import Interrupt, StopAfter, _strip
+
+    def make():
+        env = make_environment("sim", rnnlm_small, k80x2)
+        cls = LEARNERS["post"]
+        return cls(env, cls.Config(seed=3, init="single_gpu", moves_per_sample=4, layer_descent=40 / 96, budget=96)), env
+
+    learner, env = make()
+    whole = run_search(learner, env)
+    assert whole.best_step_time_s <= whole.step_times[0]
+    assert learner.scope.descent.used == 40
+    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
+    learner, env = make()
+    with pytest.raises(Interrupt):
+        run_search(learner, StopAfter(env, 30), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
+    learner, env = make()
+    resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
+    assert _strip(resumed) == _strip(whole)
