@@ -337,13 +337,14 @@ class PostConfig(LearnerConfig):
             own). Chosen on inception_v3 ``k80x4``, warm-started, seeds 0-2 (48 against 24, 120
             and 480; docs/results.md, "Restarts from the incumbent").
         layer_descent: the share of the budget (0 to 1, rounded to placements) that, after the
-            first incumbent (a warm start: the start), is an iterated local search over whole layers
-            instead of the policy's samples: each layer ([`compgraph.grouping.layer_scopes`][compgraph.grouping.layer_scopes]) moved whole to each GPU,
+            first incumbent (a warm start: the start), is an iterated local search over whole layers,
+            the first rows of each batch until it is spent (the batch that ends a neighbourhood is
+            topped up with the policy's samples): each layer ([`compgraph.grouping.layer_scopes`][compgraph.grouping.layer_scopes]) moved whole to each GPU,
             the fastest taken once all are measured, a kick of two layers when none is faster
             ([`placer.features.LayerDescent`][placer.features.LayerDescent]); then the policy restarts on the fastest placement
             so far, as with ``restart_after``. They are samples as any other (logged, counted in
             the budget; the policy learns from them before its restart). 0: the paper's. Not on
-            Ray. Why: on nmt ``k80x4`` the best placement that keeps every layer whole (1.6473 s,
+            Ray; none on a cluster with one GPU. Why: on nmt ``k80x4`` the best placement that keeps every layer whole (1.6473 s,
             ``benchmarks/layer_search.py``) is a step back from the expert's basin, which the
             warm-started learners never left; ``ce_warm``'s descent of 300 placements from the expert
             ends within 0.2% of it at 15 of 20 seeds (docs/results.md, "A descent over whole layers first").
@@ -738,8 +739,8 @@ from the start ([`placer.features.LayerDescent`][placer.features.LayerDescent]).
 docs/results.md "A descent over whole layers first"): on nmt ``k80x4`` post_warm 1.485 s, ppo_warm
 1.535 s, ce_warm 1.454 s and pg_warm 1.497 s at seeds 0-2 against 1.646, 1.651, 1.637 and 1.668 s
 without (held-out seeds 3-5: 1.531, 1.573, 1.548, 1.571 s against 1.609, 1.608, 1.636, 1.636 s); on
-inception_v3, rnnlm and the 6.7B decoder within 1.2% either way (seeds 0-5; inception_v3 seeds 0-2
-2.306-2.360 s against 2.323-2.372 s); GPT-2 unchanged; on the default run's small rnnlm (1,000
+inception_v3, rnnlm and the 6.7B decoder at most 1.2% slower and up to 2.3% faster (seeds 0-5;
+inception_v3 seeds 0-2 2.306-2.360 s against 2.323-2.372 s); GPT-2 unchanged; on the default run's small rnnlm (1,000
 placements) post_warm 2.0% slower. rl_warm (``hidden_size=64, attention_size=16``, seeds 0-2):
 nmt 1.555 s against 1.644 s, inception_v3 2.359 s against 2.358 s. The Hierarchical Planner was
 slower with it on nmt (1.613 s against 1.499 s, seeds 0-2), so its warm default stays 0, as EAGLE's

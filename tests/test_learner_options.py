@@ -609,9 +609,10 @@ def test_layer_descent_measures_every_layer_move_then_takes_the_fastest_or_kicks
 
 @pytest.mark.parametrize("name", ["post", "ppo", "ce", "pg", "rl", "hierarchical", "eagle", "eagle_ce"])
 def test_every_learner_descends_over_whole_layers_then_restarts_on_the_incumbent(name, rnnlm_small, k80x2):
-    """``layer_descent=N / budget``: after the start, the learner's next N placements are the start with whole
-    layers ([`compgraph.grouping.layer_scopes`]) moved to GPUs, the first ones every single-layer move;
-    then its policy restarts on the fastest placement so far, and its samples are the policy's again."""
+    """``layer_descent=N / budget``: after the start, the first rows of each batch, N in all, are the start
+    with whole layers ([`compgraph.grouping.layer_scopes`]) moved to GPUs, the first ones every
+    single-layer move (the rest of a batch that ends a neighbourhood are the policy's); then its policy
+    restarts on the fastest placement so far, and its samples are the policy's again."""
     from cluster.factory import make_environment
     from compgraph.grouping import colocation_grouping, layer_scopes
 
@@ -687,10 +688,12 @@ def test_layer_descent_is_refused_at_the_budget_and_on_ray(rnnlm_small, k80x2):
     assert learner_config("ppo_warm", 240, 0, on_ray=True).layer_descent == 0
 
 
-def test_a_search_with_a_layer_descent_resumes_to_the_same_result(rnnlm_small, k80x2, tmp_path):
+@pytest.mark.parametrize("stop", [20, 30])
+def test_a_search_with_a_layer_descent_resumes_to_the_same_result(stop, rnnlm_small, k80x2, tmp_path):
     """Interrupted inside the descent and resumed from its log and checkpoint, a search with
     ``layer_descent`` gives the same placements as the uninterrupted one, and is never slower than
-    its start."""
+    its start: checkpointed in the middle of a neighbourhood (after 1 + 12 placements, 12 of the 17
+    measured) and at its end (1 + 24)."""
     from cluster.factory import make_environment
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -708,7 +711,31 @@ def test_a_search_with_a_layer_descent_resumes_to_the_same_result(rnnlm_small, k
     log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
     learner, env = make()
     with pytest.raises(Interrupt):
-        run_search(learner, StopAfter(env, 30), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
+        run_search(learner, StopAfter(env, stop), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
     learner, env = make()
     resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
     assert _strip(resumed) == _strip(whole)
+
+
+def test_no_layer_descent_on_one_gpu_and_the_other_options_still_work(rnnlm_small):
+    """On a cluster with one GPU no layer has anywhere to go: the learner builds no descent, and its scope
+    moves and restarts run as without the option (a descent with no neighbour would have held them
+    off for the whole search); a descent whose point has no neighbour ends."""
+    from cluster.factory import make_environment
+    from cluster.spec import load_cluster
+    from placer.features import LayerDescent
+
+    spec = load_cluster("h100x1")
+    env = make_environment("sim", rnnlm_small, spec)
+    cls = LEARNERS["post"]
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, scope_moves=0.5, restart_after=12,
+                                  layer_descent=0.125, budget=400))
+    assert learner.scope.descent is None
+    learner.observe_start(1.0)
+    assert not learner.scope.descending() and any(len(learner.scope.rows(12)) for _ in range(5))  # scope moves
+    for _ in range(6):
+        batch = learner.sample(12)
+        learner.update(batch, np.full(12, 5.0), np.zeros(12, dtype=bool))
+    assert learner.restarts.count >= 5  # one each 12 placements without a faster one
+    d = LayerDescent([np.array([0, 1])], [1], budget=10, rng=np.random.default_rng(0))
+    assert d.rows(4, np.ones(2, dtype=np.int64), 1.0) == 0 and d.left() == 0 and not d.ended
