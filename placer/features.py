@@ -720,7 +720,7 @@ class Restarts:
             return self.centre.copy()
         if self.after is None:
             return None
-        if scope.descending():  # the policy does not sample while the layer descent runs
+        if scope.descending():  # no restart while the layer descent runs (it restarts the policy when it ends)
             self.stale = 0
             return None
         if scope.incumbent_time < before_s:
