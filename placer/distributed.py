@@ -302,10 +302,11 @@ def ray_controllers(
     if getattr(config, "layer_descent", 0):
         if "layer_descent" not in config.model_fields_set:  # a warm variant's default: no descent on Ray
             config = config.model_copy(update={"layer_descent": 0.0})
-    if getattr(config, "layer_descent", 0):
-        raise ValueError(f"layer_descent: {config.layer_descent:g} ({learner_cls.name}) descends from the incumbent of "  # type: ignore[attr-defined]
-                         "its own search and restarts the policy there; on Ray each controller has its own incumbent "
-                         "and the server merges their policies; leave layer_descent at 0, or run the search without Ray")
+        else:
+            raise ValueError(f"layer_descent: {config.layer_descent:g} ({learner_cls.name}) descends from the incumbent of "  # type: ignore[attr-defined]
+                             "its own search and restarts the policy there; on Ray each controller has its own "
+                             "incumbent and the server merges their policies; leave layer_descent at 0, or run the "
+                             "search without Ray")
     if grouping is not None:  # the learner's units: what controllers, server and workers see
         prepared = replace(prepared, grouping=grouping)
     # a warm start (placer.warm): placement 0, measured before any controller samples (search_loop)

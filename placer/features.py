@@ -461,9 +461,9 @@ class LayerDescent:
                 continue
             t = float(t) if np.isfinite(t) else float("inf")  # a NaN would never compare: as slow as OOM
             if handed[key]:
-                self.point_time = float(t)
-            elif float(t) < self.best_time:
-                self.best, self.best_time = np.asarray(row, dtype=np.int64).copy(), float(t)
+                self.point_time = t
+            elif t < self.best_time:
+                self.best, self.best_time = np.asarray(row, dtype=np.int64).copy(), t
         if not len(self.queue):
             if self.best is not None and self.best_time < self.point_time:
                 self.point, self.point_time = self.best, self.best_time
@@ -565,6 +565,16 @@ class ScopeMoves:
         self.current_time = float("inf")
         self.walked = 0  # travel: moves the walk accepted that were not a new incumbent
         self._pending: set[bytes] = set()  # travel: the moved placements handed out since the last keep
+
+    @classmethod
+    def of_learner(cls, env: Environment, config, rng: np.random.Generator, owns_rng: bool = True) -> ScopeMoves:
+        """A learner's scope moves from its config's named options (``scope_moves``, ``scope_travel``,
+        ``scope_majority``, ``layer_descent``, its share of ``budget``) over ``env``'s units and devices;
+        the descent moves layers to the cluster's GPUs (every device without one)."""
+        return cls(list(env.grouping.names), config.scope_moves, len(env.spec.devices), rng, owns_rng=owns_rng,
+                   travel=config.scope_travel, majority=config.scope_majority,
+                   descent=round(config.layer_descent * config.budget),
+                   descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
 
     def descending(self) -> bool:
         """``layer_descent``: the descent has placements left and an incumbent to start from."""

@@ -502,10 +502,7 @@ class HierarchicalPlanner(Learner):
         self.group_prior = warm_priors(self.start, self.num_groups, self.num_devices, self.init_prob, self.placer)
         self.updates = 0
         #: ``scope_moves`` (named option): the units' name scopes, their own generator and the incumbent
-        self.scope = ScopeMoves(list(env.grouping.names), c.scope_moves, self.num_devices, np.random.default_rng(c.seed),
-                                travel=c.scope_travel, majority=c.scope_majority,
-                                descent=round(c.layer_descent * c.budget),
-                                descent_devices=(env.spec.gpu_indices or None) if c.layer_descent else None)
+        self.scope = ScopeMoves.of_learner(env, c, np.random.default_rng(c.seed))
         #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
         self.restarts = Restarts(c.restart_after)
         self._initial = initial_state(self.policy) if c.restart_after is not None or c.layer_descent else {}

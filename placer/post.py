@@ -207,10 +207,7 @@ class PostLearner(Learner):
         self.kept_placements: list[np.ndarray] = []
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
         #: ``scope_moves`` (named option): the name scopes, drawn with the learner's generator, and the incumbent
-        self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, self.num_devices, self.rng, owns_rng=False,
-                                travel=config.scope_travel, majority=config.scope_majority,
-                                descent=round(config.layer_descent * config.budget),
-                                descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
+        self.scope = ScopeMoves.of_learner(env, config, self.rng, owns_rng=False)
         #: ``restart_after`` (named option): restarts from the incumbent when the search stalls
         self.restarts = Restarts(config.restart_after)
 

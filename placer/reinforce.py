@@ -112,10 +112,7 @@ class ReinforceLearner(Learner):
         self.updates = 0
         self.memory_load = static_memory_load(env) if config.oom_reward == "memory_scaled" else None
         #: ``scope_moves`` (named option): the name scopes, their own generator and the incumbent
-        self.scope = ScopeMoves(list(env.grouping.names), config.scope_moves, len(env.spec.devices),
-                                np.random.default_rng(config.seed), travel=config.scope_travel, majority=config.scope_majority,
-                                descent=round(config.layer_descent * config.budget),
-                                descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
+        self.scope = ScopeMoves.of_learner(env, config, np.random.default_rng(config.seed))
         #: ``restart_after`` (named option): restarts from the incumbent, from the initial parameters
         self.restarts = Restarts(config.restart_after)
         self._initial = initial_state(self.policy) if config.restart_after is not None or config.layer_descent else {}

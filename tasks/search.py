@@ -64,10 +64,9 @@ def learner_config(method: str, budget: int, seed: int, options: dict | None = N
     unknown = sorted(set(options) - set(cls.model_fields))
     if unknown:
         raise ValueError(f"learner option {method}.{unknown[0]}: unknown; valid: {', '.join(cls.model_fields)}")
-    if on_ray and "restart_after" in cls.model_fields and "restart_after" not in options:
-        options["restart_after"] = None
-    if on_ray and "layer_descent" in cls.model_fields and "layer_descent" not in options:
-        options["layer_descent"] = 0.0
+    for name, off in (("restart_after", None), ("layer_descent", 0.0)):  # a single search's: a warm default off on Ray
+        if on_ray and name in cls.model_fields and name not in options:
+            options[name] = off
     return cls(**{"budget": budget, "seed": seed, **options})
 
 
