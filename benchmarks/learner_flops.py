@@ -1,0 +1,184 @@
+"""The FLOPs of one mini-batch of each learner, and the placements per CPU-second they allow on this core; prints JSON.
+
+A learner whose mini-batch of ``k`` placements (its sampling and its update) makes matrix products
+that take ``T`` CPU-seconds on this core, each at its fastest, cannot place faster than ``k / T``
+placements per CPU-second, whatever else it saves: the bound that says whether a speed target (issue 36 item 3: EAGLE 5 a
+CPU-second on nmt at its paper widths, the 2017 placer and the Hierarchical Planner 10) is reachable
+at a given width at all, or needs a narrower named option.
+
+Per graph (``MODEL[/SIZE]:CLUSTER``, as ``benchmarks/learners.py``; default nmt paper on ``k80x4``,
+2017 groups) and method (a learner, or ``--variant LABEL=LEARNER:FIELD=VALUE,...`` as there):
+
+* ``gflop_per_batch``: the FLOPs of ``learner.sample(k)`` and ``learner.update`` on the simulator's
+  times for one mini-batch of ``k`` placements, counted by ``torch.utils.flop_counter``'s formulas
+  (matrix products, batched products, convolutions; 2 FLOP a multiply-add), the one mini-batch
+  after a first one (Adam's state made). Elementwise work (the attention's ``sigmoid``, the LSTM's
+  gates) is not counted, so this is a lower bound on the work and the bound below an upper bound on
+  the speed.
+* ``product_cpu_s_per_batch``: ``T``, those products run again one by one on copies of their
+  arguments (one torch thread, as the experiment), each ``(op, shapes)`` timed at its best of 5 and
+  counted as often as the mini-batch made it; ``product_gflop_s`` their rate.
+* ``bound_placements_per_cpu_s``: ``k / T``.
+* ``measured_placements_per_cpu_s``: ``k`` per process CPU-second of ``--batches`` mini-batches
+  (sampling, the simulator, the update; counting off), as the experiment's ``placements_per_cpu_s``.
+
+    python benchmarks/learner_flops.py [--graphs nmt:k80x4] [--methods eagle,eagle_ce,rl,hierarchical]
+        [--variant LABEL=LEARNER:FIELD=VALUE,...] [--batches 2] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from learners import parse_graph, parse_variants  # noqa: E402  (this folder's benchmark: the same flags)
+
+def counting_mode():
+    """A ``TorchDispatchMode`` that records every op ``torch.utils.flop_counter``'s registry has a formula
+    for (a matrix product, a batched product, a convolution): ``calls`` maps ``(op, argument shapes)`` to
+    ``[count, FLOPs each, one call's arguments]``, the arguments detached copies to time the op again
+    ([`product_seconds`]). Unlike ``FlopCounterMode`` it tracks no modules, so it also counts under
+    ``torch.no_grad`` (a learner's sampling)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_map
+    from torch.utils.flop_counter import flop_registry
+
+    def shape(x):
+        return x.shape if isinstance(x, torch.Tensor) else x
+
+    def copy(x):
+        return x.detach().clone() if isinstance(x, torch.Tensor) else x
+
+    class Counting(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: dict = {}
+
+        @property
+        def flops(self) -> int:
+            return sum(n * f for n, f, _, _ in self.calls.values())
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            formula = flop_registry.get(func._overloadpacket)
+            if formula is not None:
+                key = (func, repr(tree_map(shape, (args, kwargs))))
+                if key not in self.calls:
+                    flops = int(formula(*tree_map(shape, args), **tree_map(shape, kwargs), out_val=tree_map(shape, out)))
+                    self.calls[key] = [0, flops, tree_map(copy, args), tree_map(copy, kwargs)]
+                self.calls[key][0] += 1
+            return out
+
+    return Counting()
+
+
+def product_seconds(calls: dict, repeats: int = 5, seconds: float = 0.02) -> float:
+    """The seconds the recorded products of [`counting_mode`] take on this core when each runs at its
+    fastest: per ``(op, shapes)``, its count times the best of ``repeats`` timings of the op on the
+    recorded arguments (each timing about ``seconds`` of calls, after one untimed call), summed.
+    A lower bound on the CPU time of the calls that recorded them: the same products, none of the
+    work between them."""
+    total = 0.0
+    for (func, _), (count, _, args, kwargs) in calls.items():
+        func(*args, **kwargs)
+        t0 = time.perf_counter()
+        func(*args, **kwargs)
+        reps = max(1, int(seconds / max(time.perf_counter() - t0, 1e-7)))
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                func(*args, **kwargs)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        total += count * best
+    return total
+
+
+def one_batch(learner, env) -> None:
+    """Sample one mini-batch of ``learner``, measure it on ``env`` and update on the times (OOM as OOM)."""
+    import numpy as np
+
+    samples = learner.sample(learner.batch_size)
+    measured = env.measure_batch(samples.placements)
+    oom = np.array([m.oom or m.step_time_s is None for m in measured])
+    times = np.array([0.0 if m.step_time_s is None else m.step_time_s for m in measured])
+    learner.update(samples, times, oom)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", default="nmt:k80x4", help="MODEL[/SIZE]:CLUSTER,... (size: paper unless given)")
+    ap.add_argument("--methods", default="eagle,eagle_ce,rl,hierarchical")
+    ap.add_argument("--variant", action="append", default=[], help="LABEL=LEARNER:FIELD=VALUE[,FIELD=VALUE]: a named option as its own row")
+    ap.add_argument("--batches", type=int, default=2, help="mini-batches timed per method (after the counted one)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    ap.add_argument("--cache-dir", default="placement-runs/graph-cache")
+    args = ap.parse_args(argv)
+    if args.batches < 1:
+        raise SystemExit(f"--batches: {args.batches}; expected at least 1")
+
+    import torch
+
+    from cluster.factory import make_environment
+    from cluster.fast_simulator import load_kernel
+    from cluster.spec import load_cluster
+    from compgraph.prepare import prepare
+    from placer import LEARNERS
+    from tasks.search import learner_grouping, warm_start_config
+
+    torch.set_num_threads(1)
+    methods = {m: (m, {}) for m in filter(None, args.methods.split(","))}
+    for m in methods:
+        if m not in LEARNERS:
+            raise SystemExit(f"--methods: unknown {m!r}; valid: {', '.join(LEARNERS)}")
+    methods.update(parse_variants(args.variant, LEARNERS))
+    out: dict = {"torch_threads": 1, "load_avg_1m_at_start": os.getloadavg()[0], "runs": []}
+    for item in args.graphs.split(","):
+        model, size, cluster = parse_graph(item)
+        prepared = prepare(model, size, grouper="2017", cache_dir=args.cache_dir)
+        spec = load_cluster(cluster)
+        load_kernel(spec)
+        starts: dict = {}
+        for label, (name, options) in methods.items():
+            cls = LEARNERS[name]
+            env = make_environment("sim", prepared, spec, grouping=learner_grouping(name, prepared, cls.Config(**options)))
+            config, _ = warm_start_config(name, cls.Config(seed=args.seed, **options), prepared, spec, "sim", cache=starts)
+            learner = cls(env, config)
+            one_batch(learner, env)  # the optimizer's state and first-call costs, outside both figures
+            counter = counting_mode()
+            with counter:
+                one_batch(learner, env)
+            cpu = time.process_time()
+            for _ in range(args.batches):
+                one_batch(learner, env)
+            cpu = time.process_time() - cpu
+            k, flops = learner.batch_size, counter.flops
+            products = product_seconds(counter.calls)
+            row = {"graph": item, "method": label, "learner": name, "options": options, "units": env.grouping.num_groups,
+                   "k": k, "gflop_per_batch": flops / 1e9, "gflop_per_placement": flops / 1e9 / k,
+                   "product_cpu_s_per_batch": products, "product_gflop_s": flops / products / 1e9 if products else None,
+                   "bound_placements_per_cpu_s": k / products if products else None,
+                   "measured_placements_per_cpu_s": k * args.batches / cpu if cpu > 0 else None,
+                   "load_avg_1m": os.getloadavg()[0]}
+            out["runs"].append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    text = json.dumps(out, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
