@@ -11,7 +11,8 @@ Per graph (``MODEL[/SIZE]:CLUSTER``, as ``benchmarks/learners.py``; default nmt 
 
 * ``gflop_per_batch``: the FLOPs of ``learner.sample(k)`` and ``learner.update`` on the simulator's
   times for one mini-batch of ``k`` placements, counted by ``torch.utils.flop_counter``'s formulas
-  (matrix products, batched products, convolutions; 2 FLOP a multiply-add), the one mini-batch
+  (matrix products, batched products, convolutions; 2 FLOP a multiply-add) and ours for torch's
+  CPU LSTM layers ([`counting_mode`]), the one mini-batch
   after a first one (Adam's state made). Elementwise work (the attention's ``sigmoid``, the LSTM's
   gates) is not counted, so this is a lower bound on the work and the bound below an upper bound on
   the speed.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -43,7 +45,9 @@ from learners import parse_graph, parse_variants  # noqa: E402  (this folder's b
 
 def counting_mode():
     """A ``TorchDispatchMode`` that records every op ``torch.utils.flop_counter``'s registry has a formula
-    for (a matrix product, a batched product, a convolution): ``calls`` maps ``(op, argument shapes)`` to
+    for (a matrix product, a batched product, a convolution), and torch's CPU LSTM layer
+    (``aten.mkldnn_rnn_layer``, which the registry lacks: ``2 x rows x (|W_ih| + |W_hh|)`` forward,
+    twice that backward): ``calls`` maps ``(op, argument shapes)`` to
     ``[count, FLOPs each, one call's arguments]``, the arguments detached copies to time the op again
     ([`product_seconds`]). Unlike ``FlopCounterMode`` it tracks no modules, so it also counts under
     ``torch.no_grad`` (a learner's sampling)."""
@@ -54,6 +58,16 @@ def counting_mode():
 
     def shape(x):
         return x.shape if isinstance(x, torch.Tensor) else x
+
+    def rnn_layer(input_shape, w_ih, w_hh, *args, out_val=None, **kwargs) -> int:
+        """One direction of one layer of torch's CPU LSTM/GRU (``aten.mkldnn_rnn_layer``): every row
+        (time step x batch) of the input multiplies ``W_ih`` and ``W_hh``."""
+        rows = math.prod(input_shape[:-1])
+        return 2 * rows * (math.prod(w_ih) + math.prod(w_hh))
+
+    formulas = {**flop_registry, torch.ops.aten.mkldnn_rnn_layer: rnn_layer,
+                # its backward: the gradients of the input and hidden state, and of both weights
+                torch.ops.aten.mkldnn_rnn_layer_backward: lambda *a, **k: 2 * rnn_layer(*a, **k)}
 
     def copy(x):
         return x.detach().clone() if isinstance(x, torch.Tensor) else x
@@ -70,7 +84,7 @@ def counting_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            formula = flop_registry.get(func._overloadpacket)
+            formula = formulas.get(func._overloadpacket)
             if formula is not None:
                 key = (func, repr(tree_map(shape, (args, kwargs))))
                 if key not in self.calls:
@@ -83,23 +97,24 @@ def counting_mode():
 
 
 def product_seconds(calls: dict, repeats: int = 5, seconds: float = 0.02) -> float:
-    """The seconds the recorded products of [`counting_mode`] take on this core when each runs at its
-    fastest: per ``(op, shapes)``, its count times the best of ``repeats`` timings of the op on the
-    recorded arguments (each timing about ``seconds`` of calls, after one untimed call), summed.
+    """The CPU-seconds the recorded products of [`counting_mode`] take on this core when each runs at
+    its fastest: per ``(op, shapes)``, its count times the best of ``repeats`` timings (process CPU
+    time, as the measured speed; one torch thread) of the op on the recorded arguments (each timing
+    about ``seconds`` of calls, after one untimed call), summed.
     A lower bound on the CPU time of the calls that recorded them: the same products, none of the
     work between them."""
     total = 0.0
     for (func, _), (count, _, args, kwargs) in calls.items():
         func(*args, **kwargs)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         func(*args, **kwargs)
-        reps = max(1, int(seconds / max(time.perf_counter() - t0, 1e-7)))
+        reps = max(1, int(seconds / max(time.process_time() - t0, 1e-7)))
         best = float("inf")
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for _ in range(reps):
                 func(*args, **kwargs)
-            best = min(best, (time.perf_counter() - t0) / reps)
+            best = min(best, (time.process_time() - t0) / reps)
         total += count * best
     return total
 

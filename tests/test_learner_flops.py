@@ -1,5 +1,5 @@
-"""``benchmarks/learner_flops.py`` (issue 36 item 3): it counts a learner's matrix products, sampling
-included, and its bound on placements per CPU-second holds against the measured speed."""
+"""``benchmarks/learner_flops.py`` (issue 36 item 3): it counts a learner's matrix products and LSTM
+layers, sampling included, and its bound on placements per CPU-second holds against the measured speed."""
 
 from __future__ import annotations
 
@@ -25,6 +25,22 @@ def test_the_counting_mode_counts_products_under_no_grad_and_times_them():
     assert counter.flops == 2 * (2 * 32 * 8 * 16)
     [(count, flops, args, _)] = counter.calls.values()
     assert count == 2 and flops == 2 * 32 * 8 * 16 and [x.shape for x in args] == [a.shape, b.shape]
+    assert bench.product_seconds(counter.calls, repeats=2, seconds=0.001) > 0
+
+
+def test_torchs_cpu_lstm_is_counted_forward_and_backward():
+    lstm = torch.nn.LSTM(6, 8, batch_first=True, bidirectional=True)
+    x = torch.randn(3, 5, 6)
+    forward = 2 * (3 * 5) * (6 + 8) * (4 * 8) * 2  # rows x (|W_ih| + |W_hh|), two directions
+    counter = bench.counting_mode()
+    with counter, torch.no_grad():
+        lstm(x)
+    assert counter.flops == forward
+    counter = bench.counting_mode()
+    with counter:
+        out, _ = lstm(x)
+        out.sum().backward()
+    assert counter.flops == 3 * forward
     assert bench.product_seconds(counter.calls, repeats=2, seconds=0.001) > 0
 
 
