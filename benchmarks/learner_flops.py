@@ -1,25 +1,31 @@
 """The FLOPs of one mini-batch of each learner, and the placements per CPU-second they allow on this core; prints JSON.
 
 A learner whose mini-batch of ``k`` placements (its sampling and its update) makes matrix products
-that take ``T`` CPU-seconds on this core, each at its fastest, cannot place faster than ``k / T``
-placements per CPU-second, whatever else it saves: the bound that says whether a speed target (issue 36 item 3: EAGLE 5 a
-CPU-second on nmt at its paper widths, the 2017 placer and the Hierarchical Planner 10) is reachable
-at a given width at all, or needs a narrower named option.
+that take ``T`` CPU-seconds on this core with torch's kernels, each at its fastest, cannot place
+faster than ``k / T`` placements per CPU-second with those kernels, whatever else it saves; at the
+core's fastest product rate ``R`` (another kernel), ``k R / F`` for ``F`` FLOPs. The two bounds say
+whether a speed target (issue 36 item 3: EAGLE 5 a CPU-second on nmt at its paper widths, the 2017
+placer and the Hierarchical Planner 10) is reachable at a given width with the code's kernels, with
+any kernel, or needs a narrower named option.
 
 Per graph (``MODEL[/SIZE]:CLUSTER``, as ``benchmarks/learners.py``; default nmt paper on ``k80x4``,
 2017 groups) and method (a learner, or ``--variant LABEL=LEARNER:FIELD=VALUE,...`` as there):
 
 * ``gflop_per_batch``: the FLOPs of ``learner.sample(k)`` and ``learner.update`` on the simulator's
   times for one mini-batch of ``k`` placements, counted by ``torch.utils.flop_counter``'s formulas
-  (matrix products, batched products, convolutions; 2 FLOP a multiply-add) and ours for torch's
-  CPU LSTM layers ([`counting_mode`]), the one mini-batch
+  (matrix products, batched products, convolutions; 2 FLOP a multiply-add) and ours for
+  matrix-vector products, ``addmm_`` and torch's CPU LSTM layers ([`counting_mode`]), the one mini-batch
   after a first one (Adam's state made). Elementwise work (the attention's ``sigmoid``, the LSTM's
   gates) is not counted, so this is a lower bound on the work and the bound below an upper bound on
   the speed.
 * ``product_cpu_s_per_batch``: ``T``, those products run again one by one on copies of their
   arguments (one torch thread, as the experiment), each ``(op, shapes)`` timed at its best of 5 and
   counted as often as the mini-batch made it; ``product_gflop_s`` their rate.
-* ``bound_placements_per_cpu_s``: ``k / T``.
+* ``bound_placements_per_cpu_s``: ``k / T``, with torch's kernels as the learner calls them.
+* ``core_bound_placements_per_cpu_s``: ``k`` over the FLOPs at this core's fastest product
+  (``core_gflop_s``, [`core_rate`]: torch's ``mm`` or oneDNN's ``mkldnn_linear``, a decoder step's
+  shape or a square one): what the same arithmetic would allow if every product ran at that rate.
+* ``gflop_sampling``, ``gflop_update``: the two parts of ``gflop_per_batch``.
 * ``measured_placements_per_cpu_s``: ``k`` per process CPU-second of ``--batches`` mini-batches
   (sampling, the simulator, the update; counting off), as the experiment's ``placements_per_cpu_s``.
 
@@ -45,19 +51,26 @@ from learners import parse_graph, parse_variants  # noqa: E402  (this folder's b
 
 def counting_mode():
     """A ``TorchDispatchMode`` that records every op ``torch.utils.flop_counter``'s registry has a formula
-    for (a matrix product, a batched product, a convolution), and torch's CPU LSTM layer
-    (``aten.mkldnn_rnn_layer``, which the registry lacks: ``2 x rows x (|W_ih| + |W_hh|)`` forward,
-    twice that backward): ``calls`` maps ``(op, argument shapes)`` to
-    ``[count, FLOPs each, one call's arguments]``, the arguments detached copies to time the op again
-    ([`product_seconds`]). Unlike ``FlopCounterMode`` it tracks no modules, so it also counts under
-    ``torch.no_grad`` (a learner's sampling)."""
+    for (matrix products, batched products, convolutions), and those it lacks that the learners call:
+    a matrix-vector product (``mv``, ``addmv``), the in-place ``addmm_``, and torch's CPU LSTM layer
+    (``aten.mkldnn_rnn_layer``: ``2 x rows x (|W_ih| + |W_hh|)`` forward, twice that backward).
+
+    ``calls`` maps ``(op, argument shapes, strides and dtypes)`` to ``[count, FLOPs each, one call's
+    positional arguments, its keyword arguments]``, the tensors copied with their strides, to time
+    the op again ([`product_seconds`]). It counts under ``torch.no_grad`` too (a learner's sampling) and
+    the backward pass autograd runs on this thread (CPU)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_map
     from torch.utils.flop_counter import flop_registry
 
+    aten = torch.ops.aten
+
     def shape(x):
         return x.shape if isinstance(x, torch.Tensor) else x
+
+    def layout(x):
+        return (tuple(x.shape), x.stride(), x.dtype) if isinstance(x, torch.Tensor) else x
 
     def rnn_layer(input_shape, w_ih, w_hh, *args, out_val=None, **kwargs) -> int:
         """One direction of one layer of torch's CPU LSTM/GRU (``aten.mkldnn_rnn_layer``): every row
@@ -65,12 +78,22 @@ def counting_mode():
         rows = math.prod(input_shape[:-1])
         return 2 * rows * (math.prod(w_ih) + math.prod(w_hh))
 
-    formulas = {**flop_registry, torch.ops.aten.mkldnn_rnn_layer: rnn_layer,
+    def mv(matrix, *args, out_val=None, **kwargs) -> int:
+        return 2 * math.prod(matrix)
+
+    formulas = {**flop_registry, aten.mkldnn_rnn_layer: rnn_layer,
                 # its backward: the gradients of the input and hidden state, and of both weights
-                torch.ops.aten.mkldnn_rnn_layer_backward: lambda *a, **k: 2 * rnn_layer(*a, **k)}
+                aten.mkldnn_rnn_layer_backward: lambda *a, **k: 2 * rnn_layer(*a, **k),
+                aten.mv: mv, aten.addmv: lambda bias, *a, **k: mv(*a, **k), aten.addmm_: flop_registry[aten.addmm]}
 
     def copy(x):
-        return x.detach().clone() if isinstance(x, torch.Tensor) else x
+        """A copy of tensor ``x`` with its strides: its base cloned, viewed as ``x`` views it."""
+        if not isinstance(x, torch.Tensor):
+            return x
+        base = x._base if x._base is not None else x
+        if base.is_contiguous():
+            return base.detach().clone().as_strided(x.size(), x.stride(), x.storage_offset())
+        return x.detach().clone()
 
     class Counting(TorchDispatchMode):
         def __init__(self) -> None:
@@ -86,7 +109,7 @@ def counting_mode():
             out = func(*args, **kwargs)
             formula = formulas.get(func._overloadpacket)
             if formula is not None:
-                key = (func, repr(tree_map(shape, (args, kwargs))))
+                key = (func, repr(tree_map(layout, (args, kwargs))))
                 if key not in self.calls:
                     flops = int(formula(*tree_map(shape, args), **tree_map(shape, kwargs), out_val=tree_map(shape, out)))
                     self.calls[key] = [0, flops, tree_map(copy, args), tree_map(copy, kwargs)]
@@ -119,15 +142,53 @@ def product_seconds(calls: dict, repeats: int = 5, seconds: float = 0.02) -> flo
     return total
 
 
-def one_batch(learner, env) -> None:
-    """Sample one mini-batch of ``learner``, measure it on ``env`` and update on the times (OOM as OOM)."""
+#: ``(m, k, n)`` of the products [`core_rate`] times: a paper-width decoder step (a batch of 10, width
+#: 512, the LSTM's 4 gates and the attention's query: 2,560 columns) and a square product
+CORE_SHAPES = ((10, 512, 2560), (1024, 1024, 1024))
+
+
+def core_rate(shapes=CORE_SHAPES, repeats: int = 5, seconds: float = 0.05) -> tuple[float, str]:
+    """This core's fastest matrix product on one thread: ``(FLOP per CPU-second, "kernel m x k x n")``,
+    the best of ``repeats`` timings of each shape in ``shapes`` with torch's ``mm`` (what the learners
+    call) and oneDNN's ``mkldnn_linear`` (when torch has oneDNN), ``2 m k n`` FLOP a product."""
+    import torch
+
+    best, at = 0.0, ""
+    for m, k, n in shapes:
+        a, w = torch.randn(m, k), torch.randn(n, k)
+        kernels = {"mm": lambda a=a, w=w: a @ w.T}
+        if torch.backends.mkldnn.is_available():
+            am, wm = a.to_mkldnn(), w.to_mkldnn()
+            kernels["mkldnn_linear"] = lambda am=am, wm=wm: torch._C._nn.mkldnn_linear(am, wm)
+        for name, product in kernels.items():
+            product()
+            t0 = time.process_time()
+            product()
+            reps = max(1, int(seconds / max(time.process_time() - t0, 1e-7)))
+            for _ in range(repeats):
+                t0 = time.process_time()
+                for _ in range(reps):
+                    product()
+                rate = 2.0 * m * k * n * reps / max(time.process_time() - t0, 1e-9)
+                if rate > best:
+                    best, at = rate, f"{name} {m} x {k} x {n}"
+    return best, at
+
+
+def one_batch(learner, env, sampling=None, update=None) -> None:
+    """Sample one mini-batch of ``learner``, measure it on ``env`` and update on the times (OOM as OOM),
+    the sampling inside the context ``sampling`` and the update inside ``update`` when given."""
+    import contextlib
+
     import numpy as np
 
-    samples = learner.sample(learner.batch_size)
+    with sampling or contextlib.nullcontext():
+        samples = learner.sample(learner.batch_size)
     measured = env.measure_batch(samples.placements)
     oom = np.array([m.oom or m.step_time_s is None for m in measured])
     times = np.array([0.0 if m.step_time_s is None else m.step_time_s for m in measured])
-    learner.update(samples, times, oom)
+    with update or contextlib.nullcontext():
+        learner.update(samples, times, oom)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         if m not in LEARNERS:
             raise SystemExit(f"--methods: unknown {m!r}; valid: {', '.join(LEARNERS)}")
     methods.update(parse_variants(args.variant, LEARNERS))
-    out: dict = {"torch_threads": 1, "load_avg_1m_at_start": os.getloadavg()[0], "runs": []}
+    rate, rate_at = core_rate()
+    out: dict = {"torch_threads": 1, "core_gflop_s": rate / 1e9, "core_rate_at": rate_at, "load_avg_1m_at_start": os.getloadavg()[0], "runs": []}
     for item in args.graphs.split(","):
         model, size, cluster = parse_graph(item)
         prepared = prepare(model, size, grouper="2017", cache_dir=args.cache_dir)
@@ -171,19 +233,20 @@ def main(argv: list[str] | None = None) -> int:
             config, _ = warm_start_config(name, cls.Config(seed=args.seed, **options), prepared, spec, "sim", cache=starts)
             learner = cls(env, config)
             one_batch(learner, env)  # the optimizer's state and first-call costs, outside both figures
-            counter = counting_mode()
-            with counter:
-                one_batch(learner, env)
+            sampling, update = counting_mode(), counting_mode()
+            one_batch(learner, env, sampling, update)
             cpu = time.process_time()
             for _ in range(args.batches):
                 one_batch(learner, env)
             cpu = time.process_time() - cpu
-            k, flops = learner.batch_size, counter.flops
-            products = product_seconds(counter.calls)
+            k, flops = learner.batch_size, sampling.flops + update.flops
+            products = product_seconds(sampling.calls) + product_seconds(update.calls)
             row = {"graph": item, "method": label, "learner": name, "options": options, "units": env.grouping.num_groups,
-                   "k": k, "gflop_per_batch": flops / 1e9, "gflop_per_placement": flops / 1e9 / k,
+                   "k": k, "gflop_per_batch": flops / 1e9, "gflop_sampling": sampling.flops / 1e9,
+                   "gflop_update": update.flops / 1e9, "gflop_per_placement": flops / 1e9 / k,
                    "product_cpu_s_per_batch": products, "product_gflop_s": flops / products / 1e9 if products else None,
                    "bound_placements_per_cpu_s": k / products if products else None,
+                   "core_bound_placements_per_cpu_s": k * rate / flops if flops else None,
                    "measured_placements_per_cpu_s": k * args.batches / cpu if cpu > 0 else None,
                    "load_avg_1m": os.getloadavg()[0]}
             out["runs"].append(row)
