@@ -563,14 +563,16 @@ def name_scopes(names: list[str]) -> list[tuple[int, np.ndarray]]:
     return out
 
 
-def leaf_scopes(names: list[str], depth: int) -> list[tuple[str, list[int]]]:
+def leaf_scopes(names: list[str], depth: int, scopes: list[tuple[int, np.ndarray]] | None = None
+                ) -> list[tuple[str, list[int]]]:
     """The scopes of [`name_scopes`][compgraph.grouping.name_scopes] at most ``depth`` deep that hold no other such
     scope: ``[(label, group indices)]``, the label the groups' common name prefix (gradient scopes
     left out, as ``name_scopes`` does), made unique with ``#k`` where two would be the same. On nmt
     paper at depth 3: the encoder's and the decoder's embedding, ``layer_0``, ``layer_1``, the
-    attention, the softmax and ``train_step`` (9 scopes); groups in no such scope are in none."""
+    attention, the softmax and ``train_step`` (9 scopes); groups in no such scope are in none.
+    ``scopes``: ``name_scopes(names)`` when the caller has it already (computed here otherwise)."""
     forward = [GRADIENT_SCOPE.sub("", n) for n in names]
-    kept = [set(int(i) for i in g) for d, g in name_scopes(names) if d <= depth]
+    kept = [set(int(i) for i in g) for d, g in (name_scopes(names) if scopes is None else scopes) if d <= depth]
     out: list[tuple[str, list[int]]] = []
     for k, g in enumerate(g for g in kept if not any(h < g for h in kept)):
         label = os.path.commonprefix([forward[i] for i in sorted(g)]).rstrip("/_") or "(root)"
@@ -592,8 +594,9 @@ def layer_scopes(names: list[str], max_scopes: int = LAYER_SCOPES_MAX) -> list[t
     unit in two of them (a colocation unit under TensorFlow's gradient scope is in its forward
     op's scopes too) is in the first only, and a scope left empty is dropped."""
     best: list[tuple[str, list[int]]] = []
+    scopes = name_scopes(names)  # once, for every depth
     for depth in range(1, 9):
-        leaves = leaf_scopes(names, depth)
+        leaves = leaf_scopes(names, depth, scopes)
         if len(leaves) > max_scopes:
             break
         best = leaves
