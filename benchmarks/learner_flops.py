@@ -119,27 +119,29 @@ def counting_mode():
     return Counting()
 
 
+def best_seconds(call, repeats: int, seconds: float) -> float:
+    """The CPU-seconds (process time; one torch thread) of one ``call()`` at its fastest: the best of
+    ``repeats`` timings, each of about ``seconds`` of calls, after one untimed call."""
+    call()
+    t0 = time.process_time()
+    call()
+    reps = max(1, int(seconds / max(time.process_time() - t0, 1e-7)))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.process_time()
+        for _ in range(reps):
+            call()
+        best = min(best, max(time.process_time() - t0, 1e-9) / reps)
+    return best
+
+
 def product_seconds(calls: dict, repeats: int = 5, seconds: float = 0.02) -> float:
     """The CPU-seconds the recorded products of [`counting_mode`] take on this core when each runs at
-    its fastest: per ``(op, shapes)``, its count times the best of ``repeats`` timings (process CPU
-    time, as the measured speed; one torch thread) of the op on the recorded arguments (each timing
-    about ``seconds`` of calls, after one untimed call), summed.
-    A lower bound on the CPU time of the calls that recorded them: the same products, none of the
-    work between them."""
-    total = 0.0
-    for (func, _), (count, _, args, kwargs) in calls.items():
-        func(*args, **kwargs)
-        t0 = time.process_time()
-        func(*args, **kwargs)
-        reps = max(1, int(seconds / max(time.process_time() - t0, 1e-7)))
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.process_time()
-            for _ in range(reps):
-                func(*args, **kwargs)
-            best = min(best, (time.process_time() - t0) / reps)
-        total += count * best
-    return total
+    its fastest: per ``(op, shapes)``, its count times [`best_seconds`] of the op on the recorded
+    arguments, summed. A lower bound on the CPU time of the calls that recorded them: the same
+    products, none of the work between them."""
+    return sum(count * best_seconds(lambda f=func, a=args, k=kwargs: f(*a, **k), repeats, seconds)
+               for (func, _), (count, _, args, kwargs) in calls.items())
 
 
 #: ``(m, k, n)`` of the products [`core_rate`] times: a paper-width decoder step (a batch of 10, width
@@ -149,7 +151,7 @@ CORE_SHAPES = ((10, 512, 2560), (1024, 1024, 1024))
 
 def core_rate(shapes=CORE_SHAPES, repeats: int = 5, seconds: float = 0.05) -> tuple[float, str]:
     """This core's fastest matrix product on one thread: ``(FLOP per CPU-second, "kernel m x k x n")``,
-    the best of ``repeats`` timings of each shape in ``shapes`` with torch's ``mm`` (what the learners
+    [`best_seconds`] of each shape in ``shapes`` with torch's ``mm`` (what the learners
     call) and oneDNN's ``mkldnn_linear`` (when torch has oneDNN), ``2 m k n`` FLOP a product."""
     import torch
 
@@ -161,17 +163,9 @@ def core_rate(shapes=CORE_SHAPES, repeats: int = 5, seconds: float = 0.05) -> tu
             am, wm = a.to_mkldnn(), w.to_mkldnn()
             kernels["mkldnn_linear"] = lambda am=am, wm=wm: torch._C._nn.mkldnn_linear(am, wm)
         for name, product in kernels.items():
-            product()
-            t0 = time.process_time()
-            product()
-            reps = max(1, int(seconds / max(time.process_time() - t0, 1e-7)))
-            for _ in range(repeats):
-                t0 = time.process_time()
-                for _ in range(reps):
-                    product()
-                rate = 2.0 * m * k * n * reps / max(time.process_time() - t0, 1e-9)
-                if rate > best:
-                    best, at = rate, f"{name} {m} x {k} x {n}"
+            rate = 2.0 * m * k * n / best_seconds(product, repeats, seconds)
+            if rate > best:
+                best, at = rate, f"{name} {m} x {k} x {n}"
     return best, at
 
 
