@@ -474,14 +474,11 @@ def learner_searches(config: ExperimentConfig, prepared: PreparedGraph, spec: Cl
             continue
         on_ray = ray.distributes(method)
         config = learner_config(method, budget, seed, (learner_options or {}).get(method, {}), on_ray)
-        restarts = LEARNERS[method].Config.model_fields.get("restart_after")
-        if on_ray and restarts is not None and restarts.default is not None and config.restart_after is None:  # type: ignore[attr-defined]
-            say(f"{method} on Ray: no restarts from the incumbent (its default restart_after; each controller's "
-                "incumbent is its own)")
-        descent = LEARNERS[method].Config.model_fields.get("layer_descent")
-        if on_ray and descent is not None and descent.default and not config.layer_descent:  # type: ignore[attr-defined]
-            say(f"{method} on Ray: no descent over whole layers first (its default layer_descent; each controller's "
-                "incumbent is its own)")
+        for name, what in (("restart_after", "no restarts from the incumbent"),
+                           ("layer_descent", "no descent over whole layers first")):  # a warm default learner_config left out
+            field = LEARNERS[method].Config.model_fields.get(name)
+            if on_ray and field is not None and field.default and not getattr(config, name):
+                say(f"{method} on Ray: {what} (its default {name}; each controller's incumbent is its own)")
         start: WarmStart | None = None
         if is_warm(config):  # placer.warm: the start, resolved once per run (and said once)
             config, start = warm_start_config(method, config, prepared, spec, env_kind, env_options, baselines, starts)
