@@ -66,6 +66,10 @@ class LearnerConfig(BaseModel):
         if majority and not (getattr(self, "scope_moves", 0) or getattr(self, "scope_prob", 0)):
             raise ValueError(f"scope_majority {majority:g}: only with scope moves (scope_moves > 0, or scope_prob > 0 "
                              "for local_search); it says how the scope moves move")
+        units = getattr(self, "unit_moves", 0.0)
+        if units and units + getattr(self, "scope_moves", 0.0) > 1:
+            raise ValueError(f"unit_moves {units:g}: with scope_moves {getattr(self, 'scope_moves', 0.0):g} more than every "
+                             "sample (their sum is the share of samples replaced; at most 1)")
         travel = getattr(self, "scope_travel", None)
         if travel is not None and not getattr(self, "scope_moves", 0):
             raise ValueError(f"scope_travel {travel:g}: only with scope_moves > 0 (got {getattr(self, 'scope_moves', 0):g}); "
@@ -166,6 +170,8 @@ class ReinforceConfig(LearnerConfig):
             [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
         scope_majority: the share of scope moves that move only the scope's units on its most common
             device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
+        unit_moves: a further share of samples that are the incumbent with one unit moved to one other
+            device (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's.
 
     Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
         restart_after: after this many placements without a faster one, the decoder's parameters
@@ -195,6 +201,7 @@ class ReinforceConfig(LearnerConfig):
     baseline_samples: Literal["all", "ran"] = "all"
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    unit_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -326,6 +333,16 @@ class PostConfig(LearnerConfig):
             groups 37 on ``/gpu:0``, 5 elsewhere), the softmax moved whole to ``/gpu:1`` takes 1.5536 s, its
             37 alone 1.5047 s. 0: every move whole. Only with ``scope_moves`` (refused without).
             Measured in docs/results.md ("Scope moves that keep a scope's exceptions").
+        unit_moves: a further share of samples (0 to 1, by the same coin flips: a sample is replaced
+            with probability ``scope_moves + unit_moves``, at most 1) that are the fastest placement
+            measured so far with one group moved to one other device, each uniformly: a hill
+            climber's move beside the scope moves ([`placer.features.ScopeMoves`][placer.features.ScopeMoves]). Why: from the
+            layer-level optimum on nmt ``k80x4`` (1.6484 s) the faster placements split the softmax's
+            time steps and the layers' small side groups over the devices one group at a time, and
+            samples that move about 4 groups at once (``moves_per_sample``) rarely move only one: a
+            scratch hill climber from there (2,000 placements, batches of 12, seeds 0-9, medians)
+            ended at 1.485 s with one group a move, 1.545 s with two, 1.607 s with four. 0: the
+            paper's. Measured in docs/results.md ("One group at a time: `unit_moves`").
 
     Named option for a search that stalls (in no paper):
         restart_after: after this many placements without a faster one, the policy starts again
@@ -372,6 +389,7 @@ class PostConfig(LearnerConfig):
     elites_kept: int = Field(0, ge=0)
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    unit_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -472,6 +490,8 @@ class HierarchicalConfig(LearnerConfig):
             [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
         scope_majority: the share of scope moves that move only the scope's units on its most common
             device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
+        unit_moves: a further share of samples that are the incumbent with one unit moved to one other
+            device (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's.
 
     Named option for out-of-memory placements (in no paper; as the 2017 placer's, [`ReinforceConfig`][placer.configs.ReinforceConfig]):
         oom_reward: ``constant`` (the code: every OOM placement gets ``failing_time_s``) or
@@ -517,6 +537,7 @@ class HierarchicalConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    unit_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -569,6 +590,8 @@ class EagleConfig(LearnerConfig):
             [`PostConfig`][placer.configs.PostConfig]). ``None``: from the incumbent. Only with ``scope_moves``.
         scope_majority: the share of scope moves that move only the scope's units on its most common
             device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
+        unit_moves: a further share of samples that are the incumbent with one unit moved to one other
+            device (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's.
 
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
@@ -618,6 +641,7 @@ class EagleConfig(LearnerConfig):
     threads: int = Field(1, ge=1)
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
+    unit_moves: float = Field(0.0, ge=0, le=1)
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -747,15 +771,26 @@ slower with it on nmt (1.613 s against 1.499 s, seeds 0-2), so its warm default 
 (docs/results.md)."""
 
 
+WARM_UNIT_MOVES = 0.5
+"""The ``unit_moves`` of the warm-started softmax learners (``post_warm``, ``ppo_warm``, ``ce_warm``,
+``pg_warm``) and the 2017 placer (``rl_warm``): half their samples are the incumbent with one group
+moved, beside the quarter that move a scope, so a quarter are the policy's own. Measured (2,400
+placements, medians, docs/results.md "One group at a time: `unit_moves`"): on nmt ``k80x4`` post_warm
+1.482 s, ppo_warm 1.502 s, ce_warm 1.471 s and pg_warm 1.497 s over seeds 0-5 against 1.498, 1.554,
+1.493 and 1.553 s without; on inception_v3, rnnlm, the 6.7B decoder and GPT-2 (seeds 0-2) from 0.3%
+slower (post_warm on rnnlm) to 1.5% faster (ppo_warm on inception_v3). rl_warm (``hidden_size=64,
+attention_size=16``, seeds 0-2): nmt 1.522 s against 1.555 s."""
+
+
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
     [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
     [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE], the Hierarchical Planner's
     [`WARM_SCOPE_MOVES_HIERARCHICAL`][placer.configs.WARM_SCOPE_MOVES_HIERARCHICAL]) and ``restart_after``
     [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER], and for the softmax learners and the 2017 placer ``layer_descent``
-    [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]: the config of the warm-started variant of a learner (``rl_warm``...;
+    [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT] and ``unit_moves`` [`WARM_UNIT_MOVES`][placer.configs.WARM_UNIT_MOVES]: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
-    its own ``patience`` and has none of the last three."""
+    its own ``patience`` and has none of the others."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
     fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
     scope_moves = (WARM_SCOPE_MOVES_EAGLE if issubclass(config, EagleConfig) else
@@ -768,12 +803,15 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     if issubclass(config, (PostConfig, ReinforceConfig)):
         info = config.model_fields["layer_descent"]
         fields["layer_descent"] = (Annotated[(info.annotation, *info.metadata)], WARM_LAYER_DESCENT)
+        info = config.model_fields["unit_moves"]
+        fields["unit_moves"] = (Annotated[(info.annotation, *info.metadata)], WARM_UNIT_MOVES)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
                                 f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
                                 f"(``restart_after={WARM_RESTART_AFTER}``)"
                                 + (f", after a descent over whole layers (``layer_descent={WARM_LAYER_DESCENT:g}``)"
+                                   f" and with one-group moves (``unit_moves={WARM_UNIT_MOVES:g}``)"
                                    if "layer_descent" in fields else "")
                                 + ": the warm-started variant (placer.warm; no paper does this).", **fields)
 

@@ -533,6 +533,12 @@ class ScopeMoves:
             topped up with the policy's samples); then the learner restarts its policy on the
             incumbent ([`Restarts.due`][placer.features.Restarts.due]). No descent with fewer than two devices.
         descent_devices: the devices a layer moves to in the descent (default: every device).
+        units: the named option ``unit_moves`` (in no paper; 0: off, and nothing more drawn): a
+            further share of samples (coin flips, with ``share``'s: each sample replaced with
+            probability ``share + units``) that are the incumbent (or the walk) with one unit moved to
+            one other device, each uniformly: a hill climber's move (Russell and Norvig, *AIMA*,
+            Sec. 4.1.1) beside the scope moves. Of the replaced samples a fourth draw makes a share
+            ``units / (share + units)`` unit moves; with no scopes, every one. None on one device.
 
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
@@ -547,8 +553,10 @@ class ScopeMoves:
 
     def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
                  owns_rng: bool = True, travel: float | None = None, majority: float = 0.0, descent: int = 0,
-                 descent_devices: list[int] | None = None) -> None:
+                 descent_devices: list[int] | None = None, units: float = 0.0) -> None:
         self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
+        self.units = float(units) if num_devices > 1 else 0.0  # one device: a unit has nowhere to go
+        self.num_units = len(names)
         self.travel, self.majority = travel, float(majority)
         self.scopes = scopes_by_depth(names) if share > 0 else {}
         self.descent: LayerDescent | None = None
@@ -572,7 +580,7 @@ class ScopeMoves:
         ``scope_majority``, ``layer_descent``, its share of ``budget``) over ``env``'s units and devices;
         the descent moves layers to the cluster's GPUs (every device without one)."""
         return cls(list(env.grouping.names), config.scope_moves, len(env.spec.devices), rng, owns_rng=owns_rng,
-                   travel=config.scope_travel, majority=config.scope_majority,
+                   travel=config.scope_travel, majority=config.scope_majority, units=getattr(config, "unit_moves", 0.0),
                    descent=round(config.layer_descent * config.budget),
                    descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
 
@@ -581,15 +589,16 @@ class ScopeMoves:
         return self.descent is not None and self.incumbent is not None and self.descent.left() > 0
 
     def rows(self, k: int) -> np.ndarray:
-        """Which of ``k`` samples to replace (one coin flip each; empty without scopes). While the
+        """Which of ``k`` samples to replace (one coin flip each, at ``share + units``; empty without
+        scopes nor unit moves). While the
         layer descent runs ([`descending`][placer.features.ScopeMoves.descending]): the first rows, as many as it
         takes ([`LayerDescent.rows`][placer.features.LayerDescent.rows]; nothing drawn)."""
         if self.descending():
             return np.arange(self.descent.rows(k, self.incumbent, self.incumbent_time),  # type: ignore[union-attr,arg-type]
                              dtype=np.int64)
-        if not self.scopes:
+        if not self.scopes and not self.units:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self.rng.random(k) < self.share)
+        return np.flatnonzero(self.rng.random(k) < (self.share if self.scopes else 0.0) + self.units)
 
     def incumbent_rows(self, k: int) -> np.ndarray:
         """[`rows`][placer.features.ScopeMoves.rows] once there is an incumbent; before, none (and nothing drawn)."""
@@ -597,14 +606,21 @@ class ScopeMoves:
 
     def moved(self, base: np.ndarray | None = None) -> np.ndarray:
         """``base`` (default: the incumbent, or the walk's placement with ``travel``) with one scope
-        moved to one device (whole, or with ``majority`` its majority only: [`move_scope`][placer.features.move_scope]), a copy ``[U]``.
+        moved to one device (whole, or with ``majority`` its majority only: [`move_scope`][placer.features.move_scope]), or with
+        ``units`` (by a draw) one unit to another device, a copy ``[U]``.
         While the layer descent runs: its next placement ([`LayerDescent.next`][placer.features.LayerDescent.next]; ``base`` unused)."""
         if self.descending():
             return self.descent.next()  # type: ignore[union-attr]
         if base is None:
             base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
-        move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
+        share = self.share if self.scopes else 0.0
+        if self.units and (not share or self.rng.random() * (share + self.units) < self.units):
+            unit = int(self.rng.integers(self.num_units))  # unit_moves: one unit to one other device
+            device = int(self.rng.integers(self.num_devices - 1))
+            p[unit] = device + (device >= p[unit])
+        else:
+            move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
         if self.travel is not None:
             self._pending.add(p.tobytes())
         return p

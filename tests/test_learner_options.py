@@ -739,3 +739,64 @@ def test_no_layer_descent_on_one_gpu_and_the_other_options_still_work(rnnlm_smal
     assert learner.restarts.count >= 5  # one each 12 placements without a faster one
     d = LayerDescent([np.array([0, 1])], [1], budget=10, rng=np.random.default_rng(0))
     assert d.rows(4, np.ones(2, dtype=np.int64), 1.0) == 0 and d.left() == 0 and not d.ended
+
+
+@pytest.mark.parametrize("name", ["post", "ce", "rl", "hierarchical", "eagle"])
+def test_unit_moves_move_one_unit_of_the_incumbent(name, rnnlm_small, k80x2):
+    """``unit_moves=1``: once a placement is measured, every sample is the fastest placement so far
+    with exactly one unit moved to another device; with scope moves beside them each sample is one
+    or the other, in about their shares."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import colocation_grouping, name_scopes
+
+    cls = LEARNERS[name]
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle") else {}
+    learner = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, unit_moves=1.0, **small))
+    first = learner.sample(4)
+    times = np.array([m.step_time_s for m in env.measure_batch(first.placements)])
+    learner.update(first, times, np.zeros(4, dtype=bool))
+    best = first.placements[int(np.argmin(times))]
+    samples = learner.sample(32).placements
+    assert ((samples != best).sum(axis=1) == 1).all()  # one unit each, to a device it was not on
+    mixed = cls(env, cls.Config(seed=0, init="single_gpu", moves_per_sample=4, unit_moves=0.5, scope_moves=0.5,
+                                **small))
+    first = mixed.sample(4)  # its own first batch (the update reads what its sampling kept)
+    times = np.array([m.step_time_s for m in env.measure_batch(first.placements)])
+    mixed.update(first, times, np.zeros(4, dtype=bool))
+    best = first.placements[int(np.argmin(times))]
+    scopes = [set(groups.tolist()) for _, groups in name_scopes(list(env.grouping.names))]
+    rows = mixed.sample(64).placements
+    one = (rows != best).sum(axis=1) == 1
+    for row in rows[~one]:  # the rest: one scope moved whole (or nothing, a scope already on its device)
+        moved = set(np.flatnonzero(row != best).tolist())
+        assert not moved or any(moved <= s and len(set(row[sorted(s)].tolist())) == 1 for s in scopes), moved
+    assert 10 <= one.sum() <= 54  # both kinds, about half each
+
+
+def test_unit_moves_off_draw_as_before_and_a_share_above_every_sample_is_refused():
+    """At ``unit_moves=0`` the scope moves draw from the generator exactly as without the option (the
+    runs before it reproduce); ``scope_moves + unit_moves`` above 1 is refused naming both values."""
+    from placer.features import ScopeMoves, move_scope, scopes_by_depth
+
+    names = [f"net/layer_{i // 4}/op_{i % 4}" for i in range(16)]
+    base = np.ones(16, dtype=np.int64)
+    for seed in range(10):
+        moves = ScopeMoves(names, 0.5, 3, np.random.default_rng(seed))
+        moves.keep(base[None], np.array([1.0]))
+        rows, p = moves.rows(8), moves.moved()
+        ref = np.random.default_rng(seed)
+        want = np.flatnonzero(ref.random(8) < 0.5)
+        q = base.copy()
+        move_scope(ref, q, scopes_by_depth(names), 3)
+        assert np.array_equal(rows, want) and np.array_equal(p, q)
+        assert moves.rng.bit_generator.state == ref.bit_generator.state
+    only = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=0.5)  # no scope moves: every move a unit's
+    only.keep(base[None], np.array([1.0]))
+    assert len(only.rows(100)) > 20 and all((only.moved() != base).sum() == 1 for _ in range(20))
+    assert not len(ScopeMoves(names, 0.0, 1, np.random.default_rng(0), units=0.5).rows(8))  # one device: none
+    with pytest.raises(ValueError, match="unit_moves 0.6.*scope_moves 0.5"):
+        LEARNERS["post"].Config(scope_moves=0.5, unit_moves=0.6)
+    with pytest.raises(ValueError, match="unit_moves"):
+        LEARNERS["rl"].Config(unit_moves=1.5)
