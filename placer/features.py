@@ -513,7 +513,8 @@ class ScopeMoves:
 
     Args:
         names: ``[U]`` unit names (the scopes: [`scopes_by_depth`][placer.features.scopes_by_depth]).
-        share: the share of samples to replace (0: nothing is computed, nothing drawn).
+        share: the share of samples to replace by scope moves (0 and no ``units``: nothing is computed,
+            nothing drawn).
         num_devices: ``D``, the devices a scope can move to.
         rng: the numpy generator of the moves.
         owns_rng: the generator is this object's (its state goes in [`state_dict`][placer.features.ScopeMoves.state_dict]); else
@@ -537,8 +538,9 @@ class ScopeMoves:
             further share of samples (coin flips, with ``share``'s: each sample replaced with
             probability ``share + units``) that are the incumbent (or the walk) with one unit moved to
             one other device, each uniformly: a hill climber's move (Russell and Norvig, *AIMA*,
-            Sec. 4.1.1) beside the scope moves. Of the replaced samples a fourth draw makes a share
-            ``units / (share + units)`` unit moves; with no scopes, every one. None on one device.
+            Sec. 4.1.1) beside the scope moves. For each replaced sample a draw before the scope
+            move's makes it a unit move with probability ``units / (share + units)``; with no scopes,
+            every one. A unit move enters the walk as a scope move does. None on one device.
 
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
@@ -577,7 +579,7 @@ class ScopeMoves:
     @classmethod
     def of_learner(cls, env: Environment, config, rng: np.random.Generator, owns_rng: bool = True) -> ScopeMoves:
         """A learner's scope moves from its config's named options (``scope_moves``, ``scope_travel``,
-        ``scope_majority``, ``layer_descent``, its share of ``budget``) over ``env``'s units and devices;
+        ``scope_majority``, ``layer_descent``, its share of ``budget``, ``unit_moves``) over ``env``'s units and devices;
         the descent moves layers to the cluster's GPUs (every device without one)."""
         return cls(list(env.grouping.names), config.scope_moves, len(env.spec.devices), rng, owns_rng=owns_rng,
                    travel=config.scope_travel, majority=config.scope_majority, units=getattr(config, "unit_moves", 0.0),
@@ -628,7 +630,7 @@ class ScopeMoves:
     def keep(self, placements: np.ndarray, times_s: np.ndarray) -> None:
         """Keep the fastest of ``placements`` (``[K, U]``; ``times_s`` ``[K]`` seconds, ``inf`` for OOM,
         or a learner's failing value) if it beats the incumbent (and the walk on it, with ``travel``);
-        else, with ``travel``, the walk moves to the last of the batch's scope moves (those
+        else, with ``travel``, the walk moves to the last of the batch's scope or unit moves (those
         [`moved`][placer.features.ScopeMoves.moved] handed out since the last call) within ``1 + travel`` of
         the incumbent's time. The layer descent ([`LayerDescent.keep`][placer.features.LayerDescent.keep]) sees the batch first."""
         if self.descent is not None:

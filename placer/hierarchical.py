@@ -274,7 +274,7 @@ def warm_priors(start: np.ndarray | None, num_groups: int, num_devices: int, pro
 def scope_actions(scope: ScopeMoves, rows, groups: torch.Tensor, actions: torch.Tensor, placements: np.ndarray,
                   num_devices: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A grouper + placer batch (``groups [K, U]``, ``actions [K, G]``, ``placements [K, U]``) with
-    ``rows`` replaced by scope moves of the incumbent (named option ``scope_moves``; of the walk with ``scope_travel``), written as the
+    ``rows`` replaced by scope or unit moves of the incumbent (named options ``scope_moves``, ``unit_moves``; of the walk with ``scope_travel``), written as the
     two levels' actions: unit ``u`` to group ``P[u]``, group ``d`` to device ``d`` (as a warm start's
     priors, [`placer.warm.two_level_priors`][placer.warm.two_level_priors]). ``placements`` is changed in place; returns the new
     ``(groups, actions)``, for the learner to score teacher-forced."""

@@ -800,3 +800,36 @@ def test_unit_moves_off_draw_as_before_and_a_share_above_every_sample_is_refused
         LEARNERS["post"].Config(scope_moves=0.5, unit_moves=0.6)
     with pytest.raises(ValueError, match="unit_moves"):
         LEARNERS["rl"].Config(unit_moves=1.5)
+
+
+def test_the_warm_softmax_learners_and_rl_move_single_units_by_default_and_no_other():
+    """``unit_moves``: 0.5 in ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm`` and ``rl_warm``
+    (``placer.configs.WARM_UNIT_MOVES``); 0 in the faithful learners and the other warm variants;
+    a warm variant's scope moves above 0.5 are refused until ``unit_moves`` is lowered, naming both."""
+    from placer.configs import CONFIGS, WARM_UNIT_MOVES
+
+    assert WARM_UNIT_MOVES == 0.5
+    warm = {"post_warm", "ppo_warm", "ce_warm", "pg_warm", "rl_warm"}
+    for name, config in CONFIGS.items():
+        if "unit_moves" in config.model_fields:
+            assert config().unit_moves == (WARM_UNIT_MOVES if name in warm else 0.0), name
+    assert warm <= {n for n, c in CONFIGS.items() if "unit_moves" in c.model_fields}
+    with pytest.raises(ValueError, match=r"unit_moves 0.5: with scope_moves 0.6 .*lower one"):
+        CONFIGS["rl_warm"](scope_moves=0.6)
+    assert CONFIGS["rl_warm"](scope_moves=0.6, unit_moves=0.4).scope_moves == 0.6
+
+
+def test_a_unit_move_lands_on_every_other_device_and_never_outside_them():
+    """Unit moves of one unit over many draws: every device but the unit's own, and none other."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/op_{i}" for i in range(3)]
+    base = np.array([0, 3, 1], dtype=np.int64)
+    moves = ScopeMoves(names, 0.0, 4, np.random.default_rng(0), units=1.0)
+    moves.keep(base[None], np.array([1.0]))
+    seen: dict[int, set[int]] = {u: set() for u in range(3)}
+    for _ in range(400):
+        p = moves.moved()
+        (u,) = np.flatnonzero(p != base)
+        seen[int(u)].add(int(p[u]))
+    assert all(seen[u] == set(range(4)) - {int(base[u])} for u in range(3)), seen
