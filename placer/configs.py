@@ -805,10 +805,9 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
             info = config.model_fields[field]
             fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
     if issubclass(config, (PostConfig, ReinforceConfig)):
-        info = config.model_fields["layer_descent"]
-        fields["layer_descent"] = (Annotated[(info.annotation, *info.metadata)], WARM_LAYER_DESCENT)
-        info = config.model_fields["unit_moves"]
-        fields["unit_moves"] = (Annotated[(info.annotation, *info.metadata)], WARM_UNIT_MOVES)
+        for field, default in (("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES)):
+            info = config.model_fields[field]
+            fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "

@@ -561,6 +561,7 @@ class ScopeMoves:
         self.num_units = len(names)
         self.travel, self.majority = travel, float(majority)
         self.scopes = scopes_by_depth(names) if share > 0 else {}
+        self.share = self.share if self.scopes else 0.0  # no scope to move: none of the samples are scope moves
         self.descent: LayerDescent | None = None
         if descent > 0:
             from compgraph.grouping import layer_scopes
@@ -598,9 +599,9 @@ class ScopeMoves:
         if self.descending():
             return np.arange(self.descent.rows(k, self.incumbent, self.incumbent_time),  # type: ignore[union-attr,arg-type]
                              dtype=np.int64)
-        if not self.scopes and not self.units:
+        if not self.share and not self.units:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self.rng.random(k) < (self.share if self.scopes else 0.0) + self.units)
+        return np.flatnonzero(self.rng.random(k) < self.share + self.units)
 
     def incumbent_rows(self, k: int) -> np.ndarray:
         """[`rows`][placer.features.ScopeMoves.rows] once there is an incumbent; before, none (and nothing drawn)."""
@@ -616,8 +617,7 @@ class ScopeMoves:
         if base is None:
             base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
-        share = self.share if self.scopes else 0.0
-        if self.units and (not share or self.rng.random() * (share + self.units) < self.units):
+        if self.units and (not self.share or self.rng.random() * (self.share + self.units) < self.units):
             unit = int(self.rng.integers(self.num_units))  # unit_moves: one unit to one other device
             device = int(self.rng.integers(self.num_devices - 1))
             p[unit] = device + (device >= p[unit])
