@@ -71,6 +71,13 @@ class LearnerConfig(BaseModel):
             raise ValueError(f"unit_moves {units:g}: with scope_moves {getattr(self, 'scope_moves', 0.0):g} more than every "
                              "sample (their sum is the share of samples replaced; at most 1): lower one of them "
                              "(the _warm variants of post, ppo, ce, pg and rl default to unit_moves 0.5)")
+        given = self.model_fields_set  # a warm default with its moves turned off is inert; one asked for is refused
+        if "unit_dont_look" in given and getattr(self, "unit_dont_look", False) and not units:
+            raise ValueError("unit_dont_look true: only with unit_moves > 0 (got 0); it says how the unit moves are drawn")
+        if ("adaptive_shares" in given and getattr(self, "adaptive_shares", False)
+                and not (units or getattr(self, "scope_moves", 0.0))):
+            raise ValueError("adaptive_shares true: only with scope_moves or unit_moves > 0 (both 0); it shares the "
+                             "samples between the policy and those moves")
         travel = getattr(self, "scope_travel", None)
         if travel is not None and not getattr(self, "scope_moves", 0):
             raise ValueError(f"scope_travel {travel:g}: only with scope_moves > 0 (got {getattr(self, 'scope_moves', 0):g}); "
@@ -173,6 +180,11 @@ class ReinforceConfig(LearnerConfig):
             device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
         unit_moves: a further share of samples that are the incumbent with one unit moved to one other
             device (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's.
+        unit_dont_look: the unit moves skip moves tried and not faster until their unit or a
+            neighbour moves (don't-look bits; as Post's, [`PostConfig`][placer.configs.PostConfig]). ``False``: uniform.
+        adaptive_shares: the shares of the policy's samples, scope moves and unit moves follow how often
+            each was faster than the incumbent (probability matching; as Post's, [`PostConfig`][placer.configs.PostConfig]).
+            ``False``: fixed.
 
     Named option for a search that stalls (in no paper; as Post's, [`PostConfig`][placer.configs.PostConfig]):
         restart_after: after this many placements without a faster one, the decoder's parameters
@@ -203,6 +215,8 @@ class ReinforceConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     unit_moves: float = Field(0.0, ge=0, le=1)
+    unit_dont_look: bool = False
+    adaptive_shares: bool = False
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -344,6 +358,21 @@ class PostConfig(LearnerConfig):
             scratch hill climber from there (2,000 placements, batches of 12, seeds 0-9, medians)
             ended at 1.485 s with one group a move, 1.545 s with two, 1.607 s with four. 0: the
             paper's. Measured in docs/results.md ("One group at a time: `unit_moves`").
+        unit_dont_look: the unit moves draw their (unit, device) among those not yet tried from the
+            point they move: a move tried and not faster is not drawn again until that unit or a
+            unit it exchanges tensors with moves (don't-look bits, J. J. Bentley, *Fast algorithms for
+            geometric traveling salesman problems*, ORSA J. Comput. 4(4), 1992, Sec. 3;
+            [`placer.features.ScopeMoves`][placer.features.ScopeMoves]); when every move is tried, every
+            one is drawable again. ``False``: each drawn uniformly. Only with ``unit_moves``.
+        adaptive_shares: the shares of the policy's samples, the scope moves and the unit moves
+            follow how often each kind of sample was faster than the incumbent, probability matching
+            (D. E. Goldberg, *Probability matching, the magnitude of reinforcement, and classifier
+            system bidding*, Machine Learning 5(4), 1990; D. Thierens, *An adaptive pursuit strategy
+            for allocating operator probabilities*, GECCO 2005, Sec. 2): each kind's rate is its
+            discounted faster samples over its discounted samples (each sample's weight decays by
+            0.999 a placement), and each kind on gets a floor of 0.05 plus the rest in proportion to
+            its rate; a kind set to 0 stays 0. Until a sample is faster the configured shares hold.
+            ``False``: ``scope_moves`` and ``unit_moves`` throughout. Only with ``scope_moves`` or ``unit_moves``.
 
     Named option for a search that stalls (in no paper):
         restart_after: after this many placements without a faster one, the policy starts again
@@ -391,6 +420,8 @@ class PostConfig(LearnerConfig):
     oom_reward: Literal["constant", "memory_scaled"] = "constant"
     scope_moves: float = Field(0.0, ge=0, le=1)
     unit_moves: float = Field(0.0, ge=0, le=1)
+    unit_dont_look: bool = False
+    adaptive_shares: bool = False
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -493,6 +524,11 @@ class HierarchicalConfig(LearnerConfig):
             device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
         unit_moves: a further share of samples that are the incumbent with one unit moved to one other
             device (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's.
+        unit_dont_look: the unit moves skip moves tried and not faster until their unit or a
+            neighbour moves (don't-look bits; as Post's, [`PostConfig`][placer.configs.PostConfig]). ``False``: uniform.
+        adaptive_shares: the shares of the policy's samples, scope moves and unit moves follow how often
+            each was faster than the incumbent (probability matching; as Post's, [`PostConfig`][placer.configs.PostConfig]).
+            ``False``: fixed.
 
     Named option for out-of-memory placements (in no paper; as the 2017 placer's, [`ReinforceConfig`][placer.configs.ReinforceConfig]):
         oom_reward: ``constant`` (the code: every OOM placement gets ``failing_time_s``) or
@@ -539,6 +575,8 @@ class HierarchicalConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     unit_moves: float = Field(0.0, ge=0, le=1)
+    unit_dont_look: bool = False
+    adaptive_shares: bool = False
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -593,6 +631,11 @@ class EagleConfig(LearnerConfig):
             device, keeping its others where they are (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: every move whole.
         unit_moves: a further share of samples that are the incumbent with one unit moved to one other
             device (as Post's, [`PostConfig`][placer.configs.PostConfig]). 0: the paper's.
+        unit_dont_look: the unit moves skip moves tried and not faster until their unit or a
+            neighbour moves (don't-look bits; as Post's, [`PostConfig`][placer.configs.PostConfig]). ``False``: uniform.
+        adaptive_shares: the shares of the policy's samples, scope moves and unit moves follow how often
+            each was faster than the incumbent (probability matching; as Post's, [`PostConfig`][placer.configs.PostConfig]).
+            ``False``: fixed.
 
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
@@ -643,6 +686,8 @@ class EagleConfig(LearnerConfig):
     init: WarmInit = "uniform"
     scope_moves: float = Field(0.0, ge=0, le=1)
     unit_moves: float = Field(0.0, ge=0, le=1)
+    unit_dont_look: bool = False
+    adaptive_shares: bool = False
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -786,13 +831,34 @@ attention_size=16``): nmt 1.522 s against 1.555 s at seeds 0-2, but 1.526 s agai
 it on nmt (seeds 0-2), so theirs stays 0."""
 
 
+WARM_ADAPTIVE_SHARES = True
+"""The ``adaptive_shares`` of the warm-started softmax learners and the 2017 placer (the same five as
+[`WARM_UNIT_MOVES`][placer.configs.WARM_UNIT_MOVES]): after the layer descent, the shares of the policy's
+samples, the scope moves and the unit moves follow how often each is faster than the incumbent.
+On nmt ``k80x4`` after the descent, 18-29 of the 21-33 new incumbents of a ``pg_warm`` or ``ppo_warm`` run
+(seeds 0-2) came from unit moves, and the policy's ~600 samples and the ~480 scope moves gave 0-9 and 0-3.
+With both, the four softmax learners' nmt medians went from 1.513-1.527 s to 1.436-1.439 s (seeds 0-9), and
+on the other graphs from 0.6% slower to 1.0% faster (seeds 0-2); either alone did little.
+Measured with [`WARM_UNIT_DONT_LOOK`][placer.configs.WARM_UNIT_DONT_LOOK] in docs/results.md ("Shares that follow
+what pays, and don't-look bits")."""
+
+WARM_UNIT_DONT_LOOK = True
+"""The ``unit_dont_look`` of the same five warm-started variants: a unit move tried from a placement and
+not faster is not drawn again until its unit or a neighbour moves. A scratch hill climber of one-group
+moves from nmt's layer-level optimum (2,000 placements) ended at a median of 1.435 s with it against
+1.461 s without (seeds 40-99), 1.436 against 1.474 s with a scope move at 0.1 (seeds 0-39).
+docs/results.md ("Shares that follow what pays, and don't-look bits")."""
+
+
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
     [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
     [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE], the Hierarchical Planner's
     [`WARM_SCOPE_MOVES_HIERARCHICAL`][placer.configs.WARM_SCOPE_MOVES_HIERARCHICAL]) and ``restart_after``
     [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER], and for the softmax learners and the 2017 placer ``layer_descent``
-    [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT] and ``unit_moves`` [`WARM_UNIT_MOVES`][placer.configs.WARM_UNIT_MOVES]: the config of the warm-started variant of a learner (``rl_warm``...;
+    [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT], ``unit_moves`` [`WARM_UNIT_MOVES`][placer.configs.WARM_UNIT_MOVES],
+    ``adaptive_shares`` [`WARM_ADAPTIVE_SHARES`][placer.configs.WARM_ADAPTIVE_SHARES] and ``unit_dont_look``
+    [`WARM_UNIT_DONT_LOOK`][placer.configs.WARM_UNIT_DONT_LOOK]: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
     its own ``patience`` and has none of the others."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
@@ -805,16 +871,19 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
             info = config.model_fields[field]
             fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
     if issubclass(config, (PostConfig, ReinforceConfig)):
-        for field, default in (("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES)):
+        for field, default in (("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES),
+                               ("adaptive_shares", WARM_ADAPTIVE_SHARES), ("unit_dont_look", WARM_UNIT_DONT_LOOK)):
             info = config.model_fields[field]
-            fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
+            fields[field] = (Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation, default)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
                                 f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
                                 f"(``restart_after={WARM_RESTART_AFTER}``)"
                                 + (f", after a descent over whole layers (``layer_descent={WARM_LAYER_DESCENT:g}``)"
-                                   f" and with one-group moves (``unit_moves={WARM_UNIT_MOVES:g}``)"
+                                   f" and with one-group moves (``unit_moves={WARM_UNIT_MOVES:g}``, drawn among those"
+                                   " not tried, ``unit_dont_look``), in shares that follow what is faster"
+                                   " (``adaptive_shares``)"
                                    if "layer_descent" in fields else "")
                                 + ": the warm-started variant (placer.warm; no paper does this).", **fields)
 

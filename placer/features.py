@@ -315,6 +315,22 @@ def static_memory_load(env: Environment) -> Callable[[np.ndarray], np.ndarray]:
     return load
 
 
+def unit_neighbours(env: Environment) -> list[np.ndarray]:
+    """The units each unit of ``env``'s grouping exchanges a tensor or a control edge with, ``[U]`` int64
+    arrays (sorted, without the unit itself): the neighbourhoods of the named option ``unit_dont_look``
+    ([`ScopeMoves`][placer.features.ScopeMoves])."""
+    group = np.asarray(env.grouping.op_group, dtype=np.int64)
+    num_units = env.grouping.num_groups
+    if not env.graph.edges:
+        return [np.zeros(0, dtype=np.int64) for _ in range(num_units)]
+    src = group[np.array([e.src for e in env.graph.edges], dtype=np.int64)]
+    dst = group[np.array([e.dst for e in env.graph.edges], dtype=np.int64)]
+    cut = src != dst
+    pairs = np.unique(np.concatenate([np.stack([src[cut], dst[cut]], 1), np.stack([dst[cut], src[cut]], 1)]), axis=0)
+    starts = np.searchsorted(pairs[:, 0], np.arange(num_units + 1))
+    return [pairs[starts[u]:starts[u + 1], 1].copy() for u in range(num_units)]
+
+
 def scopes_by_depth(names: list[str]) -> dict[int, list[np.ndarray]]:
     """The name scopes of several groups ([`compgraph.grouping.name_scopes`][compgraph.grouping.name_scopes]) by depth:
     ``{depth: [int64 [n] group indices]}`` (empty when no name has a scope)."""
@@ -541,6 +557,21 @@ class ScopeMoves:
             Sec. 4.1.1) beside the scope moves. For each replaced sample a draw before the scope
             move's makes it a unit move with probability ``units / (share + units)``; with no scopes,
             every one. A unit move enters the walk as a scope move does. None on one device.
+        neighbours: the named option ``unit_dont_look`` (in no paper; ``None``: off): ``[U]`` arrays, the
+            units each unit exchanges tensors with. A unit move is then drawn uniformly among the
+            (unit, device) pairs not tried from its base: one handed out is tried until its batch
+            is kept, and stays tried unless it was faster than the incumbent; when the base moves
+            (a new incumbent, a walk's step), the pairs of each unit that moved and of its
+            neighbours are untried again (don't-look bits, Bentley 1992, Sec. 3); with every pair
+            tried, all are untried. One draw a unit move instead of two.
+        adaptive: the named option ``adaptive_shares`` (in no paper; ``False``: off): after the
+            descent, the shares of the policy's samples, the scope moves and the unit moves (at the
+            start ``1 - share - units``, ``share``, ``units``) follow their rates of samples faster
+            than the incumbent at their batch, probability matching (Goldberg 1990; Thierens 2005,
+            Sec. 2): each rate is discounted faster samples over discounted samples (every weight
+            times ``ADAPTIVE_DECAY`` a placement), and each kind on gets ``ADAPTIVE_FLOOR`` plus the
+            rest in proportion to its rate. A kind at 0 stays 0; until some sample is faster the
+            shares stay as given.
 
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
@@ -551,11 +582,20 @@ class ScopeMoves:
         walked: with ``travel``: the batches after which the walk stood on another placement, not a
             new incumbent.
         descent: the [`LayerDescent`][placer.features.LayerDescent] with ``descent`` > 0 and layer scopes, else ``None``.
+        shares: the shares now, ``[3]``: the policy's samples, the scope moves, the unit moves
+            (``adaptive``: they change; else fixed).
     """
+
+    ADAPTIVE_FLOOR = 0.05
+    """``adaptive``: the least share of each kind of sample that is on (Thierens 2005's ``P_min``)."""
+    ADAPTIVE_DECAY = 0.999
+    """``adaptive``: the weight of a sample's outcome in its kind's rate is multiplied by this for each
+    placement measured after it (a memory of about 1,000 placements)."""
 
     def __init__(self, names: list[str], share: float, num_devices: int, rng: np.random.Generator,
                  owns_rng: bool = True, travel: float | None = None, majority: float = 0.0, descent: int = 0,
-                 descent_devices: list[int] | None = None, units: float = 0.0) -> None:
+                 descent_devices: list[int] | None = None, units: float = 0.0,
+                 neighbours: list[np.ndarray] | None = None, adaptive: bool = False) -> None:
         self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
         self.units = float(units) if num_devices > 1 else 0.0  # one device: a unit has nowhere to go
         self.num_units = len(names)
@@ -576,6 +616,16 @@ class ScopeMoves:
         self.current_time = float("inf")
         self.walked = 0  # travel: moves the walk accepted that were not a new incumbent
         self._pending: set[bytes] = set()  # travel: the moved placements handed out since the last keep
+        self.shares = np.array([1.0 - self.share - self.units, self.share, self.units])
+        self.adaptive = bool(adaptive) and bool(self.share or self.units)
+        self._faster = np.zeros(3)  # adaptive: discounted samples faster than the incumbent, per kind
+        self._tried = np.zeros(3)  # adaptive: discounted samples, per kind
+        self._kinds: dict[bytes, int] = {}  # adaptive: moved placements handed out since the last keep -> kind
+        self._counting = False  # adaptive: the batch being drawn is not the descent's
+        self.neighbours = neighbours if self.units else None
+        self._untried: np.ndarray | None = None  # dont-look: [U, D] pairs drawable from _dl_base
+        self._dl_base: np.ndarray | None = None
+        self._dl_moves: dict[bytes, tuple[int, int]] = {}  # dont-look: handed out since the last keep
 
     @classmethod
     def of_learner(cls, env: Environment, config, rng: np.random.Generator, owns_rng: bool = True) -> ScopeMoves:
@@ -584,6 +634,9 @@ class ScopeMoves:
         the descent moves layers to the cluster's GPUs (every device without one)."""
         return cls(list(env.grouping.names), config.scope_moves, len(env.spec.devices), rng, owns_rng=owns_rng,
                    travel=config.scope_travel, majority=config.scope_majority, units=getattr(config, "unit_moves", 0.0),
+                   neighbours=(unit_neighbours(env) if getattr(config, "unit_dont_look", False)
+                               and getattr(config, "unit_moves", 0.0) else None),
+                   adaptive=getattr(config, "adaptive_shares", False),
                    descent=round(config.layer_descent * config.budget),
                    descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
 
@@ -597,11 +650,13 @@ class ScopeMoves:
         layer descent runs ([`descending`][placer.features.ScopeMoves.descending]): the first rows, as many as it
         takes ([`LayerDescent.rows`][placer.features.LayerDescent.rows]; nothing drawn)."""
         if self.descending():
+            self._counting = False
             return np.arange(self.descent.rows(k, self.incumbent, self.incumbent_time),  # type: ignore[union-attr,arg-type]
                              dtype=np.int64)
         if not self.share and not self.units:
             return np.zeros(0, dtype=np.int64)
-        return np.flatnonzero(self.rng.random(k) < self.share + self.units)
+        self._counting = self.adaptive
+        return np.flatnonzero(self.rng.random(k) < self.shares[1] + self.shares[2])
 
     def incumbent_rows(self, k: int) -> np.ndarray:
         """[`rows`][placer.features.ScopeMoves.rows] once there is an incumbent; before, none (and nothing drawn)."""
@@ -617,12 +672,22 @@ class ScopeMoves:
         if base is None:
             base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
         p = np.array(base, dtype=np.int64)
-        if self.units and (not self.share or self.rng.random() * (self.share + self.units) < self.units):
-            unit = int(self.rng.integers(self.num_units))  # unit_moves: one unit to one other device
-            device = int(self.rng.integers(self.num_devices - 1))
-            p[unit] = device + (device >= p[unit])
+        scope, units = self.shares[1], self.shares[2]
+        kind = 2
+        if units and (not scope or self.rng.random() * (scope + units) < units):
+            if self.neighbours is not None:  # unit_dont_look: a pair not tried from this base
+                unit, device = self._untried_move(p)
+                p[unit] = device
+                self._dl_moves[p.tobytes()] = (unit, device)
+            else:  # unit_moves: one unit to one other device
+                unit = int(self.rng.integers(self.num_units))
+                device = int(self.rng.integers(self.num_devices - 1))
+                p[unit] = device + (device >= p[unit])
         else:
             move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
+            kind = 1
+        if self._counting:
+            self._kinds[p.tobytes()] = kind
         if self.travel is not None:
             self._pending.add(p.tobytes())
         return p
@@ -635,6 +700,8 @@ class ScopeMoves:
         the incumbent's time. The layer descent ([`LayerDescent.keep`][placer.features.LayerDescent.keep]) sees the batch first."""
         if self.descent is not None:
             self.descent.keep(placements, times_s)
+        if self._counting or self._dl_moves:
+            self._learn_kinds(placements, times_s)
         if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
             i = int(np.argmin(times_s))
             self.incumbent_time, self.incumbent = float(times_s[i]), np.asarray(placements[i], dtype=np.int64).copy()
@@ -653,6 +720,56 @@ class ScopeMoves:
                 self.current, self.current_time = step
         self._pending.clear()
 
+    def _untried_move(self, base: np.ndarray) -> tuple[int, int]:
+        """``unit_dont_look``: a (unit, device) pair not tried from ``base``, uniformly (one draw), and
+        marked tried; first the pairs of the units that moved since the last base, and of their
+        neighbours, are untried again."""
+        if self._untried is None or self._dl_base is None:
+            self._untried = np.ones((self.num_units, self.num_devices), dtype=bool)
+        else:
+            moved = np.flatnonzero(self._dl_base != base)
+            if len(moved):
+                self._untried[moved] = True
+                for u in moved.tolist():
+                    self._untried[self.neighbours[u]] = True  # type: ignore[index]
+        self._dl_base = base.copy()
+        free = self._untried.copy()
+        free[np.arange(self.num_units), base] = False
+        pairs = np.flatnonzero(free.ravel())
+        if not len(pairs):  # every move tried from here: all drawable again
+            self._untried[:] = True
+            free = self._untried.copy()
+            free[np.arange(self.num_units), base] = False
+            pairs = np.flatnonzero(free.ravel())
+        unit, device = divmod(int(pairs[int(self.rng.integers(len(pairs)))]), self.num_devices)
+        self._untried[unit, device] = False
+        return unit, device
+
+    def _learn_kinds(self, placements: np.ndarray, times_s: np.ndarray) -> None:
+        """Before the incumbent moves: ``adaptive``, each sample's kind (a handed-out move's, else the
+        policy's) counts as faster or not than the incumbent, and the shares follow; ``unit_dont_look``,
+        a unit move faster than the incumbent is drawable again."""
+        faster = np.asarray(times_s, dtype=np.float64) < self.incumbent_time
+        if self._dl_moves and self._untried is not None:
+            for row, fast in zip(placements, faster.tolist()):
+                pair = self._dl_moves.get(np.asarray(row, dtype=np.int64).tobytes()) if fast else None
+                if pair is not None:
+                    self._untried[pair] = True
+        self._dl_moves.clear()
+        if not self._counting:
+            return
+        kinds = np.array([self._kinds.get(np.asarray(row, dtype=np.int64).tobytes(), 0) for row in placements])
+        self._kinds.clear()
+        decay = self.ADAPTIVE_DECAY ** len(kinds)
+        self._faster *= decay
+        self._tried *= decay
+        np.add.at(self._faster, kinds, faster.astype(np.float64))
+        np.add.at(self._tried, kinds, 1.0)
+        on = np.array([True, self.share > 0, self.units > 0])
+        rates = np.where(on & (self._tried > 0), self._faster / np.maximum(self._tried, 1e-12), 0.0)
+        if rates.sum() > 0:
+            self.shares = np.where(on, self.ADAPTIVE_FLOOR + (1.0 - self.ADAPTIVE_FLOOR * on.sum()) * rates / rates.sum(), 0.0)
+
     def observe_start(self, start: np.ndarray | None, step_time_s: float | None) -> None:
         """The start is the first incumbent when it ran ([`placer.learner.Learner.observe_start`][placer.learner.Learner.observe_start])."""
         if start is not None and step_time_s is not None:
@@ -660,8 +777,10 @@ class ScopeMoves:
 
     def state_dict(self) -> dict:
         """``incumbent`` (a tensor, empty for none), ``incumbent_time``, the generator's state when owned,
-        with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``, and with the
-        layer descent its state ([`LayerDescent.state_dict`][placer.features.LayerDescent.state_dict])."""
+        with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``, with
+        ``adaptive`` the ``shares`` and their counts (``shares_faster``, ``shares_tried``), with
+        ``neighbours`` the moves still drawable (``dont_look_untried``, ``[U, D]``) and their base
+        (``dont_look_base``), and with the layer descent its state ([`LayerDescent.state_dict`][placer.features.LayerDescent.state_dict])."""
         import json
 
         import torch
@@ -674,6 +793,12 @@ class ScopeMoves:
                          walk=torch.from_numpy(self.current if self.current is not None else np.zeros(0, dtype=np.int64)))
         if self.descent is not None:
             state.update(self.descent.state_dict())
+        if self.adaptive:
+            state.update(shares=torch.from_numpy(self.shares.copy()), shares_faster=torch.from_numpy(self._faster.copy()),
+                         shares_tried=torch.from_numpy(self._tried.copy()))
+        if self.neighbours is not None and self._untried is not None and self._dl_base is not None:
+            state.update(dont_look_untried=torch.from_numpy(self._untried.copy()),
+                         dont_look_base=torch.from_numpy(self._dl_base.copy()))
         if self.owns_rng:
             state["scope_rng"] = json.dumps(self.rng.bit_generator.state)
         return state
@@ -693,6 +818,13 @@ class ScopeMoves:
         self.walked = int(state.get("walk_accepted", 0))
         if self.descent is not None:
             self.descent.load_state_dict(state)
+        if self.adaptive and "shares" in state:
+            self.shares = state["shares"].numpy().astype(np.float64).copy()
+            self._faster = state["shares_faster"].numpy().astype(np.float64).copy()
+            self._tried = state["shares_tried"].numpy().astype(np.float64).copy()
+        if self.neighbours is not None and "dont_look_untried" in state:
+            self._untried = state["dont_look_untried"].numpy().astype(bool).copy()
+            self._dl_base = state["dont_look_base"].numpy().astype(np.int64).copy()
 
 
 def initial_state(module) -> dict:

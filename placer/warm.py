@@ -45,8 +45,9 @@ The warm-started variants (``<learner>_warm``; [`placer.configs.warm_config`][pl
 the graph (``moves_per_sample`` 4) and, but ``local_search_warm``, move name scopes of the incumbent
 (``scope_moves`` 0.25; EAGLE's two 0.5, the Hierarchical Planner's 0.9) and restart on it when they stall (``restart_after`` 48:
 [`placer.features.Restarts`][placer.features.Restarts]); the softmax learners' and the 2017 placer's first descend over whole
-layers (``layer_descent`` 0.125) and move single groups of the incumbent too (``unit_moves`` 0.5). Each is a named
-option of the learner, off in its faithful form.
+layers (``layer_descent`` 0.125) and move single groups of the incumbent too (``unit_moves`` 0.5), drawn among
+the moves not yet tried (``unit_dont_look``), in shares of policy samples, scope and unit moves that follow which
+kind is faster (``adaptive_shares``). Each is a named option of the learner, off in its faithful form.
 
 This module is torch-free (the configs and the CLI read it).
 """

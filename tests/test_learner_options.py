@@ -814,6 +814,10 @@ def test_the_warm_softmax_learners_and_rl_move_single_units_by_default_and_no_ot
         if "unit_moves" in config.model_fields:
             assert config().unit_moves == (WARM_UNIT_MOVES if name in warm else 0.0), name
     assert warm <= {n for n, c in CONFIGS.items() if "unit_moves" in c.model_fields}
+    for name, config in CONFIGS.items():  # and draw them among those not tried, in shares that follow what pays
+        if "adaptive_shares" in config.model_fields:
+            assert config().adaptive_shares == config().unit_dont_look == (name in warm), name
+    assert CONFIGS["post_warm"](unit_moves=0).unit_dont_look  # the default with unit moves off: inert, not refused
     with pytest.raises(ValueError, match=r"unit_moves 0.5: with scope_moves 0.6 .*lower one"):
         CONFIGS["rl_warm"](scope_moves=0.6)
     assert CONFIGS["rl_warm"](scope_moves=0.6, unit_moves=0.4).scope_moves == 0.6
@@ -833,3 +837,161 @@ def test_a_unit_move_lands_on_every_other_device_and_never_outside_them():
         (u,) = np.flatnonzero(p != base)
         seen[int(u)].add(int(p[u]))
     assert all(seen[u] == set(range(4)) - {int(base[u])} for u in range(3)), seen
+
+
+def _chain(n: int) -> list[np.ndarray]:
+    """The neighbours of a chain of ``n`` units: unit ``i`` exchanges tensors with ``i - 1`` and ``i + 1``."""
+    return [np.array([j for j in (i - 1, i + 1) if 0 <= j < n], dtype=np.int64) for i in range(n)]
+
+
+def test_unit_dont_look_draws_each_untried_move_once_until_a_neighbour_moves():
+    """``unit_dont_look``: from one base every (unit, device) move is drawn once before any again; a
+    move faster than the incumbent stays drawable; a new incumbent makes the moves of the units that
+    moved and of their neighbours drawable again, and no other."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/op_{i}" for i in range(6)]
+    base = np.zeros(6, dtype=np.int64)
+    moves = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, neighbours=_chain(6))
+    moves.keep(base[None], np.array([1.0]))
+    drawn = []
+    for _ in range(4):  # four batches of three, every one slower than the incumbent
+        batch = np.stack([moves.moved() for _ in range(3)])
+        drawn += [(int(u), int(p[u])) for p in batch for u in np.flatnonzero(p != base)]
+        moves.keep(batch, np.full(3, 2.0))
+    assert sorted(drawn) == [(u, d) for u in range(6) for d in (1, 2)]  # all 12, none twice
+    again = moves.moved()  # every move tried: all drawable again
+    assert (again != base).sum() == 1
+    moves.keep(again[None], np.array([2.0]))
+
+    fresh = ScopeMoves(names, 0.0, 3, np.random.default_rng(1), units=1.0, neighbours=_chain(6))
+    fresh.keep(base[None], np.array([1.0]))
+    tried = [fresh.moved() for _ in range(12)]
+    fast = tried[0]
+    fresh.keep(np.stack(tried), np.array([0.9] + [2.0] * 11))  # the first faster: the new incumbent
+    (unit,) = np.flatnonzero(fast != base)
+    near = {int(unit), *(int(j) for j in _chain(6)[unit])}
+    units = set()
+    for _ in range(2 * len(near)):  # drawable now: the two moves of each unit near the moved one, no other
+        p = fresh.moved()
+        (u,) = np.flatnonzero(p != fast)
+        units.add(int(u))
+    assert units == near, (units, near)
+
+    kept = ScopeMoves(names, 0.0, 3, np.random.default_rng(2), units=1.0, neighbours=_chain(6))
+    kept.keep(base[None], np.array([1.0]))
+    batch = np.stack([kept.moved() for _ in range(2)])
+    kept.keep(batch, np.array([0.8, 0.9]))  # the second was faster too but not taken: drawable again
+    second = (int(np.flatnonzero(batch[1] != base)[0]), int(batch[1][batch[1] != base][0]))
+    assert kept._untried is not None and kept._untried[second]
+    with pytest.raises(ValueError, match="unit_dont_look true: only with unit_moves"):
+        LEARNERS["post"].Config(unit_dont_look=True)
+
+
+def test_unit_neighbours_are_the_units_an_edge_joins_on_a_real_graph(rnnlm_small, k80x2):
+    """``unit_neighbours`` of the small RNNLM: symmetric, never the unit itself, and every edge between
+    two groups makes them neighbours."""
+    from cluster.factory import make_environment
+    from placer.features import unit_neighbours
+
+    env = make_environment("sim", rnnlm_small, k80x2)
+    nbrs = unit_neighbours(env)
+    group = env.grouping.op_group
+    assert len(nbrs) == env.grouping.num_groups
+    pairs = {(int(group[e.src]), int(group[e.dst])) for e in env.graph.edges if group[e.src] != group[e.dst]}
+    assert pairs and all(b in nbrs[a] and a in nbrs[b] for a, b in pairs)
+    assert all(u not in n for u, n in enumerate(nbrs))
+    assert sum(len(n) for n in nbrs) == len(pairs | {(b, a) for a, b in pairs})
+
+
+def test_adaptive_shares_follow_the_kind_of_sample_that_is_faster():
+    """``adaptive_shares``: the shares start as given and hold until a sample is faster; then the kind
+    whose samples are faster gets most of them, each other kind on keeps the floor, and a kind at 0
+    stays 0. Off, the shares never change."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/layer_{i // 4}/op_{i % 4}" for i in range(16)]
+    base = np.ones(16, dtype=np.int64)
+    moves = ScopeMoves(names, 0.25, 3, np.random.default_rng(0), units=0.5, adaptive=True)
+    moves.keep(base[None], np.array([10.0]))
+    assert np.allclose(moves.shares, [0.25, 0.25, 0.5])
+    t = 10.0
+    for _ in range(60):
+        rows = moves.rows(12)
+        batch = np.repeat(moves.incumbent[None], 12, axis=0)  # the policy's samples: the incumbent again
+        kinds = np.zeros(12, dtype=int)
+        for r in rows:
+            batch[r] = moves.moved()
+            kinds[r] = moves._kinds[batch[r].tobytes()]  # 1: a scope move, 2: a unit move, as handed out
+        times = np.full(12, t + 1.0)
+        unit_rows = np.flatnonzero(kinds == 2)
+        if len(unit_rows):  # only the unit moves are ever faster
+            t -= 0.01
+            times[unit_rows[0]] = t
+        moves.keep(batch, times)
+    floor = ScopeMoves.ADAPTIVE_FLOOR
+    assert moves.shares[2] > 0.8 and np.allclose(moves.shares[:2], floor) and np.isclose(moves.shares.sum(), 1.0)
+
+    no_scope = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=0.5, adaptive=True)
+    no_scope.keep(base[None], np.array([10.0]))
+    no_scope.rows(12)
+    policy = base.copy()
+    policy[0] = 2  # a policy sample (not handed out by moved) that is faster
+    no_scope.keep(np.stack([policy, no_scope.moved()]), np.array([9.0, 11.0]))
+    assert no_scope.shares[1] == 0.0 and no_scope.shares[0] > no_scope.shares[2] >= floor
+
+    fixed = ScopeMoves(names, 0.25, 3, np.random.default_rng(0), units=0.5)
+    fixed.keep(base[None], np.array([10.0]))
+    fixed.rows(12)
+    fixed.keep(np.stack([fixed.moved()]), np.array([1.0]))
+    assert np.allclose(fixed.shares, [0.25, 0.25, 0.5])
+    with pytest.raises(ValueError, match="adaptive_shares true: only with scope_moves or unit_moves"):
+        LEARNERS["rl"].Config(adaptive_shares=True)
+
+
+@pytest.mark.parametrize("name", ["post", "rl", "hierarchical", "eagle"])
+def test_every_learner_adapts_its_shares_and_skips_tried_unit_moves(name, rnnlm_small, k80x2):
+    """``adaptive_shares`` and ``unit_dont_look`` in every learner with scope moves: a search of 96
+    placements ends no slower than its start, its shares moved off the configured ones once a
+    sample was faster, and no unit move was handed out twice from one base while untried ones were
+    left."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import colocation_grouping
+
+    cls = LEARNERS[name]
+    grouping = colocation_grouping(rnnlm_small.graph) if cls.units == "colocation" else None
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle") else {}
+    learner = cls(env, cls.Config(seed=0, budget=96, init="single_gpu", moves_per_sample=4, scope_moves=0.25,
+                                  unit_moves=0.5, adaptive_shares=True, unit_dont_look=True, **small))
+    r = run_search(learner, env)
+    assert r.best_step_time_s <= r.step_times[0]
+    scope = learner.scope
+    assert scope.adaptive and scope.neighbours is not None
+    assert not np.allclose(scope.shares, [0.25, 0.25, 0.5]) and np.isclose(scope.shares.sum(), 1.0)
+    assert scope._untried is not None and not scope._untried.all()
+
+
+def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(rnnlm_small, k80x2, tmp_path):
+    """Interrupted and resumed from its log and checkpoint, a search with ``adaptive_shares`` and
+    ``unit_dont_look`` gives the same placements as the uninterrupted one."""
+    from cluster.factory import make_environment
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_learners import Interrupt, StopAfter, _strip
+
+    def make():
+        env = make_environment("sim", rnnlm_small, k80x2)
+        cls = LEARNERS["post"]
+        return cls(env, cls.Config(seed=3, init="single_gpu", moves_per_sample=4, scope_moves=0.25, unit_moves=0.5,
+                                   adaptive_shares=True, unit_dont_look=True, budget=96)), env
+
+    learner, env = make()
+    whole = run_search(learner, env)
+    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
+    learner, env = make()
+    with pytest.raises(Interrupt):
+        run_search(learner, StopAfter(env, 49), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
+    learner, env = make()
+    resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
+    assert _strip(resumed) == _strip(whole)
