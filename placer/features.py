@@ -655,7 +655,7 @@ class ScopeMoves:
                              dtype=np.int64)
         if not self.share and not self.units:
             return np.zeros(0, dtype=np.int64)
-        self._counting = self.adaptive
+        self._counting = self.adaptive and self.incumbent is not None  # nothing to be faster than: no count
         return np.flatnonzero(self.rng.random(k) < self.shares[1] + self.shares[2])
 
     def incumbent_rows(self, k: int) -> np.ndarray:
@@ -756,16 +756,18 @@ class ScopeMoves:
                 if pair is not None:
                     self._untried[pair] = True
         self._dl_moves.clear()
-        if not self._counting:
+        if not self._counting or not np.isfinite(self.incumbent_time):
+            self._kinds.clear()
             return
-        kinds = np.array([self._kinds.get(np.asarray(row, dtype=np.int64).tobytes(), 0) for row in placements])
+        kinds = np.array([self._kinds.get(np.asarray(row, dtype=np.int64).tobytes(), 0) for row in placements],
+                         dtype=np.int64)
         self._kinds.clear()
         decay = self.ADAPTIVE_DECAY ** len(kinds)
         self._faster *= decay
         self._tried *= decay
         np.add.at(self._faster, kinds, faster.astype(np.float64))
         np.add.at(self._tried, kinds, 1.0)
-        on = np.array([True, self.share > 0, self.units > 0])
+        on = np.array([1.0 - self.share - self.units > 1e-9, self.share > 0, self.units > 0])  # a kind at 0 stays 0
         rates = np.where(on & (self._tried > 0), self._faster / np.maximum(self._tried, 1e-12), 0.0)
         if rates.sum() > 0:
             self.shares = np.where(on, self.ADAPTIVE_FLOOR + (1.0 - self.ADAPTIVE_FLOOR * on.sum()) * rates / rates.sum(), 0.0)

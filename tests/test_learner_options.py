@@ -940,6 +940,20 @@ def test_adaptive_shares_follow_the_kind_of_sample_that_is_faster():
     no_scope.keep(np.stack([policy, no_scope.moved()]), np.array([9.0, 11.0]))
     assert no_scope.shares[1] == 0.0 and no_scope.shares[0] > no_scope.shares[2] >= floor
 
+    no_policy = ScopeMoves(names, 0.5, 3, np.random.default_rng(0), units=0.5, adaptive=True)  # the policy at 0
+    no_policy.keep(base[None], np.array([10.0]))
+    no_policy.rows(12)
+    no_policy.keep(np.stack([no_policy.moved(), no_policy.moved()]), np.array([9.0, 11.0]))
+    assert no_policy.shares[0] == 0.0 and np.isclose(no_policy.shares.sum(), 1.0) and min(no_policy.shares[1:]) >= floor
+
+    blind = ScopeMoves(names, 0.25, 3, np.random.default_rng(0), units=0.5, adaptive=True)
+    blind.rows(12)  # no incumbent yet (an OOM start, or Ray): every sample is "faster" than inf, none counts
+    blind.keep(np.stack([base, base + 1]), np.array([9.0, 8.0]))
+    assert np.allclose(blind.shares, [0.25, 0.25, 0.5]) and not blind._tried.any()
+    blind.rows(12)
+    blind.keep(np.zeros((0, 16), dtype=np.int64), np.zeros(0))  # an empty batch: nothing counted, no error
+    assert np.allclose(blind.shares, [0.25, 0.25, 0.5])
+
     fixed = ScopeMoves(names, 0.25, 3, np.random.default_rng(0), units=0.5)
     fixed.keep(base[None], np.array([10.0]))
     fixed.rows(12)
@@ -964,17 +978,29 @@ def test_every_learner_adapts_its_shares_and_skips_tried_unit_moves(name, rnnlm_
     small = {"hidden_size": 16} if name in ("rl", "hierarchical", "eagle") else {}
     learner = cls(env, cls.Config(seed=0, budget=96, init="single_gpu", moves_per_sample=4, scope_moves=0.25,
                                   unit_moves=0.5, adaptive_shares=True, unit_dont_look=True, **small))
-    r = run_search(learner, env)
-    assert r.best_step_time_s <= r.step_times[0]
     scope = learner.scope
+    drawn: list[tuple[bytes, int, int]] = []
+    draw = scope._untried_move
+
+    def recorded(base):
+        unit, device = draw(base)
+        drawn.append((base.tobytes(), unit, device))
+        return unit, device
+
+    scope._untried_move = recorded
+    r = run_search(learner, env)
+    assert r.best_step_time_s < r.step_times[0]  # it improved on the single-GPU start
+    assert len(drawn) > 10 and len(set(drawn)) == len(drawn)  # no move drawn twice from one base
     assert scope.adaptive and scope.neighbours is not None
     assert not np.allclose(scope.shares, [0.25, 0.25, 0.5]) and np.isclose(scope.shares.sum(), 1.0)
     assert scope._untried is not None and not scope._untried.all()
 
 
-def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(rnnlm_small, k80x2, tmp_path):
+@pytest.mark.parametrize("name", ["post", "rl"])
+def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(name, rnnlm_small, k80x2, tmp_path):
     """Interrupted and resumed from its log and checkpoint, a search with ``adaptive_shares`` and
-    ``unit_dont_look`` gives the same placements as the uninterrupted one."""
+    ``unit_dont_look`` gives the same placements as the uninterrupted one: Post (the moves draw from
+    its own generator) and the 2017 placer (the moves' own generator, saved as ``scope_rng``)."""
     from cluster.factory import make_environment
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -982,9 +1008,10 @@ def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(
 
     def make():
         env = make_environment("sim", rnnlm_small, k80x2)
-        cls = LEARNERS["post"]
+        cls = LEARNERS[name]
+        small = {"hidden_size": 16} if name == "rl" else {}
         return cls(env, cls.Config(seed=3, init="single_gpu", moves_per_sample=4, scope_moves=0.25, unit_moves=0.5,
-                                   adaptive_shares=True, unit_dont_look=True, budget=96)), env
+                                   adaptive_shares=True, unit_dont_look=True, budget=96, **small)), env
 
     learner, env = make()
     whole = run_search(learner, env)
