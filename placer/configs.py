@@ -865,16 +865,16 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
     scope_moves = (WARM_SCOPE_MOVES_EAGLE if issubclass(config, EagleConfig) else
                    WARM_SCOPE_MOVES_HIERARCHICAL if issubclass(config, HierarchicalConfig) else WARM_SCOPE_MOVES)
-    if config is not LocalSearchConfig:  # each field as the learner's (its bounds), with the warm default
-        for field, default in (("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", scope_moves),
-                               ("restart_after", WARM_RESTART_AFTER)):
-            info = config.model_fields[field]
-            fields[field] = (Annotated[(info.annotation, *info.metadata)], default)
+    defaults: list[tuple[str, Any]] = []
+    if config is not LocalSearchConfig:
+        defaults += [("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", scope_moves),
+                     ("restart_after", WARM_RESTART_AFTER)]
     if issubclass(config, (PostConfig, ReinforceConfig)):
-        for field, default in (("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES),
-                               ("adaptive_shares", WARM_ADAPTIVE_SHARES), ("unit_dont_look", WARM_UNIT_DONT_LOOK)):
-            info = config.model_fields[field]
-            fields[field] = (Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation, default)
+        defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES),
+                     ("adaptive_shares", WARM_ADAPTIVE_SHARES), ("unit_dont_look", WARM_UNIT_DONT_LOOK)]
+    for field, default in defaults:  # each field as the learner's (its bounds), with the warm default
+        info = config.model_fields[field]
+        fields[field] = (Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation, default)
     return create_model(name, __base__=config, __module__=__name__,  # type: ignore[call-overload]
                         __doc__=f"{config.__name__} with ``init='best_baseline'``, a start scaled to the graph "
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "

@@ -678,7 +678,6 @@ class ScopeMoves:
             if self.neighbours is not None:  # unit_dont_look: a pair not tried from this base
                 unit, device = self._untried_move(p)
                 p[unit] = device
-                self._dl_moves[p.tobytes()] = (unit, device)
             else:  # unit_moves: one unit to one other device
                 unit = int(self.rng.integers(self.num_units))
                 device = int(self.rng.integers(self.num_devices - 1))
@@ -686,10 +685,13 @@ class ScopeMoves:
         else:
             move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
             kind = 1
+        key = p.tobytes()
+        if kind == 2 and self.neighbours is not None:
+            self._dl_moves[key] = (unit, device)
         if self._counting:
-            self._kinds[p.tobytes()] = kind
+            self._kinds[key] = kind
         if self.travel is not None:
-            self._pending.add(p.tobytes())
+            self._pending.add(key)
         return p
 
     def keep(self, placements: np.ndarray, times_s: np.ndarray) -> None:
@@ -733,14 +735,11 @@ class ScopeMoves:
                 for u in moved.tolist():
                     self._untried[self.neighbours[u]] = True  # type: ignore[index]
         self._dl_base = base.copy()
-        free = self._untried.copy()
-        free[np.arange(self.num_units), base] = False
-        pairs = np.flatnonzero(free.ravel())
-        if not len(pairs):  # every move tried from here: all drawable again
+        other = np.ones_like(self._untried)
+        other[np.arange(self.num_units), base] = False  # a unit's own device is no move
+        if not (self._untried & other).any():  # every move tried from here: all drawable again
             self._untried[:] = True
-            free = self._untried.copy()
-            free[np.arange(self.num_units), base] = False
-            pairs = np.flatnonzero(free.ravel())
+        pairs = np.flatnonzero((self._untried & other).ravel())
         unit, device = divmod(int(pairs[int(self.rng.integers(len(pairs)))]), self.num_devices)
         self._untried[unit, device] = False
         return unit, device
@@ -750,17 +749,17 @@ class ScopeMoves:
         policy's) counts as faster or not than the incumbent, and the shares follow; ``unit_dont_look``,
         a unit move faster than the incumbent is drawable again."""
         faster = np.asarray(times_s, dtype=np.float64) < self.incumbent_time
+        keys = [np.asarray(row, dtype=np.int64).tobytes() for row in placements]
         if self._dl_moves and self._untried is not None:
-            for row, fast in zip(placements, faster.tolist()):
-                pair = self._dl_moves.get(np.asarray(row, dtype=np.int64).tobytes()) if fast else None
+            for key, fast in zip(keys, faster.tolist()):
+                pair = self._dl_moves.get(key) if fast else None
                 if pair is not None:
                     self._untried[pair] = True
         self._dl_moves.clear()
         if not self._counting or not np.isfinite(self.incumbent_time):
             self._kinds.clear()
             return
-        kinds = np.array([self._kinds.get(np.asarray(row, dtype=np.int64).tobytes(), 0) for row in placements],
-                         dtype=np.int64)
+        kinds = np.array([self._kinds.get(key, 0) for key in keys], dtype=np.int64)
         self._kinds.clear()
         decay = self.ADAPTIVE_DECAY ** len(kinds)
         self._faster *= decay
