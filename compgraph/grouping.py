@@ -207,6 +207,26 @@ def colocation_grouping(graph: OpGraph) -> Grouping:
     return _make_grouping(graph, colocation_units(graph).labels(), "colocation")
 
 
+def coarse_of(fine: Grouping, coarse: Grouping) -> Grouping:
+    """``fine`` with ``coarse_group`` and ``coarse_names`` set ([`compgraph.ir.Grouping`][compgraph.ir.Grouping]): the group of
+    ``coarse`` that holds each of ``fine``'s groups, int64 ``[fine.num_groups]``, and ``coarse``'s names, when every
+    fine group lies inside one coarse group (the colocation units inside the 2017 groups); else ``fine`` unchanged
+    (``coarse_group`` ``None``: a coarse grouping that splits a fine group, e.g. one group per op).
+
+    Raises:
+        ValueError: the two groupings cover different numbers of ops (names both).
+    """
+    fo, co = np.asarray(fine.op_group, dtype=np.int64), np.asarray(coarse.op_group, dtype=np.int64)
+    if fo.shape != co.shape:
+        raise ValueError(f"coarse grouping: covers {co.shape[0]} ops, the fine grouping {fo.shape[0]}")
+    first = np.full(fine.num_groups, -1, dtype=np.int64)
+    first[fo[::-1]] = co[::-1]  # the coarse group of each fine group's first op
+    if len(fo) and not np.array_equal(first[fo], co):
+        return fine
+    return Grouping(op_group=fine.op_group, names=fine.names, grouper=fine.grouper, coarse_group=first,
+                    coarse_names=list(coarse.names))
+
+
 # --------------------------------------------------------------------------------------
 # the unit graph and the automatic groupers
 # --------------------------------------------------------------------------------------

@@ -130,12 +130,19 @@ class Grouping:
         names: ``[num_groups]`` unique, stable group names (a model-rule key such as
             ``rnnlm/layer_0/step_3``, or the name of the group's first op).
         grouper: name of the grouping rules that produced it.
+        coarse_group: for a finer grouping (the colocation units a learner that groups ops itself
+            places, [`tasks.search.learner_grouping`][tasks.search.learner_grouping]), int64 ``[num_groups]``: the group of the
+            coarser grouping (the prepared co-location groups) that holds each of its groups; ``None``:
+            none given. Read by the named option ``moves_over`` ([`placer.features.ScopeMoves.of_learner`][placer.features.ScopeMoves.of_learner]).
+        coarse_names: with ``coarse_group``, the coarser grouping's ``[C]`` group names.
     Groups are numbered in the topological order of their first op.
     """
 
     op_group: np.ndarray
     names: list[str]
     grouper: str = ""
+    coarse_group: np.ndarray | None = None
+    coarse_names: list[str] | None = None
 
     @property
     def num_groups(self) -> int:

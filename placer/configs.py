@@ -74,6 +74,10 @@ class LearnerConfig(BaseModel):
         given = self.model_fields_set  # a warm default with its moves turned off is inert; one asked for is refused
         if "unit_dont_look" in given and getattr(self, "unit_dont_look", False) and not units:
             raise ValueError("unit_dont_look true: only with unit_moves > 0 (got 0); it says how the unit moves are drawn")
+        if ("moves_over" in given and getattr(self, "moves_over", "units") != "units"
+                and not (units or getattr(self, "scope_moves", 0.0) or getattr(self, "layer_descent", 0.0))):
+            raise ValueError(f"moves_over {getattr(self, 'moves_over')!r}: only with scope_moves, unit_moves or "
+                             "layer_descent > 0 (all 0); it says what those moves move")
         if ("adaptive_shares" in given and getattr(self, "adaptive_shares", False)
                 and not (units or getattr(self, "scope_moves", 0.0))):
             raise ValueError("adaptive_shares true: only with scope_moves or unit_moves > 0 (both 0); it shares the "
@@ -529,6 +533,12 @@ class HierarchicalConfig(LearnerConfig):
         adaptive_shares: the shares of the policy's samples, scope moves and unit moves follow how often
             each was faster than the incumbent (probability matching; as Post's, [`PostConfig`][placer.configs.PostConfig]).
             ``False``: fixed.
+        moves_over: ``"units"``: the scope moves, the layer descent and the unit moves above act on the
+            colocation units, by their names (the ops'); ``"groups"``: on the prepared co-location groups (the
+            2017 grouper's, which the other learners place), by the groups' names (a layer is the groups under its
+            scope, as theirs), a unit move moving one group whole and the don't-look bits over (group, device)
+            pairs ([`placer.features.ScopeMoves.of_learner`][placer.features.ScopeMoves.of_learner]; the environment's
+            ``grouping.coarse_group``, the units where none is given). In no paper; only with one of those moves.
 
     Named option for out-of-memory placements (in no paper; as the 2017 placer's, [`ReinforceConfig`][placer.configs.ReinforceConfig]):
         oom_reward: ``constant`` (the code: every OOM placement gets ``failing_time_s``) or
@@ -577,6 +587,7 @@ class HierarchicalConfig(LearnerConfig):
     unit_moves: float = Field(0.0, ge=0, le=1)
     unit_dont_look: bool = False
     adaptive_shares: bool = False
+    moves_over: Literal["units", "groups"] = "units"
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)
@@ -636,6 +647,12 @@ class EagleConfig(LearnerConfig):
         adaptive_shares: the shares of the policy's samples, scope moves and unit moves follow how often
             each was faster than the incumbent (probability matching; as Post's, [`PostConfig`][placer.configs.PostConfig]).
             ``False``: fixed.
+        moves_over: ``"units"``: the scope moves, the layer descent and the unit moves above act on the
+            colocation units, by their names (the ops'); ``"groups"``: on the prepared co-location groups (the
+            2017 grouper's, which the other learners place), by the groups' names (a layer is the groups under its
+            scope, as theirs), a unit move moving one group whole and the don't-look bits over (group, device)
+            pairs ([`placer.features.ScopeMoves.of_learner`][placer.features.ScopeMoves.of_learner]; the environment's
+            ``grouping.coarse_group``, the units where none is given). In no paper; only with one of those moves.
 
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``
@@ -688,6 +705,7 @@ class EagleConfig(LearnerConfig):
     unit_moves: float = Field(0.0, ge=0, le=1)
     unit_dont_look: bool = False
     adaptive_shares: bool = False
+    moves_over: Literal["units", "groups"] = "units"
     scope_travel: float | None = Field(None, gt=0, lt=1)
     scope_majority: float = Field(0.0, ge=0, le=1)
     restart_after: int | None = Field(None, ge=1)

@@ -19,7 +19,7 @@ from cluster.factory import make_environment
 from cluster.evaluation import evaluate_placements, summarize
 from cluster.machine_readers import host_cpu_model
 from cluster.spec import ClusterSpec
-from compgraph.grouping import colocation_grouping
+from compgraph.grouping import coarse_of, colocation_grouping
 from compgraph.ir import Grouping
 from compgraph.prepare import PreparedGraph
 from placer import LEARNERS
@@ -41,9 +41,10 @@ def environment(prepared: PreparedGraph, spec: ClusterSpec, env_kind: str, env_o
 def learner_grouping(method: str, prepared: PreparedGraph, config: LearnerConfig | None = None) -> Grouping:
     """The units ``method`` with ``config`` (``None``: its paper's) places: the prepared groups, or the
     colocation units for a learner that groups ops itself ([`placer.learner.learner_units`][placer.learner.learner_units]
-    ``"colocation"``)."""
+    ``"colocation"``), each with the prepared group that holds it (``coarse_group``: every prepared group is a
+    union of colocation units, [`compgraph.grouping.group_ops`][compgraph.grouping.group_ops])."""
     if learner_units(LEARNERS[method], config) == "colocation":
-        return colocation_grouping(prepared.graph)
+        return coarse_of(colocation_grouping(prepared.graph), prepared.grouping)
     return prepared.grouping
 
 

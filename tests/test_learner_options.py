@@ -1022,3 +1022,120 @@ def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(
     learner, env = make()
     resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
     assert _strip(resumed) == _strip(whole)
+
+
+def test_coarse_of_gives_each_colocation_unit_the_prepared_group_that_holds_it(rnnlm_small):
+    """``coarse_of``: every colocation unit of the small RNNLM lies in one 2017 group, and its
+    ``coarse_group`` is that group; a coarse grouping that splits units (one group per op) gives none.
+    ``learner_grouping`` gives the Hierarchical Planner's and EAGLE's units their groups, the others the groups."""
+    from compgraph.grouping import coarse_of, colocation_grouping
+    from compgraph.ir import Grouping
+    from tasks.search import learner_grouping
+
+    units = colocation_grouping(rnnlm_small.graph)
+    out = coarse_of(units, rnnlm_small.grouping)
+    assert out.coarse_group is not None and len(out.coarse_group) == units.num_groups
+    assert np.array_equal(out.coarse_group[units.op_group], rnnlm_small.grouping.op_group)
+    assert len(set(out.coarse_group.tolist())) == rnnlm_small.grouping.num_groups < units.num_groups
+    per_op = Grouping(np.arange(rnnlm_small.graph.num_ops), [op.name for op in rnnlm_small.graph.ops], "per-op")
+    assert coarse_of(units, per_op).coarse_group is None
+    with pytest.raises(ValueError, match="coarse grouping: covers 2 ops"):
+        coarse_of(units, Grouping(np.zeros(2, dtype=np.int64), ["g"]))
+    for name in ("hierarchical", "eagle"):
+        g = learner_grouping(name, rnnlm_small)
+        assert g.coarse_group is not None and np.array_equal(g.coarse_group, out.coarse_group)
+    assert learner_grouping("post", rnnlm_small) is rnnlm_small.grouping
+    assert learner_grouping("eagle", rnnlm_small, LEARNERS["eagle"].Config(units="groups")) is rnnlm_small.grouping
+
+
+def test_moves_over_groups_move_a_whole_block_to_a_device_not_all_of_it_is_on():
+    """``blocks`` (the named option ``moves_over="groups"``): a unit move puts every unit of one
+    block on one device, never one all of the block is on already; with ``unit_dont_look`` each (block,
+    device) pair is drawn once from a base, and a new incumbent makes the pairs of the moved block and
+    of its neighbour blocks drawable again."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/op_{i}" for i in range(8)]
+    blocks = np.array([0, 0, 1, 1, 1, 2, 3, 3], dtype=np.int64)
+    base = np.array([0, 1, 2, 2, 2, 0, 1, 1], dtype=np.int64)  # block 0 split over two devices
+    moves = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, blocks=blocks)
+    moves.keep(base[None], np.array([1.0]))
+    seen: dict[int, set[int]] = {b: set() for b in range(4)}
+    for _ in range(400):
+        p = moves.moved()
+        changed = np.flatnonzero(p != base)
+        (b,) = set(blocks[changed].tolist())
+        members = np.flatnonzero(blocks == b)
+        assert len(set(p[members].tolist())) == 1  # the whole block on one device
+        seen[b].add(int(p[members[0]]))
+    assert seen == {0: {0, 1, 2}, 1: {0, 1}, 2: {1, 2}, 3: {0, 2}}, seen  # block 0 may join either of its devices
+
+    look = ScopeMoves(names, 0.0, 3, np.random.default_rng(1), units=1.0, blocks=blocks, neighbours=_chain(4))
+    look.keep(base[None], np.array([1.0]))
+    tried = [look.moved() for _ in range(9)]  # 3 + 2 + 2 + 2 pairs that move something
+    pairs = {(int(blocks[np.flatnonzero(p != base)[0]]), int(p[np.flatnonzero(p != base)[0]])) for p in tried}
+    assert len(pairs) == 9 and look._untried is not None and look._untried.shape == (4, 3)
+    fast = next(p for p in tried if set(blocks[p != base].tolist()) == {3})  # block 3 moved: new incumbent
+    look.keep(np.stack(tried), np.where([np.array_equal(p, fast) for p in tried], 0.5, 2.0))
+    moved_blocks = set()
+    for _ in range(3):  # drawable now: block 3's two other devices and block 2's two (its neighbour), no other
+        p = look.moved()
+        moved_blocks.add(int(blocks[np.flatnonzero(p != fast)[0]]))
+    assert moved_blocks == {2, 3}, moved_blocks
+    with pytest.raises(ValueError, match="moves_over 'groups': only with scope_moves, unit_moves or layer_descent"):
+        LEARNERS["hierarchical"].Config(moves_over="groups")
+    assert LEARNERS["eagle"].Config(moves_over="groups", scope_moves=0.5).moves_over == "groups"
+
+
+@pytest.mark.parametrize("name", ["hierarchical", "eagle"])
+def test_hierarchical_and_eagle_move_whole_prepared_groups_with_moves_over_groups(name, rnnlm_small, k80x2):
+    """The Hierarchical Planner and EAGLE over colocation units, with ``moves_over="groups"``: their
+    units go by their 2017 groups' names, so every name scope and every layer of the descent is a union
+    of whole groups; every unit move of a search puts one whole group on one device (several units at
+    once for some); the search improves on its start. With ``"units"`` a unit goes by its own name."""
+    from cluster.factory import make_environment
+    from compgraph.grouping import layer_scopes
+    from placer.features import ScopeMoves
+    from tasks.search import learner_grouping
+
+    cls = LEARNERS[name]
+    config = cls.Config(seed=0, budget=36, init="single_gpu", moves_per_sample=4, unit_moves=1.0,
+                        unit_dont_look=True, moves_over="groups", hidden_size=16)
+    grouping = learner_grouping(name, rnnlm_small, config)
+    env = make_environment("sim", rnnlm_small, k80x2, grouping=grouping)
+    coarse = grouping.coarse_group
+    assert coarse is not None
+
+    def whole(units) -> bool:  # the units are every unit of the groups they touch
+        units = np.asarray(units)
+        return np.isin(np.flatnonzero(np.isin(coarse, coarse[units])), units).all()
+
+    scoped = ScopeMoves.of_learner(env, config.model_copy(update={"scope_moves": 0.5, "unit_moves": 0.5}),
+                                   np.random.default_rng(0))
+    scopes = [g for gs in scoped.scopes.values() for g in gs]
+    names = [grouping.coarse_names[g] for g in coarse]
+    assert scopes and all(whole(g) for g in scopes) and all(whole(g) for _, g in layer_scopes(names))
+    by_unit = ScopeMoves.of_learner(env, config.model_copy(update={"scope_moves": 0.5, "moves_over": "units"}),
+                                    np.random.default_rng(0))
+    assert by_unit.block_of is None and not all(whole(g) for gs in by_unit.scopes.values() for g in gs)
+
+    learner = cls(env, config)
+    scope, handed = learner.scope, []
+    moved = scope.moved
+
+    def recorded(base=None):
+        before = (scope.current if scope.current is not None else scope.incumbent).copy()
+        p = moved(base)
+        handed.append((before, p))
+        return p
+
+    scope.moved = recorded
+    r = run_search(learner, env)
+    assert r.best_step_time_s < r.step_times[0] and len(handed) > 20
+    assert np.array_equal(scope.block_of, coarse)
+    for before, p in handed:
+        changed = np.flatnonzero(p != before)
+        (g,) = set(coarse[changed].tolist())
+        assert len(set(p[coarse == g].tolist())) == 1  # the whole group on one device
+    assert max(len(np.flatnonzero(p != b)) for b, p in handed) > 1  # some group has several units
+
