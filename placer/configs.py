@@ -647,12 +647,9 @@ class EagleConfig(LearnerConfig):
         adaptive_shares: the shares of the policy's samples, scope moves and unit moves follow how often
             each was faster than the incumbent (probability matching; as Post's, [`PostConfig`][placer.configs.PostConfig]).
             ``False``: fixed.
-        moves_over: ``"units"``: the scope moves, the layer descent and the unit moves above act on the
-            colocation units, by their names (the ops'); ``"groups"``: on the prepared co-location groups (the
-            2017 grouper's, which the other learners place), by the groups' names (a layer is the groups under its
-            scope, as theirs), a unit move moving one group whole and the don't-look bits over (group, device)
-            pairs ([`placer.features.ScopeMoves.of_learner`][placer.features.ScopeMoves.of_learner]; the environment's
-            ``grouping.coarse_group``, the units where none is given). In no paper; only with one of those moves.
+        moves_over: ``"units"`` or ``"groups"``: what the scope moves, the layer descent and the unit moves act on,
+            the colocation units or the prepared co-location groups (as the Hierarchical Planner's,
+            [`HierarchicalConfig`][placer.configs.HierarchicalConfig]).
 
     Named option for out-of-memory placements (in no paper; as the Hierarchical Planner's):
         oom_reward: ``constant`` (``failing_time_s`` for every OOM placement) or ``memory_scaled``

@@ -1087,6 +1087,7 @@ def test_moves_over_groups_move_a_whole_block_to_a_device_not_all_of_it_is_on():
     assert LEARNERS["eagle"].Config(moves_over="groups", scope_moves=0.5).moves_over == "groups"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["hierarchical", "eagle"])
 def test_hierarchical_and_eagle_move_whole_prepared_groups_with_moves_over_groups(name, rnnlm_small, k80x2):
     """The Hierarchical Planner and EAGLE over colocation units, with ``moves_over="groups"``: their
