@@ -40,7 +40,7 @@ def main() -> None:
     import placer.hierarchical  # noqa: F401
     from cluster.simulated import SimulatedEnvironment
     from cluster.spec import load_cluster
-    from compgraph.grouping import colocation_grouping
+    from compgraph.grouping import coarse_of, colocation_grouping
     from compgraph.prepare import prepare
     from placer import LEARNERS
 
@@ -50,8 +50,9 @@ def main() -> None:
     spec = load_cluster(args.cluster)
     for model_size in args.models.split(","):
         model, size = model_size.split(":")
-        graph = prepare(model, size, cache_dir="placement-runs/graph-cache").graph
-        grouping = colocation_grouping(graph)
+        prepared = prepare(model, size, cache_dir="placement-runs/graph-cache")
+        graph = prepared.graph
+        grouping = coarse_of(colocation_grouping(graph), prepared.grouping)  # the units with their groups (moves_over)
         env = SimulatedEnvironment(graph, grouping, spec)
         env.measure_batch(np.zeros((1, grouping.num_groups), dtype=np.int64))  # compile the simulator
         for name in args.learners.split(","):

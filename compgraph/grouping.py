@@ -220,7 +220,7 @@ def coarse_of(fine: Grouping, coarse: Grouping) -> Grouping:
     if fo.shape != co.shape:
         raise ValueError(f"coarse grouping: covers {co.shape[0]} ops, the fine grouping {fo.shape[0]}")
     first = np.full(fine.num_groups, -1, dtype=np.int64)
-    first[fo[::-1]] = co[::-1]  # the coarse group of each fine group's first op
+    first[fo] = co  # the coarse group of one of each fine group's ops (all the same when they nest: checked)
     if len(fo) and not np.array_equal(first[fo], co):
         return fine
     return Grouping(op_group=fine.op_group, names=fine.names, grouper=fine.grouper, coarse_group=first,

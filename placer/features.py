@@ -319,7 +319,8 @@ def unit_neighbours(env: Environment, blocks: np.ndarray | None = None) -> list[
     """The units each unit of ``env``'s grouping exchanges a tensor or a control edge with, ``[U]`` int64
     arrays (sorted, without the unit itself): the neighbourhoods of the named option ``unit_dont_look``
     ([`ScopeMoves`][placer.features.ScopeMoves]). With ``blocks`` (int64 ``[U]``, the block of each unit, blocks ``0..B-1``;
-    the named option ``moves_over="groups"``): the blocks each block exchanges tensors with, ``[B]`` arrays."""
+    the named option ``moves_over="groups"``): the blocks each block exchanges a tensor or a control edge with,
+    ``[B]`` arrays."""
     group = np.asarray(env.grouping.op_group, dtype=np.int64)
     num_units = env.grouping.num_groups
     if blocks is not None:
@@ -641,6 +642,11 @@ class ScopeMoves:
         if blocks is not None and self.units:
             self.block_of = np.asarray(blocks, dtype=np.int64)
             self.movable = int(self.block_of.max()) + 1 if len(self.block_of) else 0
+            if self.block_of.shape != (self.num_units,) or (len(self.block_of) and (
+                    self.block_of.min() < 0 or len(np.unique(self.block_of)) != self.movable)):
+                raise ValueError(f"blocks: expected one block index per unit ({self.num_units}), blocks 0..B-1 each used; "
+                                 f"got {self.block_of.shape[0]} indices over {len(np.unique(self.block_of))} blocks, "
+                                 f"from {int(self.block_of.min()) if len(self.block_of) else 0} to {self.movable - 1}")
             order = np.argsort(self.block_of, kind="stable")
             starts = np.searchsorted(self.block_of[order], np.arange(self.movable + 1))
             self.members = [order[starts[b]:starts[b + 1]] for b in range(self.movable)]
@@ -658,13 +664,15 @@ class ScopeMoves:
         The named option ``moves_over="groups"`` (the Hierarchical Planner's and EAGLE's, whose units are
         colocation units; in no paper): where ``env.grouping`` gives the prepared co-location groups that hold
         its units (``coarse_group``, ``coarse_names``: [`compgraph.grouping.coarse_of`][compgraph.grouping.coarse_of]), each unit
-        goes by its group's name, so the scopes and the layers are those of the groups (the softmax learners'),
-        and the unit moves move whole groups (``blocks``: the group of each unit). On nmt paper, scope moves,
+        goes by its group's name, so the scopes and the layers are those of the groups (the softmax learners';
+        besides, each group of several units is a scope of its own, the deepest), and the unit moves move whole
+        groups (``blocks``: the group of each unit). On nmt paper, scope moves,
         layer descent and unit moves alone from the warm start (no policy; 2,400 placements, seeds 0-2,
         medians): over the 5,803 colocation units by their ops' names 1.630 s, over them by their groups'
         names with group moves 1.449 s, over the 502 groups (Post's units) 1.435 s."""
         grouping = env.grouping
-        over_groups = getattr(config, "moves_over", "units") == "groups" and grouping.coarse_group is not None
+        over_groups = (getattr(config, "moves_over", "units") == "groups" and grouping.coarse_group is not None
+                       and grouping.coarse_names is not None)
         blocks = grouping.coarse_group if over_groups else None
         names = ([grouping.coarse_names[g] for g in grouping.coarse_group.tolist()]  # type: ignore[index,union-attr]
                  if over_groups else list(grouping.names))
@@ -701,7 +709,7 @@ class ScopeMoves:
     def moved(self, base: np.ndarray | None = None) -> np.ndarray:
         """``base`` (default: the incumbent, or the walk's placement with ``travel``) with one scope
         moved to one device (whole, or with ``majority`` its majority only: [`move_scope`][placer.features.move_scope]), or with
-        ``units`` (by a draw) one unit to another device, a copy ``[U]``.
+        ``units`` (by a draw) one unit to another device (with ``blocks``, one block whole), a copy ``[U]``.
         While the layer descent runs: its next placement ([`LayerDescent.next`][placer.features.LayerDescent.next]; ``base`` unused)."""
         if self.descending():
             return self.descent.next()  # type: ignore[union-attr]
@@ -832,7 +840,7 @@ class ScopeMoves:
         """``incumbent`` (a tensor, empty for none), ``incumbent_time``, the generator's state when owned,
         with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``, with
         ``adaptive`` the ``shares`` and their counts (``shares_faster``, ``shares_tried``), with
-        ``neighbours`` the moves still drawable (``dont_look_untried``, ``[U, D]``) and their base
+        ``neighbours`` the moves still drawable (``dont_look_untried``, ``[U, D]``; ``[B, D]`` with ``blocks``) and their base
         (``dont_look_base``), and with the layer descent its state ([`LayerDescent.state_dict`][placer.features.LayerDescent.state_dict])."""
         import json
 

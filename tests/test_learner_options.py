@@ -1077,11 +1077,13 @@ def test_moves_over_groups_move_a_whole_block_to_a_device_not_all_of_it_is_on():
     assert len(pairs) == 9 and look._untried is not None and look._untried.shape == (4, 3)
     fast = next(p for p in tried if set(blocks[p != base].tolist()) == {3})  # block 3 moved: new incumbent
     look.keep(np.stack(tried), np.where([np.array_equal(p, fast) for p in tried], 0.5, 2.0))
-    moved_blocks = set()
-    for _ in range(3):  # drawable now: block 3's two other devices and block 2's two (its neighbour), no other
+    now = int(fast[blocks == 3][0])
+    drawn = set()
+    for _ in range(4):  # drawable now: block 3's two other devices and block 2's two (its neighbour), no other
         p = look.moved()
-        moved_blocks.add(int(blocks[np.flatnonzero(p != fast)[0]]))
-    assert moved_blocks == {2, 3}, moved_blocks
+        (u,) = np.flatnonzero(p != fast)[:1]
+        drawn.add((int(blocks[u]), int(p[u])))
+    assert drawn == {(3, d) for d in range(3) if d != now} | {(2, 1), (2, 2)}, drawn
     with pytest.raises(ValueError, match="moves_over 'groups': only with scope_moves, unit_moves or layer_descent"):
         LEARNERS["hierarchical"].Config(moves_over="groups")
     assert LEARNERS["eagle"].Config(moves_over="groups", scope_moves=0.5).moves_over == "groups"
@@ -1140,3 +1142,15 @@ def test_hierarchical_and_eagle_move_whole_prepared_groups_with_moves_over_group
         assert len(set(p[coarse == g].tolist())) == 1  # the whole group on one device
     assert max(len(np.flatnonzero(p != b)) for b, p in handed) > 1  # some group has several units
 
+
+
+def test_blocks_that_do_not_cover_the_units_are_refused():
+    """``ScopeMoves`` ``blocks``: one index per unit, every block ``0..B-1`` used; anything else is refused,
+    with the counts."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/op_{i}" for i in range(4)]
+    for bad in ([0, 0, 1], [0, 0, 2, 2], [-1, 0, 0, 1]):
+        with pytest.raises(ValueError, match="blocks: expected one block index per unit"):
+            ScopeMoves(names, 0.0, 2, np.random.default_rng(0), units=0.5, blocks=np.array(bad))
+    assert ScopeMoves(names, 0.0, 2, np.random.default_rng(0), units=0.5, blocks=np.array([1, 1, 0, 0])).movable == 2
