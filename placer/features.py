@@ -576,6 +576,17 @@ class ScopeMoves:
             unit of one block to one device that not all of them are on already, and the don't-look bits
             are over (block, device) pairs, with ``neighbours`` over blocks
             ([`unit_neighbours`][placer.features.unit_neighbours] with ``blocks``). Without ``units``: unused.
+        kick: the named option ``unit_kick`` (in no paper; 0: off; only with ``neighbours``, not with
+            ``travel``): where every (unit, device) pair is tried from the moves' base, a kick
+            instead of all drawable again, an iterated local search (Lourenço, Martin and Stützle,
+            *Iterated local search*, Handbook of Metaheuristics, 2003, Sec. 3): the incumbent with a
+            connected set of ``kick`` units (blocks) moved to one device ([`_kicked`][placer.features.ScopeMoves._kicked]),
+            handed out as a unit move and the walk's placement (``current``); the moves start from the walk, which
+            takes the fastest of a batch's moves handed out since it began when faster than it; a new
+            incumbent puts it back there, and the next local optimum kicks the incumbent again (their
+            "better" acceptance, Sec. 3.4). From the first kick on, a unit move whose placement was
+            measured or handed out before is not drawn (a memo of digests), nor is such a kick (100
+            tries); until then the draws are those without the option.
         adaptive: the named option ``adaptive_shares`` (in no paper; ``False``: off): after the
             descent, the shares of the policy's samples, the scope moves and the unit moves (at the
             start ``1 - share - units``, ``share``, ``units``) follow their rates of samples faster
@@ -588,11 +599,12 @@ class ScopeMoves:
     Attributes:
         incumbent: int64 ``[U]``, the fastest placement measured so far (the start first), or ``None``.
         incumbent_time: its step time (seconds; ``inf`` before any).
-        current: with ``travel``: int64 ``[U]``, the walk's placement (``None`` before the first
+        current: with ``travel`` or ``kick``: int64 ``[U]``, the walk's placement (``None`` before the first
             incumbent: the moves start from the incumbent).
         current_time: its step time (seconds).
         walked: with ``travel``: the batches after which the walk stood on another placement, not a
-            new incumbent.
+            new incumbent; with ``kick``: the walk's steps that were not a new incumbent.
+        kicks: with ``kick``: the kicks handed out.
         descent: the [`LayerDescent`][placer.features.LayerDescent] with ``descent`` > 0 and layer scopes, else ``None``.
         shares: the shares now, ``[3]``: the policy's samples, the scope moves, the unit moves
             (``adaptive``: they change; else fixed).
@@ -608,7 +620,7 @@ class ScopeMoves:
                  owns_rng: bool = True, travel: float | None = None, majority: float = 0.0, descent: int = 0,
                  descent_devices: list[int] | None = None, units: float = 0.0,
                  neighbours: list[np.ndarray] | None = None, adaptive: bool = False,
-                 blocks: np.ndarray | None = None) -> None:
+                 blocks: np.ndarray | None = None, kick: int = 0) -> None:
         self.share, self.num_devices, self.rng, self.owns_rng = float(share), int(num_devices), rng, owns_rng
         self.units = float(units) if num_devices > 1 else 0.0  # one device: a unit has nowhere to go
         self.num_units = len(names)
@@ -636,6 +648,10 @@ class ScopeMoves:
         self._kinds: dict[bytes, int] = {}  # adaptive: moved placements handed out since the last keep -> kind
         self._counting = False  # adaptive: the batch being drawn is not the descent's
         self.neighbours = neighbours if self.units else None
+        #: unit_kick: the blocks (or units) a kick moves (0: off; only with the don't-look bits, which say when to kick)
+        self.kick = int(kick) if self.neighbours is not None and travel is None else 0
+        self.kicks = 0  # unit_kick: kicks handed out
+        self._seen: set[bytes] = set()  # unit_kick: digests of the placements measured or handed out
         #: moves_over="groups": the block of each unit, each block's units and size (None: a unit a move)
         self.block_of: np.ndarray | None = None
         self.movable = self.num_units  # what a unit move moves: units, or blocks
@@ -680,7 +696,7 @@ class ScopeMoves:
                    travel=config.scope_travel, majority=config.scope_majority, units=getattr(config, "unit_moves", 0.0),
                    neighbours=(unit_neighbours(env, blocks) if getattr(config, "unit_dont_look", False)
                                and getattr(config, "unit_moves", 0.0) else None), blocks=blocks,
-                   adaptive=getattr(config, "adaptive_shares", False),
+                   adaptive=getattr(config, "adaptive_shares", False), kick=getattr(config, "unit_kick", 0),
                    descent=round(config.layer_descent * config.budget),
                    descent_devices=(env.spec.gpu_indices or None) if config.layer_descent else None)
 
@@ -719,8 +735,11 @@ class ScopeMoves:
         scope, units = self.shares[1], self.shares[2]
         kind = 2
         if units and (not scope or self.rng.random() * (scope + units) < units):
-            if self.neighbours is not None:  # unit_dont_look: a pair not tried from this base
-                unit, device = self._untried_move(p)
+            pair = self._untried_move(p) if self.neighbours is not None else None  # unit_dont_look: one not tried
+            if self.neighbours is not None and pair is None:  # unit_kick: a local optimum of the unit moves
+                return self._kicked()
+            if pair is not None:
+                unit, device = pair
             elif self.block_of is None:  # unit_moves: one unit to one other device
                 unit = int(self.rng.integers(self.num_units))
                 device = int(self.rng.integers(self.num_devices - 1))
@@ -739,12 +758,46 @@ class ScopeMoves:
             move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
             kind = 1
         key = p.tobytes()
+        if self.kick:
+            self._seen.add(self._digest(p))
         if kind == 2 and self.neighbours is not None:
             self._dl_moves[key] = (unit, device)
         if self._counting:
             self._kinds[key] = kind
-        if self.travel is not None:
+        if self.travel is not None or self.kick:
             self._pending.add(key)
+        return p
+
+    def _kicked(self) -> np.ndarray:
+        """``unit_kick``: the incumbent with a connected set of ``kick`` units (blocks: a unit drawn uniformly, then
+        each next one uniformly among the neighbours of those drawn) all moved to one device, uniformly among
+        those not all of them are on; it becomes the walk's placement (step time unknown until it is
+        measured), the moves handed out before it are no longer the walk's, and it is handed out as a unit
+        move."""
+        assert self.incumbent is not None
+        for _ in range(100):  # a kick not seen before (a few tries)
+            p = self.incumbent.copy()
+            chosen = [int(self.rng.integers(self.movable))]  # a connected set: a unit and neighbours of the set
+            while len(chosen) < self.kick:
+                frontier = sorted({int(j) for u in chosen for j in self.neighbours[u]} - set(chosen))  # type: ignore[index]
+                if not frontier:
+                    break
+                chosen.append(frontier[int(self.rng.integers(len(frontier)))])
+            members = np.concatenate([self.members[u] if self.block_of is not None else np.array([u]) for u in chosen])
+            on = p[members]
+            whole = bool((on == on[0]).all())
+            device = int(self.rng.integers(self.num_devices - whole))
+            device += whole and device >= on[0]
+            p[members] = device
+            if self._digest(p) not in self._seen:
+                break
+        self._seen.add(self._digest(p))
+        self.current, self.current_time = p.copy(), float("inf")
+        self.kicks += 1
+        key = p.tobytes()
+        self._pending = {key}
+        if self._counting:
+            self._kinds[key] = 2
         return p
 
     def keep(self, placements: np.ndarray, times_s: np.ndarray) -> None:
@@ -752,16 +805,26 @@ class ScopeMoves:
         or a learner's failing value) if it beats the incumbent (and the walk on it, with ``travel``);
         else, with ``travel``, the walk moves to the last of the batch's scope or unit moves (those
         [`moved`][placer.features.ScopeMoves.moved] handed out since the last call) within ``1 + travel`` of
-        the incumbent's time. The layer descent ([`LayerDescent.keep`][placer.features.LayerDescent.keep]) sees the batch first."""
+        the incumbent's time; with ``kick``, the walk moves to the fastest of the batch's moves handed out
+        since it began (the kick included) when faster than it. The layer descent
+        ([`LayerDescent.keep`][placer.features.LayerDescent.keep]) sees the batch first."""
         if self.descent is not None:
             self.descent.keep(placements, times_s)
+        if self.kick:
+            self._seen.update(self._digest(np.asarray(row)) for row in placements)
         if self._counting or self._dl_moves:
             self._learn_kinds(placements, times_s)
         if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
             i = int(np.argmin(times_s))
             self.incumbent_time, self.incumbent = float(times_s[i]), np.asarray(placements[i], dtype=np.int64).copy()
-            if self.travel is not None:
+            if self.travel is not None or self.kick:
                 self.current, self.current_time = self.incumbent.copy(), self.incumbent_time
+        elif self.kick and self._pending and self.current is not None:  # unit_kick: the walk's fastest move, if faster
+            ours = [i for i, row in enumerate(placements) if np.asarray(row, dtype=np.int64).tobytes() in self._pending]
+            i = min(ours, key=lambda j: float(times_s[j])) if ours else -1
+            if i >= 0 and float(times_s[i]) < self.current_time:
+                self.walked += not np.isinf(self.current_time)  # a kick's first measurement is no step
+                self.current, self.current_time = np.asarray(placements[i], dtype=np.int64).copy(), float(times_s[i])
         elif self.travel is not None and self._pending:
             bar = self.incumbent_time * (1.0 + self.travel)
             step: tuple[np.ndarray, float] | None = None
@@ -775,7 +838,7 @@ class ScopeMoves:
                 self.current, self.current_time = step
         self._pending.clear()
 
-    def _untried_move(self, base: np.ndarray) -> tuple[int, int]:
+    def _untried_move(self, base: np.ndarray) -> tuple[int, int] | None:
         """``unit_dont_look``: a (unit, device) pair not tried from ``base``, uniformly (one draw), and
         marked tried; first the pairs of the units that moved since the last base, and of their
         neighbours, are untried again. With ``blocks``: (block, device) pairs, a block that is not all on
@@ -797,21 +860,40 @@ class ScopeMoves:
         else:  # a block all on a device has nowhere to go there
             on = np.bincount(self.block_of * self.num_devices + base, minlength=self.movable * self.num_devices)
             other = on.reshape(self.movable, self.num_devices) != self.block_size[:, None]
-        if not (self._untried & other).any():  # every move tried from here: all drawable again
-            self._untried[:] = True
-        pairs = np.flatnonzero((self._untried & other).ravel())
-        unit, device = divmod(int(pairs[int(self.rng.integers(len(pairs)))]), self.num_devices)
-        self._untried[unit, device] = False
-        return unit, device
+        while True:
+            if not (self._untried & other).any():  # every move tried from here: all drawable again
+                if self.kick and self.incumbent is not None:  # unit_kick: a local optimum, kick instead
+                    return None
+                self._untried[:] = True
+            pairs = np.flatnonzero((self._untried & other).ravel())
+            unit, device = divmod(int(pairs[int(self.rng.integers(len(pairs)))]), self.num_devices)
+            self._untried[unit, device] = False
+            if not self.kicks or self._digest(self._apply(base, unit, device)) not in self._seen:
+                return unit, device  # unit_kick, once it has kicked: a placement measured or handed out before is not drawn
+
+    def _apply(self, base: np.ndarray, unit: int, device: int) -> np.ndarray:
+        """``base`` with ``unit`` (a block with ``blocks``) on ``device``, a copy."""
+        p = base.copy()
+        p[self.members[unit] if self.block_of is not None else unit] = device
+        return p
+
+    @staticmethod
+    def _digest(p: np.ndarray) -> bytes:
+        """``unit_kick``: a placement's 16-byte BLAKE2b digest (the memo of placements seen)."""
+        import hashlib
+
+        return hashlib.blake2b(np.ascontiguousarray(p, dtype=np.int64).tobytes(), digest_size=16).digest()
 
     def _learn_kinds(self, placements: np.ndarray, times_s: np.ndarray) -> None:
         """Before the incumbent moves: ``adaptive``, each sample's kind (a handed-out move's, else the
         policy's) counts as faster or not than the incumbent, and the shares follow; ``unit_dont_look``,
-        a unit move faster than the incumbent is drawable again."""
+        a unit move faster than the incumbent (with ``kick``, than the walk once measured) is drawable again."""
         faster = np.asarray(times_s, dtype=np.float64) < self.incumbent_time
         keys = [np.asarray(row, dtype=np.int64).tobytes() for row in placements]
         if self._dl_moves and self._untried is not None:
-            for key, fast in zip(keys, faster.tolist()):
+            walk = self.kick and self.current is not None and np.isfinite(self.current_time)  # unit_kick: the walk's base
+            base_faster = np.asarray(times_s, dtype=np.float64) < self.current_time if walk else faster
+            for key, fast in zip(keys, base_faster.tolist()):
                 pair = self._dl_moves.get(key) if fast else None
                 if pair is not None:
                     self._untried[pair] = True
@@ -839,7 +921,7 @@ class ScopeMoves:
     def state_dict(self) -> dict:
         """``incumbent`` (a tensor, empty for none), ``incumbent_time``, the generator's state when owned,
         with ``travel`` the walk: ``walk`` (a tensor), ``walk_time``, ``walk_accepted``, with
-        ``adaptive`` the ``shares`` and their counts (``shares_faster``, ``shares_tried``), with
+        ``kick`` the same walk, ``unit_kicks`` and the memo of placements seen (``unit_seen``, ``[N, 16]`` digests), with ``adaptive`` the ``shares`` and their counts (``shares_faster``, ``shares_tried``), with
         ``neighbours`` the moves still drawable (``dont_look_untried``, ``[U, D]``; ``[B, D]`` with ``blocks``) and their base
         (``dont_look_base``), and with the layer descent its state ([`LayerDescent.state_dict`][placer.features.LayerDescent.state_dict])."""
         import json
@@ -849,9 +931,12 @@ class ScopeMoves:
         state = {"incumbent_time": self.incumbent_time,
                  "incumbent": torch.from_numpy(self.incumbent if self.incumbent is not None
                                                else np.zeros(0, dtype=np.int64))}
-        if self.travel is not None:
+        if self.travel is not None or self.kick:
             state.update(walk_time=self.current_time, walk_accepted=self.walked,
                          walk=torch.from_numpy(self.current if self.current is not None else np.zeros(0, dtype=np.int64)))
+        if self.kick:  # the memo in a stable order, [N, 16] bytes
+            state.update(unit_kicks=self.kicks, unit_seen=torch.from_numpy(
+                np.frombuffer(b"".join(sorted(self._seen)), dtype=np.uint8).reshape(-1, 16).copy()))
         if self.descent is not None:
             state.update(self.descent.state_dict())
         if self.adaptive:
@@ -877,6 +962,9 @@ class ScopeMoves:
         self.current = walk if len(walk) else None  # None: the moves start from the incumbent
         self.current_time = float(state.get("walk_time", self.incumbent_time))
         self.walked = int(state.get("walk_accepted", 0))
+        self.kicks = int(state.get("unit_kicks", 0))
+        if self.kick and "unit_seen" in state:
+            self._seen = {bytes(row) for row in state["unit_seen"].numpy().astype(np.uint8)}
         if self.descent is not None:
             self.descent.load_state_dict(state)
         if self.adaptive and "shares" in state:

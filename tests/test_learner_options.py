@@ -806,9 +806,9 @@ def test_the_warm_softmax_learners_and_rl_move_single_units_by_default_and_no_ot
     """``unit_moves``: 0.5 in ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm`` and ``rl_warm``
     (``placer.configs.WARM_UNIT_MOVES``); 0 in the faithful learners and the other warm variants;
     a warm variant's scope moves above 0.5 are refused until ``unit_moves`` is lowered, naming both."""
-    from placer.configs import CONFIGS, WARM_UNIT_MOVES
+    from placer.configs import CONFIGS, WARM_UNIT_KICK, WARM_UNIT_MOVES
 
-    assert WARM_UNIT_MOVES == 0.5
+    assert WARM_UNIT_MOVES == 0.5 and WARM_UNIT_KICK == 2
     warm = {"post_warm", "ppo_warm", "ce_warm", "pg_warm", "rl_warm"}
     for name, config in CONFIGS.items():
         if "unit_moves" in config.model_fields:
@@ -817,7 +817,9 @@ def test_the_warm_softmax_learners_and_rl_move_single_units_by_default_and_no_ot
     for name, config in CONFIGS.items():  # and draw them among those not tried, in shares that follow what pays
         if "adaptive_shares" in config.model_fields:
             assert config().adaptive_shares == config().unit_dont_look == (name in warm), name
+            assert config().unit_kick == (WARM_UNIT_KICK if name in warm else 0), name  # and kick at a local optimum
     assert CONFIGS["post_warm"](unit_moves=0).unit_dont_look  # the default with unit moves off: inert, not refused
+    assert CONFIGS["post_warm"](unit_dont_look=False).unit_kick == WARM_UNIT_KICK  # inert too (no bits: no kick)
     with pytest.raises(ValueError, match=r"unit_moves 0.5: with scope_moves 0.6 .*lower one"):
         CONFIGS["rl_warm"](scope_moves=0.6)
     assert CONFIGS["rl_warm"](scope_moves=0.6, unit_moves=0.4).scope_moves == 0.6
@@ -1154,3 +1156,99 @@ def test_blocks_that_do_not_cover_the_units_are_refused():
         with pytest.raises(ValueError, match="blocks: expected one block index per unit"):
             ScopeMoves(names, 0.0, 2, np.random.default_rng(0), units=0.5, blocks=np.array(bad))
     assert ScopeMoves(names, 0.0, 2, np.random.default_rng(0), units=0.5, blocks=np.array([1, 1, 0, 0])).movable == 2
+
+
+def test_unit_kick_kicks_the_incumbent_at_a_local_optimum_and_walks_from_there():
+    """``unit_kick``: once every (unit, device) move from the incumbent is tried and none is faster, the
+    next move is a kick (the incumbent with that many units moved), not a move tried before; the moves then
+    start from the kick, the walk takes the fastest of a batch when faster than itself (not the
+    incumbent), a new incumbent puts the walk on it, and no placement is handed out twice. Without it,
+    every move is drawable again (the 13th move is one of the 12 tried)."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/op_{i}" for i in range(6)]
+    base = np.zeros(6, dtype=np.int64)
+    moves = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, neighbours=_chain(6), kick=2)
+    plain = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, neighbours=_chain(6))
+    handed: list[bytes] = []
+    for m in (moves, plain):
+        m.keep(base[None], np.array([1.0]))
+        for _ in range(4):  # every one of the 12 moves from the incumbent, all slower
+            batch = np.stack([m.moved() for _ in range(3)])
+            m.keep(batch, np.full(3, 2.0))
+            handed += [p.tobytes() for p in batch] if m is moves else []
+    again = plain.moved()
+    assert again.tobytes() in set(handed)  # the same draws: without a kick, a move tried before
+    kick = moves.moved()
+    assert (kick != base).sum() == 2 and moves.kicks == 1 and np.array_equal(moves.current, kick)
+    assert moves.incumbent_time == 1.0 and np.isinf(moves.current_time)
+    handed.append(kick.tobytes())
+    moves.keep(kick[None], np.array([1.5]))  # slower than the incumbent: the walk stays on it
+    assert np.array_equal(moves.current, kick) and moves.current_time == 1.5 and moves.walked == 0
+    batch = np.stack([moves.moved() for _ in range(3)])
+    assert all((p != kick).sum() == 1 for p in batch)  # moves of the walk, one unit each
+    handed += [p.tobytes() for p in batch]
+    moves.keep(batch, np.array([1.4, 1.3, 1.6]))  # the fastest, faster than the walk, not the incumbent
+    assert np.array_equal(moves.current, batch[1]) and moves.current_time == 1.3 and moves.walked == 1
+    assert np.array_equal(moves.incumbent, base)
+    batch = np.stack([moves.moved() for _ in range(2)])
+    handed += [p.tobytes() for p in batch]
+    moves.keep(batch, np.array([0.9, 1.2]))  # a new incumbent: the walk goes there
+    assert moves.incumbent_time == 0.9 and np.array_equal(moves.current, batch[0]) and moves.current_time == 0.9
+    for _ in range(8):  # on to the next local optima and kicks: nothing handed out twice
+        batch = np.stack([moves.moved() for _ in range(3)])
+        handed += [p.tobytes() for p in batch]
+        moves.keep(batch, np.full(3, 5.0))
+    assert moves.kicks >= 2 and len(set(handed)) == len(handed)
+
+
+def test_unit_kick_needs_the_dont_look_bits_and_no_travel():
+    """``unit_kick`` asked for without ``unit_dont_look`` (which say when to kick), or with ``scope_travel``
+    (a walk of its own), is refused, naming the fields."""
+    with pytest.raises(ValueError, match="unit_kick 2: only with unit_dont_look true and unit_moves > 0"):
+        LEARNERS["post"].Config(unit_kick=2, unit_moves=0.5)
+    with pytest.raises(ValueError, match="unit_kick 2: not with scope_travel 0.1"):
+        LEARNERS["rl"].Config(unit_kick=2, unit_moves=0.5, unit_dont_look=True, scope_moves=0.25, scope_travel=0.1)
+    ok = LEARNERS["eagle"].Config(unit_kick=2, unit_moves=0.5, unit_dont_look=True)
+    assert ok.unit_kick == 2
+
+
+@pytest.mark.parametrize("name", ["post", "rl"])
+def test_a_search_with_unit_kicks_kicks_and_resumes_to_the_same_result(name, rnnlm_small, k80x2, tmp_path):
+    """A search with ``unit_kick`` on the small RNNLM (two GPUs and a CPU: few moves, so local optima
+    come soon) kicks, hands out no placement seen before from its first kick on, and, interrupted and resumed from its log and
+    checkpoint (which keep the walk and the memo of placements seen), gives the same placements."""
+    from cluster.factory import make_environment
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_learners import Interrupt, StopAfter, _strip
+
+    def make():
+        env = make_environment("sim", rnnlm_small, k80x2)
+        cls = LEARNERS[name]
+        small = {"hidden_size": 16} if name == "rl" else {}
+        return cls(env, cls.Config(seed=3, init="single_gpu", unit_moves=0.9, unit_dont_look=True, unit_kick=2,
+                                   budget=480, **small)), env
+
+    learner, env = make()
+    handed: list[tuple[int, bytes]] = []  # (kicks so far, the placement) of each move handed out
+    moved = learner.scope.moved
+
+    def recorded(base=None):
+        p = moved(base)
+        handed.append((learner.scope.kicks, p.tobytes()))
+        return p
+
+    learner.scope.moved = recorded
+    whole = run_search(learner, env)
+    first = next(i for i, (kicks, _) in enumerate(handed) if kicks)  # the first kick
+    after = [p for _, p in handed[first:]]
+    assert learner.scope.kicks > 1 and len(after) > 50 and len(set(after)) == len(after)
+    assert not set(after) & {p for _, p in handed[:first]}  # from the first kick on, nothing seen is drawn
+    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
+    learner, env = make()
+    with pytest.raises(Interrupt):
+        run_search(learner, StopAfter(env, 299), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
+    learner, env = make()
+    resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
+    assert _strip(resumed) == _strip(whole)
