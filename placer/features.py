@@ -580,7 +580,7 @@ class ScopeMoves:
             ``travel``): where every (unit, device) pair is tried from the moves' base, a kick
             instead of all drawable again, an iterated local search (Lourenço, Martin and Stützle,
             *Iterated local search*, Handbook of Metaheuristics, 2003, Sec. 3): the incumbent with a
-            connected set of ``kick`` units (blocks) moved to one device ([`_kicked`][placer.features.ScopeMoves._kicked]),
+            connected set of ``kick`` units (blocks: a unit, then neighbours of those drawn) moved to one device,
             handed out as a unit move and the walk's placement (``current``); the moves start from the walk, which
             takes the fastest of a batch's moves handed out since it began when faster than it; a new
             incumbent puts it back there, and the next local optimum kicks the incumbent again (their
