@@ -640,7 +640,7 @@ class ScopeMoves:
         self.current: np.ndarray | None = None  # travel: the walk's placement (None: the incumbent)
         self.current_time = float("inf")
         self.walked = 0  # travel: moves the walk accepted that were not a new incumbent
-        self._pending: set[bytes] = set()  # travel: the moved placements handed out since the last keep
+        self._pending: set[bytes] = set()  # travel, kick: the moved placements handed out since the last keep (and the kick)
         self.shares = np.array([1.0 - self.share - self.units, self.share, self.units])
         self.adaptive = bool(adaptive) and bool(self.share or self.units)
         self._faster = np.zeros(3)  # adaptive: discounted samples faster than the incumbent, per kind
@@ -730,7 +730,7 @@ class ScopeMoves:
         if self.descending():
             return self.descent.next()  # type: ignore[union-attr]
         if base is None:
-            base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel
+            base = self.current if self.current is not None else self.incumbent  # the walk exists only with travel or kick
         p = np.array(base, dtype=np.int64)
         scope, units = self.shares[1], self.shares[2]
         kind = 2
@@ -769,8 +769,8 @@ class ScopeMoves:
         return p
 
     def _kicked(self) -> np.ndarray:
-        """``unit_kick``: the incumbent with a connected set of ``kick`` units (blocks: a unit drawn uniformly, then
-        each next one uniformly among the neighbours of those drawn) all moved to one device, uniformly among
+        """``unit_kick``: the incumbent with a connected set of at most ``kick`` units (blocks: a unit drawn uniformly,
+        then each next one uniformly among the neighbours of those drawn, fewer where they have none) all moved to one device, uniformly among
         those not all of them are on; it becomes the walk's placement (step time unknown until it is
         measured), the moves handed out before it are no longer the walk's, and it is handed out as a unit
         move."""
@@ -805,13 +805,19 @@ class ScopeMoves:
         or a learner's failing value) if it beats the incumbent (and the walk on it, with ``travel``);
         else, with ``travel``, the walk moves to the last of the batch's scope or unit moves (those
         [`moved`][placer.features.ScopeMoves.moved] handed out since the last call) within ``1 + travel`` of
-        the incumbent's time; with ``kick``, the walk moves to the fastest of the batch's moves handed out
-        since it began (the kick included) when faster than it. The layer descent
+        the incumbent's time; with ``kick``, a kick's step time is its row's, and the walk moves to the fastest
+        of the batch's moves handed out since the last call (since the kick, when the batch holds one; the kick
+        included) when faster than it. The layer descent
         ([`LayerDescent.keep`][placer.features.LayerDescent.keep]) sees the batch first."""
         if self.descent is not None:
             self.descent.keep(placements, times_s)
         if self.kick:
             self._seen.update(self._digest(np.asarray(row)) for row in placements)
+            if self.current is not None and np.isinf(self.current_time):  # a kick's time, before the moves from it count
+                key = self.current.tobytes()
+                for row, t in zip(placements, times_s):
+                    if np.asarray(row, dtype=np.int64).tobytes() == key:
+                        self.current_time = float(t) if np.isfinite(t) else float("inf")
         if self._counting or self._dl_moves:
             self._learn_kinds(placements, times_s)
         if len(times_s) and float(np.min(times_s)) < self.incumbent_time:
@@ -820,11 +826,12 @@ class ScopeMoves:
             if self.travel is not None or self.kick:
                 self.current, self.current_time = self.incumbent.copy(), self.incumbent_time
         elif self.kick and self._pending and self.current is not None:  # unit_kick: the walk's fastest move, if faster
+            t_of = np.where(np.isnan(np.asarray(times_s, dtype=np.float64)), np.inf, np.asarray(times_s, dtype=np.float64))
             ours = [i for i, row in enumerate(placements) if np.asarray(row, dtype=np.int64).tobytes() in self._pending]
-            i = min(ours, key=lambda j: float(times_s[j])) if ours else -1
-            if i >= 0 and float(times_s[i]) < self.current_time:
-                self.walked += not np.isinf(self.current_time)  # a kick's first measurement is no step
-                self.current, self.current_time = np.asarray(placements[i], dtype=np.int64).copy(), float(times_s[i])
+            i = min(ours, key=lambda j: float(t_of[j])) if ours else -1
+            if i >= 0 and float(t_of[i]) < self.current_time:
+                self.walked += not np.isinf(self.current_time)  # from an OOM kick: no step
+                self.current, self.current_time = np.asarray(placements[i], dtype=np.int64).copy(), float(t_of[i])
         elif self.travel is not None and self._pending:
             bar = self.incumbent_time * (1.0 + self.travel)
             step: tuple[np.ndarray, float] | None = None
@@ -860,14 +867,18 @@ class ScopeMoves:
         else:  # a block all on a device has nowhere to go there
             on = np.bincount(self.block_of * self.num_devices + base, minlength=self.movable * self.num_devices)
             other = on.reshape(self.movable, self.num_devices) != self.block_size[:, None]
+        last: tuple[int, int] | None = None
         while True:
             if not (self._untried & other).any():  # every move tried from here: all drawable again
                 if self.kick and self.incumbent is not None:  # unit_kick: a local optimum, kick instead
                     return None
+                if last is not None:  # every move seen, and no incumbent to kick: the last drawn, seen or not
+                    return last
                 self._untried[:] = True
             pairs = np.flatnonzero((self._untried & other).ravel())
             unit, device = divmod(int(pairs[int(self.rng.integers(len(pairs)))]), self.num_devices)
             self._untried[unit, device] = False
+            last = (unit, device)
             if not self.kicks or self._digest(self._apply(base, unit, device)) not in self._seen:
                 return unit, device  # unit_kick, once it has kicked: a placement measured or handed out before is not drawn
 

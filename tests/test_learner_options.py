@@ -1159,56 +1159,97 @@ def test_blocks_that_do_not_cover_the_units_are_refused():
 
 
 def test_unit_kick_kicks_the_incumbent_at_a_local_optimum_and_walks_from_there():
-    """``unit_kick``: once every (unit, device) move from the incumbent is tried and none is faster, the
-    next move is a kick (the incumbent with that many units moved), not a move tried before; the moves then
-    start from the kick, the walk takes the fastest of a batch when faster than itself (not the
-    incumbent), a new incumbent puts the walk on it, and no placement is handed out twice. Without it,
+    """``unit_kick``: once every (unit, device) move from the moves' base is tried and none is faster, the
+    next move is a kick: the incumbent (not the walk) with two neighbouring units moved to one device. The
+    draws before it are those without the option; the moves then start from the kick; the walk takes the
+    fastest of a batch's moves since the kick when faster than itself (not the incumbent, nor a move handed
+    out before the kick); a move from the walk faster than it but not taken stays drawable; a new incumbent
+    puts the walk on it; and from the first kick on no placement is handed out twice. Without the option,
     every move is drawable again (the 13th move is one of the 12 tried)."""
     from placer.features import ScopeMoves
+
+    def connected_kick(p, ref):  # two neighbours on the chain, both now on one device
+        units = np.flatnonzero(p != ref)
+        return len(units) == 2 and units[1] - units[0] == 1 and p[units[0]] == p[units[1]]
 
     names = [f"net/op_{i}" for i in range(6)]
     base = np.zeros(6, dtype=np.int64)
     moves = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, neighbours=_chain(6), kick=2)
     plain = ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, neighbours=_chain(6))
+    assert ScopeMoves(names, 0.0, 3, np.random.default_rng(0), units=1.0, neighbours=_chain(6), kick=2,
+                      travel=0.1).kick == 0  # a walk of its own: no kicks
     handed: list[bytes] = []
     for m in (moves, plain):
         m.keep(base[None], np.array([1.0]))
-        for _ in range(4):  # every one of the 12 moves from the incumbent, all slower
+        for _ in range(3):  # nine of the 12 moves from the incumbent, all slower
             batch = np.stack([m.moved() for _ in range(3)])
             m.keep(batch, np.full(3, 2.0))
             handed += [p.tobytes() for p in batch] if m is moves else []
+    last = [plain.moved() for _ in range(3)]
     again = plain.moved()
-    assert again.tobytes() in set(handed)  # the same draws: without a kick, a move tried before
-    kick = moves.moved()
-    assert (kick != base).sum() == 2 and moves.kicks == 1 and np.array_equal(moves.current, kick)
-    assert moves.incumbent_time == 1.0 and np.isinf(moves.current_time)
-    handed.append(kick.tobytes())
-    moves.keep(kick[None], np.array([1.5]))  # slower than the incumbent: the walk stays on it
-    assert np.array_equal(moves.current, kick) and moves.current_time == 1.5 and moves.walked == 0
-    batch = np.stack([moves.moved() for _ in range(3)])
-    assert all((p != kick).sum() == 1 for p in batch)  # moves of the walk, one unit each
+    assert again.tobytes() in set(handed) | {p.tobytes() for p in last}  # without a kick, a move tried before
+    batch = np.stack([moves.moved() for _ in range(6)])  # the last 3 moves, the kick, two moves from it
+    assert all(np.array_equal(a, b) for a, b in zip(batch[:3], last))  # the same draws as without the option
+    kick = batch[3]
+    assert connected_kick(kick, base) and moves.kicks == 1 and all((p != kick).sum() == 1 for p in batch[4:])
     handed += [p.tobytes() for p in batch]
-    moves.keep(batch, np.array([1.4, 1.3, 1.6]))  # the fastest, faster than the walk, not the incumbent
-    assert np.array_equal(moves.current, batch[1]) and moves.current_time == 1.3 and moves.walked == 1
-    assert np.array_equal(moves.incumbent, base)
+    moves.keep(batch, np.array([1.2, 2.0, 2.0, 1.5, 1.4, 1.3]))
+    assert np.array_equal(moves.current, batch[5]) and moves.current_time == 1.3  # not 1.2: before the kick
+    assert moves.incumbent_time == 1.0 and np.array_equal(moves.incumbent, base)
+    (u4,) = np.flatnonzero(batch[4] != kick)
+    assert moves._untried is not None and moves._untried[u4, batch[4][u4]]  # faster than the kick: drawable
+    walk = moves.current.copy()
+    while moves.kicks == 1:  # every move from the walk, all slower: the next kick, from the incumbent
+        p = moves.moved()
+        handed.append(p.tobytes())
+        moves.keep(p[None], np.array([5.0]))
+    assert connected_kick(p, base) and not np.array_equal(walk, base)
     batch = np.stack([moves.moved() for _ in range(2)])
     handed += [p.tobytes() for p in batch]
     moves.keep(batch, np.array([0.9, 1.2]))  # a new incumbent: the walk goes there
     assert moves.incumbent_time == 0.9 and np.array_equal(moves.current, batch[0]) and moves.current_time == 0.9
-    for _ in range(8):  # on to the next local optima and kicks: nothing handed out twice
+    for _ in range(4):  # on to the next local optima and kicks
         batch = np.stack([moves.moved() for _ in range(3)])
         handed += [p.tobytes() for p in batch]
         moves.keep(batch, np.full(3, 5.0))
-    assert moves.kicks >= 2 and len(set(handed)) == len(handed)
+    after = handed[9 + 3:]  # from the first kick on: nothing handed out twice, nor anything seen before
+    assert moves.kicks >= 3 and len(set(after)) == len(after) and not set(after) & set(handed[:12])
+
+
+def test_unit_kick_draws_as_without_it_until_its_first_kick():
+    """Until the first kick, ``unit_kick`` draws the same moves as without it, a placement seen before
+    included (here the old incumbent, one move back from the new one): the memo of placements seen only
+    skips moves from the first kick on, so a run that never reaches a local optimum ends as before."""
+    from placer.features import ScopeMoves
+
+    names = [f"net/op_{i}" for i in range(6)]
+    base = np.zeros(6, dtype=np.int64)
+    kicker = ScopeMoves(names, 0.0, 3, np.random.default_rng(5), units=1.0, neighbours=_chain(6), kick=2)
+    plain = ScopeMoves(names, 0.0, 3, np.random.default_rng(5), units=1.0, neighbours=_chain(6))
+    drawn = []
+    for m in (kicker, plain):
+        m.keep(base[None], np.array([1.0]))
+    times = np.array([0.9, 2.0, 2.0])  # a new incumbent, then every move slower
+    while kicker.kicks == 0:
+        a, b = np.stack([kicker.moved() for _ in range(3)]), np.stack([plain.moved() for _ in range(3)])
+        if kicker.kicks == 0:
+            assert np.array_equal(a, b)
+            drawn += [p.tobytes() for p in a]
+        kicker.keep(a, times)
+        plain.keep(b, times)
+        times = np.full(3, 2.0)
+    assert base.tobytes() in drawn  # the old incumbent was drawn again, as without the option
 
 
 def test_unit_kick_needs_the_dont_look_bits_and_no_travel():
     """``unit_kick`` asked for without ``unit_dont_look`` (which say when to kick), or with ``scope_travel``
     (a walk of its own), is refused, naming the fields."""
-    with pytest.raises(ValueError, match="unit_kick 2: only with unit_dont_look true and unit_moves > 0"):
+    with pytest.raises(ValueError, match="unit_kick 2: only with unit_dont_look true and unit_moves > 0 .got unit_dont_look False"):
         LEARNERS["post"].Config(unit_kick=2, unit_moves=0.5)
     with pytest.raises(ValueError, match="unit_kick 2: not with scope_travel 0.1"):
         LEARNERS["rl"].Config(unit_kick=2, unit_moves=0.5, unit_dont_look=True, scope_moves=0.25, scope_travel=0.1)
+    with pytest.raises(ValueError, match="unit_kick 1: a kick of one unit is a unit move"):
+        LEARNERS["post"].Config(unit_kick=1, unit_moves=0.5, unit_dont_look=True)
     ok = LEARNERS["eagle"].Config(unit_kick=2, unit_moves=0.5, unit_dont_look=True)
     assert ok.unit_kick == 2
 
