@@ -688,6 +688,19 @@ def test_layer_descent_is_refused_at_the_budget_and_on_ray(rnnlm_small, k80x2):
     assert learner_config("ppo_warm", 240, 0, on_ray=True).layer_descent == 0
 
 
+def _interrupted_and_resumed(make, stop: int, tmp_path: Path):
+    """The search of a fresh ``make()`` (``(learner, env)``) interrupted after ``stop`` placements with its log and
+    a checkpoint after every batch, then resumed from them by another fresh ``make()``: the resumed result."""
+    from test_learners import Interrupt, StopAfter
+
+    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
+    learner, env = make()
+    with pytest.raises(Interrupt):
+        run_search(learner, StopAfter(env, stop), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
+    learner, env = make()
+    return run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
+
+
 @pytest.mark.parametrize("stop", [20, 30])
 def test_a_search_with_a_layer_descent_resumes_to_the_same_result(stop, rnnlm_small, k80x2, tmp_path):
     """Interrupted inside the descent and resumed from its log and checkpoint, a search with
@@ -697,7 +710,7 @@ def test_a_search_with_a_layer_descent_resumes_to_the_same_result(stop, rnnlm_sm
     from cluster.factory import make_environment
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_learners import Interrupt, StopAfter, _strip
+    from test_learners import _strip
 
     def make():
         env = make_environment("sim", rnnlm_small, k80x2)
@@ -708,13 +721,7 @@ def test_a_search_with_a_layer_descent_resumes_to_the_same_result(stop, rnnlm_sm
     whole = run_search(learner, env)
     assert whole.best_step_time_s <= whole.step_times[0]
     assert learner.scope.descent.used == 40
-    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
-    learner, env = make()
-    with pytest.raises(Interrupt):
-        run_search(learner, StopAfter(env, stop), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
-    learner, env = make()
-    resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
-    assert _strip(resumed) == _strip(whole)
+    assert _strip(_interrupted_and_resumed(make, stop, tmp_path)) == _strip(whole)
 
 
 def test_no_layer_descent_on_one_gpu_and_the_other_options_still_work(rnnlm_small):
@@ -1006,7 +1013,7 @@ def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(
     from cluster.factory import make_environment
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_learners import Interrupt, StopAfter, _strip
+    from test_learners import _strip
 
     def make():
         env = make_environment("sim", rnnlm_small, k80x2)
@@ -1017,13 +1024,7 @@ def test_a_search_with_adaptive_shares_and_dont_look_resumes_to_the_same_result(
 
     learner, env = make()
     whole = run_search(learner, env)
-    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
-    learner, env = make()
-    with pytest.raises(Interrupt):
-        run_search(learner, StopAfter(env, 49), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
-    learner, env = make()
-    resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
-    assert _strip(resumed) == _strip(whole)
+    assert _strip(_interrupted_and_resumed(make, 49, tmp_path)) == _strip(whole)
 
 
 def test_coarse_of_gives_each_colocation_unit_the_prepared_group_that_holds_it(rnnlm_small):
@@ -1262,7 +1263,7 @@ def test_a_search_with_unit_kicks_kicks_and_resumes_to_the_same_result(name, rnn
     from cluster.factory import make_environment
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_learners import Interrupt, StopAfter, _strip
+    from test_learners import _strip
 
     def make():
         env = make_environment("sim", rnnlm_small, k80x2)
@@ -1286,10 +1287,4 @@ def test_a_search_with_unit_kicks_kicks_and_resumes_to_the_same_result(name, rnn
     after = [p for _, p in handed[first:]]
     assert learner.scope.kicks > 1 and len(after) > 50 and len(set(after)) == len(after)
     assert not set(after) & {p for _, p in handed[:first]}  # from the first kick on, nothing seen is drawn
-    log, ckpt = tmp_path / "s.jsonl", tmp_path / "s.pt"
-    learner, env = make()
-    with pytest.raises(Interrupt):
-        run_search(learner, StopAfter(env, 299), log_path=log, checkpoint_path=ckpt, checkpoint_every_s=0.0)
-    learner, env = make()
-    resumed = run_search(learner, env, log_path=log, checkpoint_path=ckpt, resume=True, checkpoint_every_s=0.0)
-    assert _strip(resumed) == _strip(whole)
+    assert _strip(_interrupted_and_resumed(make, 299, tmp_path)) == _strip(whole)
