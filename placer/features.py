@@ -740,20 +740,10 @@ class ScopeMoves:
                 return self._kicked()
             if pair is not None:
                 unit, device = pair
-            elif self.block_of is None:  # unit_moves: one unit to one other device
-                unit = int(self.rng.integers(self.num_units))
-                device = int(self.rng.integers(self.num_devices - 1))
-                device += device >= p[unit]
-            else:  # over blocks: one block to a device not all of it is on (any, for a block that is split)
+            else:  # unit_moves: one unit (block) to another device (any, for a block that is split)
                 unit = int(self.rng.integers(self.movable))
-                on = p[self.members[unit]]
-                whole = bool((on == on[0]).all())
-                device = int(self.rng.integers(self.num_devices - whole))
-                device += whole and device >= on[0]
-            if self.block_of is None:
-                p[unit] = device
-            else:  # moves_over="groups": the block's units, all of them
-                p[self.members[unit]] = device
+                device = self._other_device(p[self._members(unit)])
+            p[self._members(unit)] = device
         else:
             move_scope(self.rng, p, self.scopes, self.num_devices, self.majority)
             kind = 1
@@ -783,12 +773,8 @@ class ScopeMoves:
                 if not frontier:
                     break
                 chosen.append(frontier[int(self.rng.integers(len(frontier)))])
-            members = np.concatenate([self.members[u] if self.block_of is not None else np.array([u]) for u in chosen])
-            on = p[members]
-            whole = bool((on == on[0]).all())
-            device = int(self.rng.integers(self.num_devices - whole))
-            device += whole and device >= on[0]
-            p[members] = device
+            members = np.concatenate([self._members(u) for u in chosen])
+            p[members] = self._other_device(p[members])
             if self._digest(p) not in self._seen:
                 break
         self._seen.add(self._digest(p))
@@ -882,10 +868,20 @@ class ScopeMoves:
             if not self.kicks or self._digest(self._apply(base, unit, device)) not in self._seen:
                 return unit, device  # unit_kick, once it has kicked: a placement measured or handed out before is not drawn
 
+    def _members(self, unit: int) -> np.ndarray:
+        """The units that a unit move of ``unit`` moves: ``[unit]``, or with ``blocks`` the block's units."""
+        return self.members[unit] if self.block_of is not None else np.array([unit])
+
+    def _other_device(self, on: np.ndarray) -> int:
+        """A device drawn uniformly (one draw) among those not all of ``on`` (the devices of the units to move) are on."""
+        whole = bool((on == on[0]).all())
+        device = int(self.rng.integers(self.num_devices - whole))
+        return device + int(whole and device >= on[0])
+
     def _apply(self, base: np.ndarray, unit: int, device: int) -> np.ndarray:
         """``base`` with ``unit`` (a block with ``blocks``) on ``device``, a copy."""
         p = base.copy()
-        p[self.members[unit] if self.block_of is not None else unit] = device
+        p[self._members(unit)] = device
         return p
 
     @staticmethod
@@ -899,11 +895,12 @@ class ScopeMoves:
         """Before the incumbent moves: ``adaptive``, each sample's kind (a handed-out move's, else the
         policy's) counts as faster or not than the incumbent, and the shares follow; ``unit_dont_look``,
         a unit move faster than the incumbent (with ``kick``, than the walk once measured) is drawable again."""
-        faster = np.asarray(times_s, dtype=np.float64) < self.incumbent_time
+        times = np.asarray(times_s, dtype=np.float64)
+        faster = times < self.incumbent_time
         keys = [np.asarray(row, dtype=np.int64).tobytes() for row in placements]
         if self._dl_moves and self._untried is not None:
             walk = self.kick and self.current is not None and np.isfinite(self.current_time)  # unit_kick: the walk's base
-            base_faster = np.asarray(times_s, dtype=np.float64) < self.current_time if walk else faster
+            base_faster = times < self.current_time if walk else faster
             for key, fast in zip(keys, base_faster.tolist()):
                 pair = self._dl_moves.get(key) if fast else None
                 if pair is not None:
