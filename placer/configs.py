@@ -822,16 +822,13 @@ WARM_SCOPE_MOVES = 0.25
 """The warm-started variants' ``scope_moves`` (every learner but ``local_search``, EAGLE's and the
 Hierarchical Planner's, below)."""
 
-WARM_SCOPE_MOVES_EAGLE = 0.5
-"""``eagle_warm``'s and ``eagle_ce_warm``'s ``scope_moves``: half their samples are the incumbent with one
-name scope moved. Measured (2,400 placements, the named widths ``attention=after, hidden_size=64,
-attention_size=16``, seed 0; docs/results.md "EAGLE's warm scope moves"): inception_v3 ``k80x4``
-EAGLE 2.286 s and EAGLE-CE 2.317 s against 2.429 and 2.388 s at 0.25 (seeds 1-2: 2.322, 2.325 and 2.298,
-2.325 s); nmt 1.577 and 1.578 s against 1.627 and 1.603 s; the 6.7B decoder 1.836 and 1.802 s against
-1.836 and 1.833 s; rnnlm and GPT-2 within 0.2%. Measured at those widths only; the default holds at every
-width. The softmax learners at 0.5 were not faster (ppo_warm on
-inception_v3 2.384 s against 2.323 s at 0.25, seeds 0-2), nor the Hierarchical Planner (2.422 s against
-2.401 s, seed 0)."""
+WARM_SCOPE_MOVES_EAGLE = 0.1
+"""``eagle_warm``'s and ``eagle_ce_warm``'s ``scope_moves``: a tenth of their samples are the incumbent with one
+name scope moved, beside the eight in ten of one-group moves ([`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE]),
+so a tenth are EAGLE's own. It was 0.5, with no unit moves, until 2026-11-29 (inception_v3 ``k80x4`` 2.286 s against 2.429 s
+at 0.25, seed 0; docs/results.md "EAGLE's warm scope moves"). On nmt the scope moves are rarely faster (a scratch
+count, ``post_warm`` seed 1: 0 of 113 after the layer descent, against 39 of 1,783 one-group moves), so the
+unit moves take most of the share now (docs/results.md "EAGLE's warm one-group moves")."""
 
 WARM_SCOPE_MOVES_HIERARCHICAL = 0.9
 """``hierarchical_warm``'s ``scope_moves``: nine samples in ten are the incumbent with one name scope
@@ -914,6 +911,18 @@ went from 2.3287 to 2.2877 s (seeds 0-2); on nmt, the decoder and GPT-2 (seeds 0
 optimum, and every one ended as before, to the bit. docs/results.md ("Kicks at a local optimum: `unit_kick`")."""
 
 
+WARM_UNIT_MOVES_EAGLE = 0.8
+"""The ``unit_moves`` of ``eagle_warm`` and ``eagle_ce_warm``: eight samples in ten are the incumbent with one
+co-location group moved whole (``moves_over="groups"``), drawn among those not tried (``unit_dont_look``) and
+kicked at a local optimum (``unit_kick``), after the same descent over whole layers as the softmax learners'
+([`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]), in fixed shares (EAGLE's own samples: a tenth).
+Measured (2,400 placements, the named widths ``attention=after, hidden_size=64, attention_size=16``; docs/results.md
+"EAGLE's warm one-group moves"): on nmt ``k80x4`` 1.4708 s at seeds 0-2 against 1.5579 s with scope moves at 0.5 alone,
+1.4755 s over seeds 0-9 against 1.5486 s, in two modes (six runs at 1.416-1.477 s, four at 1.611-1.628 s); inception_v3
+2.2425 s against 2.3215 s; rnnlm 0.6% and the 6.7B decoder 1.5% slower; GPT-2 the same (seeds 0-2). The Hierarchical
+Planner was not faster with it (1.5524 s on nmt, seeds 0-2, against 1.4989 s) and keeps its own."""
+
+
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
     [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
@@ -923,7 +932,9 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT], ``unit_moves`` [`WARM_UNIT_MOVES`][placer.configs.WARM_UNIT_MOVES],
     ``adaptive_shares`` [`WARM_ADAPTIVE_SHARES`][placer.configs.WARM_ADAPTIVE_SHARES] and ``unit_dont_look``
     [`WARM_UNIT_DONT_LOOK`][placer.configs.WARM_UNIT_DONT_LOOK], with kicks at a local optimum ``unit_kick``
-    [`WARM_UNIT_KICK`][placer.configs.WARM_UNIT_KICK]: the config of the warm-started variant of a learner (``rl_warm``...;
+    [`WARM_UNIT_KICK`][placer.configs.WARM_UNIT_KICK], and for EAGLE the same descent, don't-look bits and kicks with
+    ``unit_moves`` [`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE] over the co-location groups
+    (``moves_over="groups"``) in fixed shares: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
     its own ``patience`` and has none of the others."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
@@ -938,6 +949,9 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
         defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES),
                      ("adaptive_shares", WARM_ADAPTIVE_SHARES), ("unit_dont_look", WARM_UNIT_DONT_LOOK),
                      ("unit_kick", WARM_UNIT_KICK)]
+    if issubclass(config, EagleConfig):  # fixed shares, over the co-location groups
+        defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES_EAGLE),
+                     ("unit_dont_look", WARM_UNIT_DONT_LOOK), ("unit_kick", WARM_UNIT_KICK), ("moves_over", "groups")]
     for field, default in defaults:  # each field as the learner's (its bounds), with the warm default
         info = config.model_fields[field]
         fields[field] = (Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation, default)
@@ -947,9 +961,10 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
                                 f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
                                 f"(``restart_after={WARM_RESTART_AFTER}``)"
                                 + (f", after a descent over whole layers (``layer_descent={WARM_LAYER_DESCENT:g}``)"
-                                   f" and with one-group moves (``unit_moves={WARM_UNIT_MOVES:g}``, drawn among those"
+                                   f" and with one-group moves (``unit_moves={dict(defaults).get('unit_moves', 0):g}``, drawn among those"
                                    " not tried, ``unit_dont_look``, and kicked at a local optimum, ``unit_kick``),"
-                                   " in shares that follow what is faster (``adaptive_shares``)"
+                                   + (" in shares that follow what is faster (``adaptive_shares``)" if "adaptive_shares" in fields
+                                      else " over the co-location groups (``moves_over='groups'``), in fixed shares")
                                    if "layer_descent" in fields else "")
                                 + ": the warm-started variant (placer.warm; no paper does this).", **fields)
 

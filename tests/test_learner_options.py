@@ -472,15 +472,15 @@ def test_a_search_with_restarts_improves_and_is_refused_on_ray(rnnlm_small, k80x
 
 def test_a_warm_variant_restarts_by_default_but_not_on_ray():
     """The warm-started variants restart from the incumbent by default (``restart_after`` 48, with
-    ``scope_moves`` 0.25, EAGLE's 0.5, the Hierarchical Planner's 0.9); on Ray that default is left out (each controller's incumbent is its own),
+    ``scope_moves`` 0.25, EAGLE's 0.1, the Hierarchical Planner's 0.9); on Ray that default is left out (each controller's incumbent is its own),
     and the faithful learners never restart unless asked."""
     from placer.configs import WARM_RESTART_AFTER, WARM_SCOPE_MOVES, WARM_SCOPE_MOVES_EAGLE, WARM_SCOPE_MOVES_HIERARCHICAL
     from tasks.search import learner_config
 
     warm = learner_config("ppo_warm", 100, 0)
     assert warm.restart_after == WARM_RESTART_AFTER == 48 and warm.scope_moves == WARM_SCOPE_MOVES == 0.25
-    for eagle in ("eagle_warm", "eagle_ce_warm"):  # EAGLE's warm variants move scopes in half their samples
-        assert learner_config(eagle, 100, 0).scope_moves == WARM_SCOPE_MOVES_EAGLE == 0.5
+    for eagle in ("eagle_warm", "eagle_ce_warm"):  # EAGLE's warm variants move scopes in a tenth of their samples
+        assert learner_config(eagle, 100, 0).scope_moves == WARM_SCOPE_MOVES_EAGLE == 0.1
     # the Hierarchical Planner's in nine of ten: its own REINFORCE step, one placement an update, moves slowly
     assert learner_config("hierarchical_warm", 100, 0).scope_moves == WARM_SCOPE_MOVES_HIERARCHICAL == 0.9
     assert learner_config("hierarchical", 100, 0).scope_moves == 0
@@ -495,16 +495,16 @@ def test_a_warm_variant_restarts_by_default_but_not_on_ray():
 
 
 def test_the_warm_softmax_learners_and_rl_descend_over_layers_first_by_default_but_not_on_ray():
-    """``layer_descent`` 0.125 is the default of ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm`` and
-    ``rl_warm`` (measured faster on nmt, even elsewhere), not of the Hierarchical Planner's or EAGLE's
-    warm variants nor of any faithful learner; on Ray the default is left out; its bounds hold."""
+    """``layer_descent`` 0.125 is the default of ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm``,
+    ``rl_warm``, ``eagle_warm`` and ``eagle_ce_warm`` (measured faster on nmt, even elsewhere), not of the
+    Hierarchical Planner's warm variant nor of any faithful learner; on Ray the default is left out; its bounds hold."""
     from placer.configs import WARM_LAYER_DESCENT
     from tasks.search import learner_config
 
-    for name in ("post_warm", "ppo_warm", "ce_warm", "pg_warm", "rl_warm"):
+    for name in ("post_warm", "ppo_warm", "ce_warm", "pg_warm", "rl_warm", "eagle_warm", "eagle_ce_warm"):
         assert learner_config(name, 2400, 0).layer_descent == WARM_LAYER_DESCENT == 0.125
         assert learner_config(name, 2400, 0, on_ray=True).layer_descent == 0
-    for name in ("hierarchical_warm", "eagle_warm", "eagle_ce_warm", "post", "rl", "hierarchical", "eagle", "ce"):
+    for name in ("hierarchical_warm", "post", "rl", "hierarchical", "eagle", "ce"):
         assert learner_config(name, 2400, 0).layer_descent == 0
     assert not hasattr(learner_config("local_search_warm", 100, 0), "layer_descent")
     with pytest.raises(ValueError, match="layer_descent"):
@@ -809,24 +809,31 @@ def test_unit_moves_off_draw_as_before_and_a_share_above_every_sample_is_refused
         LEARNERS["rl"].Config(unit_moves=1.5)
 
 
-def test_the_warm_softmax_learners_and_rl_move_single_units_by_default_and_no_other():
+def test_the_warm_softmax_learners_rl_and_eagle_move_single_units_by_default_and_no_other():
     """``unit_moves``: 0.5 in ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm`` and ``rl_warm``
-    (``placer.configs.WARM_UNIT_MOVES``); 0 in the faithful learners and the other warm variants;
-    a warm variant's scope moves above 0.5 are refused until ``unit_moves`` is lowered, naming both."""
-    from placer.configs import CONFIGS, WARM_UNIT_KICK, WARM_UNIT_MOVES
+    (``placer.configs.WARM_UNIT_MOVES``), in shares that follow what pays; 0.8 in ``eagle_warm`` and
+    ``eagle_ce_warm`` (``WARM_UNIT_MOVES_EAGLE``) over the co-location groups, in fixed shares; both
+    with don't-look bits and kicks; 0 in the faithful learners and ``hierarchical_warm``; a warm
+    variant's scope moves above 0.5 are refused until ``unit_moves`` is lowered, naming both."""
+    from placer.configs import CONFIGS, WARM_UNIT_KICK, WARM_UNIT_MOVES, WARM_UNIT_MOVES_EAGLE
 
-    assert WARM_UNIT_MOVES == 0.5 and WARM_UNIT_KICK == 2
+    assert WARM_UNIT_MOVES == 0.5 and WARM_UNIT_KICK == 2 and WARM_UNIT_MOVES_EAGLE == 0.8
     warm = {"post_warm", "ppo_warm", "ce_warm", "pg_warm", "rl_warm"}
+    eagle = {"eagle_warm", "eagle_ce_warm"}
     for name, config in CONFIGS.items():
         if "unit_moves" in config.model_fields:
-            assert config().unit_moves == (WARM_UNIT_MOVES if name in warm else 0.0), name
-    assert warm <= {n for n, c in CONFIGS.items() if "unit_moves" in c.model_fields}
-    for name, config in CONFIGS.items():  # and draw them among those not tried, in shares that follow what pays
+            assert config().unit_moves == (WARM_UNIT_MOVES if name in warm else
+                                           WARM_UNIT_MOVES_EAGLE if name in eagle else 0.0), name
+            assert config().moves_over == ("groups" if name in eagle else "units") if "moves_over" in config.model_fields else True
+    assert warm | eagle <= {n for n, c in CONFIGS.items() if "unit_moves" in c.model_fields}
+    for name, config in CONFIGS.items():  # and draw them among those not tried (the softmax learners in shares that follow what pays)
         if "adaptive_shares" in config.model_fields:
-            assert config().adaptive_shares == config().unit_dont_look == (name in warm), name
-            assert config().unit_kick == (WARM_UNIT_KICK if name in warm else 0), name  # and kick at a local optimum
+            assert config().adaptive_shares == (name in warm), name
+            assert config().unit_dont_look == (name in warm | eagle), name
+            assert config().unit_kick == (WARM_UNIT_KICK if name in warm | eagle else 0), name  # and kick at a local optimum
     assert CONFIGS["post_warm"](unit_moves=0).unit_dont_look  # the default with unit moves off: inert, not refused
     assert CONFIGS["post_warm"](unit_dont_look=False).unit_kick == WARM_UNIT_KICK  # inert too (no bits: no kick)
+    assert CONFIGS["eagle_warm"](unit_moves=0).moves_over == "groups"  # inert too
     with pytest.raises(ValueError, match=r"unit_moves 0.5: with scope_moves 0.6 .*lower one"):
         CONFIGS["rl_warm"](scope_moves=0.6)
     assert CONFIGS["rl_warm"](scope_moves=0.6, unit_moves=0.4).scope_moves == 0.6
