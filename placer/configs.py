@@ -863,8 +863,8 @@ inception_v3, rnnlm and the 6.7B decoder at most 1.2% slower and up to 2.3% fast
 inception_v3 seeds 0-2 2.306-2.360 s against 2.323-2.372 s); GPT-2 unchanged; on the default run's small rnnlm (1,000
 placements) post_warm 2.0% slower. rl_warm (``hidden_size=64, attention_size=16``, seeds 0-2):
 nmt 1.555 s against 1.644 s, inception_v3 2.359 s against 2.358 s. The Hierarchical Planner was
-slower with it on nmt (1.613 s against 1.499 s, seeds 0-2), so its warm default stays 0, as EAGLE's
-(docs/results.md)."""
+slower with it on nmt (1.613 s against 1.499 s, seeds 0-2), so its warm default stays 0; EAGLE's was 0 too
+until it took one-group moves over the groups ([`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE]) (docs/results.md)."""
 
 
 WARM_UNIT_MOVES = 0.5
@@ -878,7 +878,8 @@ slower (post_warm on rnnlm) to 1.5% faster (ppo_warm on inception_v3). rl_warm (
 attention_size=16``): nmt 1.522 s against 1.555 s at seeds 0-2, but 1.526 s against 1.517 s over seeds
 0-5 (0.6% slower); inception_v3 2.316 s against 2.359 s (seeds 0-2). The Hierarchical Planner
 (``scope_moves=0.4, unit_moves=0.5``) and EAGLE (``scope_moves=0.25, unit_moves=0.25``) were slower with
-it on nmt (seeds 0-2), so theirs stays 0."""
+it on nmt (seeds 0-2), so theirs stayed 0; EAGLE's is 0.8 over the co-location groups since
+([`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE])."""
 
 
 WARM_ADAPTIVE_SHARES = True
@@ -893,7 +894,7 @@ Measured with [`WARM_UNIT_DONT_LOOK`][placer.configs.WARM_UNIT_DONT_LOOK] in doc
 what pays, and don't-look bits")."""
 
 WARM_UNIT_DONT_LOOK = True
-"""The ``unit_dont_look`` of the same five warm-started variants: a unit move tried from a placement and
+"""The ``unit_dont_look`` of the same five warm-started variants (and EAGLE's two, [`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE]): a unit move tried from a placement and
 not faster is not drawn again until its unit or a neighbour moves. A scratch hill climber of one-group
 moves from nmt's layer-level optimum (2,000 placements) ended at a median of 1.435 s with it against
 1.461 s without (seeds 40-99), 1.436 against 1.474 s with a scope move at 0.1 (seeds 0-39).
@@ -901,7 +902,7 @@ docs/results.md ("Shares that follow what pays, and don't-look bits")."""
 
 
 WARM_UNIT_KICK = 2
-"""The ``unit_kick`` of the same five warm-started variants: where every one-unit move from the incumbent is
+"""The ``unit_kick`` of the same five warm-started variants (and EAGLE's two): where every one-unit move from the incumbent is
 tried and none is faster (a local optimum of the unit moves, which the don't-look bits see), a kick of two
 neighbouring units to one device and a walk from there, instead of measuring the same moves again. Warm-started
 ``post_warm`` on inception_v3 ``k80x4`` (68 groups) found nothing faster after 1,117-1,308 of its 2,400
