@@ -70,7 +70,7 @@ class LearnerConfig(BaseModel):
         if units and units + getattr(self, "scope_moves", 0.0) > 1:
             raise ValueError(f"unit_moves {units:g}: with scope_moves {getattr(self, 'scope_moves', 0.0):g} more than every "
                              "sample (their sum is the share of samples replaced; at most 1): lower one of them "
-                             "(the _warm variants of post, ppo, ce, pg and rl default to unit_moves 0.5)")
+                             "(the _warm variants of post, ppo, ce, pg and rl default to unit_moves 0.5, eagle_warm and eagle_ce_warm to 0.8)")
         given = self.model_fields_set  # a warm default with its moves turned off is inert; one asked for is refused
         if "unit_dont_look" in given and getattr(self, "unit_dont_look", False) and not units:
             raise ValueError("unit_dont_look true: only with unit_moves > 0 (got 0); it says how the unit moves are drawn")
@@ -839,7 +839,8 @@ docs/results.md "The Hierarchical Planner's warm scope moves"): inception_v3 ``k
 against 2.419 s at 0.25, nmt ``k80x4`` 1.499 s against 1.583 s, rnnlm 0.948 s against 0.942 s
 (seed 0); 0.5 and 0.75 were not as fast on inception_v3 (2.422 and 2.387 s, seed 0, against 2.295 s).
 The softmax learners and the 2017 placer were slower at 0.9 (inception_v3 2.448-2.528 s against
-2.32-2.37 s at 0.25); EAGLE traded nmt (3% faster) for the decoder (1-3% slower) and stays at 0.5."""
+2.32-2.37 s at 0.25); EAGLE traded nmt (3% faster) for the decoder (1-3% slower) and stayed at 0.5 (0.1 beside one-group moves since,
+[`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE])."""
 
 WARM_RESTART_AFTER = 48
 """The warm-started variants' ``restart_after`` (every learner but ``local_search``, which restarts
