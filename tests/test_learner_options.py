@@ -834,6 +834,8 @@ def test_the_warm_softmax_learners_rl_and_eagle_move_single_units_by_default_and
     assert CONFIGS["post_warm"](unit_moves=0).unit_dont_look  # the default with unit moves off: inert, not refused
     assert CONFIGS["post_warm"](unit_dont_look=False).unit_kick == WARM_UNIT_KICK  # inert too (no bits: no kick)
     assert CONFIGS["eagle_warm"](unit_moves=0).moves_over == "groups"  # inert too
+    with pytest.raises(ValueError, match=r"unit_moves 0.8: with scope_moves 0.5 .*lower one.*eagle_warm and eagle_ce_warm to 0.8"):
+        CONFIGS["eagle_warm"](scope_moves=0.5)  # the old default share needs unit_moves lowered, naming both
     with pytest.raises(ValueError, match=r"unit_moves 0.5: with scope_moves 0.6 .*lower one"):
         CONFIGS["rl_warm"](scope_moves=0.6)
     assert CONFIGS["rl_warm"](scope_moves=0.6, unit_moves=0.4).scope_moves == 0.6
