@@ -947,13 +947,11 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     if config is not LocalSearchConfig:
         defaults += [("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", scope_moves),
                      ("restart_after", WARM_RESTART_AFTER)]
-    if issubclass(config, (PostConfig, ReinforceConfig)):
-        defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES),
-                     ("adaptive_shares", WARM_ADAPTIVE_SHARES), ("unit_dont_look", WARM_UNIT_DONT_LOOK),
-                     ("unit_kick", WARM_UNIT_KICK)]
-    if issubclass(config, EagleConfig):  # fixed shares, over the co-location groups
-        defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES_EAGLE),
-                     ("unit_dont_look", WARM_UNIT_DONT_LOOK), ("unit_kick", WARM_UNIT_KICK), ("moves_over", "groups")]
+    if issubclass(config, (PostConfig, ReinforceConfig, EagleConfig)):
+        eagle = issubclass(config, EagleConfig)  # EAGLE's: fixed shares, over the co-location groups
+        defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES_EAGLE if eagle else WARM_UNIT_MOVES),
+                     ("moves_over", "groups") if eagle else ("adaptive_shares", WARM_ADAPTIVE_SHARES),
+                     ("unit_dont_look", WARM_UNIT_DONT_LOOK), ("unit_kick", WARM_UNIT_KICK)]
     for field, default in defaults:  # each field as the learner's (its bounds), with the warm default
         info = config.model_fields[field]
         fields[field] = (Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation, default)

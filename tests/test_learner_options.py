@@ -824,7 +824,8 @@ def test_the_warm_softmax_learners_rl_and_eagle_move_single_units_by_default_and
         if "unit_moves" in config.model_fields:
             assert config().unit_moves == (WARM_UNIT_MOVES if name in warm else
                                            WARM_UNIT_MOVES_EAGLE if name in eagle else 0.0), name
-            assert config().moves_over == ("groups" if name in eagle else "units") if "moves_over" in config.model_fields else True
+            if "moves_over" in config.model_fields:
+                assert config().moves_over == ("groups" if name in eagle else "units"), name
     assert warm | eagle <= {n for n, c in CONFIGS.items() if "unit_moves" in c.model_fields}
     for name, config in CONFIGS.items():  # and draw them among those not tried (the softmax learners in shares that follow what pays)
         if "adaptive_shares" in config.model_fields:
