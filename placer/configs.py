@@ -70,7 +70,7 @@ class LearnerConfig(BaseModel):
         if units and units + getattr(self, "scope_moves", 0.0) > 1:
             raise ValueError(f"unit_moves {units:g}: with scope_moves {getattr(self, 'scope_moves', 0.0):g} more than every "
                              "sample (their sum is the share of samples replaced; at most 1): lower one of them "
-                             "(the _warm variants of post, ppo, ce, pg and rl default to unit_moves 0.5, eagle_warm and eagle_ce_warm to 0.8)")
+                             "(the _warm variants of post, ppo, ce, pg and rl default to unit_moves 0.5, eagle_warm, eagle_ce_warm and hierarchical_warm to 0.8)")
         given = self.model_fields_set  # a warm default with its moves turned off is inert; one asked for is refused
         if "unit_dont_look" in given and getattr(self, "unit_dont_look", False) and not units:
             raise ValueError("unit_dont_look true: only with unit_moves > 0 (got 0); it says how the unit moves are drawn")
@@ -822,25 +822,15 @@ WARM_SCOPE_MOVES = 0.25
 """The warm-started variants' ``scope_moves`` (every learner but ``local_search``, EAGLE's and the
 Hierarchical Planner's, below)."""
 
-WARM_SCOPE_MOVES_EAGLE = 0.1
-"""``eagle_warm``'s and ``eagle_ce_warm``'s ``scope_moves``: a tenth of their samples are the incumbent with one
-name scope moved, beside the eight in ten of one-group moves ([`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE]),
-so a tenth are EAGLE's own. It was 0.5, with no unit moves, until 2026-11-29 (inception_v3 ``k80x4`` 2.286 s against 2.429 s
-at 0.25, seed 0; docs/results.md "EAGLE's warm scope moves"). On nmt the scope moves are rarely faster (a scratch
+WARM_SCOPE_MOVES_GROUPER = 0.1
+"""The ``scope_moves`` of the grouper + placer learners' warm variants (``eagle_warm``, ``eagle_ce_warm`` and
+``hierarchical_warm``): a tenth of their samples are the incumbent with one name scope moved, beside the eight in
+ten of one-group moves ([`WARM_UNIT_MOVES_GROUPER`][placer.configs.WARM_UNIT_MOVES_GROUPER]), so a tenth are the
+learner's own. EAGLE's was 0.5, with no unit moves, until 2026-11-29 (inception_v3 ``k80x4`` 2.286 s against 2.429 s
+at 0.25, seed 0; docs/results.md "EAGLE's warm scope moves"); the Hierarchical Planner's 0.9 until 2026-11-30
+(docs/results.md "The Hierarchical Planner's warm scope moves"). On nmt the scope moves are rarely faster (a scratch
 count, ``post_warm`` seed 1: 0 of 113 after the layer descent, against 39 of 1,783 one-group moves), so the
-unit moves take most of the share now (docs/results.md "EAGLE's warm one-group moves")."""
-
-WARM_SCOPE_MOVES_HIERARCHICAL = 0.9
-"""``hierarchical_warm``'s ``scope_moves``: nine samples in ten are the incumbent with one name scope
-moved, the grouper + placer's own samples the tenth (its REINFORCE step, one placement per update at
-learning rate 0.01, moves the policy slowly; the scope moves, scored teacher-forced, are most of
-what it learns from). Measured (2,400 placements, ``hidden_size=64``, medians of seeds 0-2;
-docs/results.md "The Hierarchical Planner's warm scope moves"): inception_v3 ``k80x4`` 2.347 s
-against 2.419 s at 0.25, nmt ``k80x4`` 1.499 s against 1.583 s, rnnlm 0.948 s against 0.942 s
-(seed 0); 0.5 and 0.75 were not as fast on inception_v3 (2.422 and 2.387 s, seed 0, against 2.295 s).
-The softmax learners and the 2017 placer were slower at 0.9 (inception_v3 2.448-2.528 s against
-2.32-2.37 s at 0.25); EAGLE traded nmt (3% faster) for the decoder (1-3% slower) and stayed at 0.5 (0.1 beside one-group moves since,
-[`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE])."""
+unit moves take most of the share (docs/results.md "EAGLE's warm one-group moves")."""
 
 WARM_RESTART_AFTER = 48
 """The warm-started variants' ``restart_after`` (every learner but ``local_search``, which restarts
@@ -863,9 +853,8 @@ without (held-out seeds 3-5: 1.531, 1.573, 1.548, 1.571 s against 1.609, 1.608, 
 inception_v3, rnnlm and the 6.7B decoder at most 1.2% slower and up to 2.3% faster (seeds 0-5;
 inception_v3 seeds 0-2 2.306-2.360 s against 2.323-2.372 s); GPT-2 unchanged; on the default run's small rnnlm (1,000
 placements) post_warm 2.0% slower. rl_warm (``hidden_size=64, attention_size=16``, seeds 0-2):
-nmt 1.555 s against 1.644 s, inception_v3 2.359 s against 2.358 s. The Hierarchical Planner was
-slower with it on nmt (1.613 s against 1.499 s, seeds 0-2), so its warm default stays 0; EAGLE's was 0 too
-until it took one-group moves over the groups ([`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE]) (docs/results.md)."""
+nmt 1.555 s against 1.644 s, inception_v3 2.359 s against 2.358 s. The grouper + placer learners' warm
+variants descend for twice as long, beside their one-group moves ([`WARM_LAYER_DESCENT_GROUPER`][placer.configs.WARM_LAYER_DESCENT_GROUPER])."""
 
 
 WARM_UNIT_MOVES = 0.5
@@ -879,8 +868,8 @@ slower (post_warm on rnnlm) to 1.5% faster (ppo_warm on inception_v3). rl_warm (
 attention_size=16``): nmt 1.522 s against 1.555 s at seeds 0-2, but 1.526 s against 1.517 s over seeds
 0-5 (0.6% slower); inception_v3 2.316 s against 2.359 s (seeds 0-2). The Hierarchical Planner
 (``scope_moves=0.4, unit_moves=0.5``) and EAGLE (``scope_moves=0.25, unit_moves=0.25``) were slower with
-it on nmt (seeds 0-2), so theirs stayed 0; EAGLE's is 0.8 over the co-location groups since
-([`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE])."""
+it on nmt (seeds 0-2), so theirs stayed 0; both take 0.8 over the co-location groups since
+([`WARM_UNIT_MOVES_GROUPER`][placer.configs.WARM_UNIT_MOVES_GROUPER])."""
 
 
 WARM_ADAPTIVE_SHARES = True
@@ -895,7 +884,7 @@ Measured with [`WARM_UNIT_DONT_LOOK`][placer.configs.WARM_UNIT_DONT_LOOK] in doc
 what pays, and don't-look bits")."""
 
 WARM_UNIT_DONT_LOOK = True
-"""The ``unit_dont_look`` of the same five warm-started variants (and EAGLE's two, [`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE]): a unit move tried from a placement and
+"""The ``unit_dont_look`` of the same five warm-started variants (and the grouper + placer learners' three, [`WARM_UNIT_MOVES_GROUPER`][placer.configs.WARM_UNIT_MOVES_GROUPER]): a unit move tried from a placement and
 not faster is not drawn again until its unit or a neighbour moves. A scratch hill climber of one-group
 moves from nmt's layer-level optimum (2,000 placements) ended at a median of 1.435 s with it against
 1.461 s without (seeds 40-99), 1.436 against 1.474 s with a scope move at 0.1 (seeds 0-39).
@@ -903,7 +892,7 @@ docs/results.md ("Shares that follow what pays, and don't-look bits")."""
 
 
 WARM_UNIT_KICK = 2
-"""The ``unit_kick`` of the same five warm-started variants (and EAGLE's two): where every one-unit move from the incumbent is
+"""The ``unit_kick`` of the same five warm-started variants (and the grouper + placer learners' three): where every one-unit move from the incumbent is
 tried and none is faster (a local optimum of the unit moves, which the don't-look bits see), a kick of two
 neighbouring units to one device and a walk from there, instead of measuring the same moves again. Warm-started
 ``post_warm`` on inception_v3 ``k80x4`` (68 groups) found nothing faster after 1,117-1,308 of its 2,400
@@ -913,44 +902,55 @@ went from 2.3287 to 2.2877 s (seeds 0-2); on nmt, the decoder and GPT-2 (seeds 0
 optimum, and every one ended as before, to the bit. docs/results.md ("Kicks at a local optimum: `unit_kick`")."""
 
 
-WARM_UNIT_MOVES_EAGLE = 0.8
-"""The ``unit_moves`` of ``eagle_warm`` and ``eagle_ce_warm``: eight samples in ten are the incumbent with one
-co-location group moved whole (``moves_over="groups"``), drawn among those not tried (``unit_dont_look``) and
-kicked at a local optimum (``unit_kick``), after the same descent over whole layers as the softmax learners'
-([`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]), in fixed shares (EAGLE's own samples: a tenth).
-Measured (2,400 placements, the named widths ``attention=after, hidden_size=64, attention_size=16``; docs/results.md
-"EAGLE's warm one-group moves"): on nmt ``k80x4`` 1.4708 s at seeds 0-2 against 1.5579 s with scope moves at 0.5 alone,
-1.4755 s over seeds 0-9 against 1.5486 s, in two modes (six runs at 1.416-1.477 s, four at 1.611-1.628 s); inception_v3
-2.2425 s against 2.3215 s; rnnlm 0.6% and the 6.7B decoder 1.5% slower; GPT-2 the same (seeds 0-2). The Hierarchical
-Planner was not faster with it (1.5524 s on nmt, seeds 0-2, against 1.4989 s) and keeps its own."""
+WARM_UNIT_MOVES_GROUPER = 0.8
+"""The ``unit_moves`` of the grouper + placer learners' warm variants (``eagle_warm``, ``eagle_ce_warm`` and
+``hierarchical_warm``): eight samples in ten are the incumbent with one co-location group moved whole
+(``moves_over="groups"``), drawn among those not tried (``unit_dont_look``) and kicked at a local optimum
+(``unit_kick``), after a descent over whole layers ([`WARM_LAYER_DESCENT_GROUPER`][placer.configs.WARM_LAYER_DESCENT_GROUPER]),
+in fixed shares (the learner's own samples: a tenth). Measured (2,400 placements; EAGLE at the named widths
+``attention=after, hidden_size=64, attention_size=16``, the Hierarchical Planner at ``hidden_size=64``;
+docs/results.md "EAGLE's warm one-group moves" and "A longer descent for the grouper + placer learners"): EAGLE on nmt
+``k80x4`` 1.4708 s at seeds 0-2 against 1.5579 s with scope moves at 0.5 alone (with the shorter descent, 0.125),
+inception_v3 2.2425 s against 2.3215 s; the Hierarchical Planner HIER_FIGURES."""
+
+
+WARM_LAYER_DESCENT_GROUPER = 0.25
+"""The ``layer_descent`` of the grouper + placer learners' warm variants (``eagle_warm``, ``eagle_ce_warm``,
+``hierarchical_warm``): a quarter of the budget (600 of 2,400 placements), twice the softmax learners'
+([`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]). At 300 placements four of ten EAGLE runs on nmt ``k80x4``
+were still at the expert's basin (1.7228 s, against the layer-level optimum's 1.647 s) and ended at 1.611-1.628 s.
+Measured (2,400 placements, docs/results.md "A longer descent for the grouper + placer learners"): EAGLE on nmt
+1.4373 s at seeds 0-2 against 1.4708 s at 0.125, over seeds 0-9 a median of 1.4618 s against 1.4755 s and a slowest
+run of 1.5551 s against 1.6276 s; inception_v3 2.2342 s against 2.2425 s, rnnlm 0.9538 s against 0.9502 s, the 6.7B
+decoder 1.8690 s against 1.8714 s, GPT-2 the same (seeds 0-2); HIER_DESCENT."""
 
 
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
     """``config`` with the warm-started variant's defaults: ``init="best_baseline"``, ``moves_per_sample``
-    [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (EAGLE's:
-    [`WARM_SCOPE_MOVES_EAGLE`][placer.configs.WARM_SCOPE_MOVES_EAGLE], the Hierarchical Planner's
-    [`WARM_SCOPE_MOVES_HIERARCHICAL`][placer.configs.WARM_SCOPE_MOVES_HIERARCHICAL]) and ``restart_after``
+    [`WARM_MOVES_PER_SAMPLE`][placer.configs.WARM_MOVES_PER_SAMPLE], ``scope_moves`` [`WARM_SCOPE_MOVES`][placer.configs.WARM_SCOPE_MOVES] (the
+    grouper + placer learners': [`WARM_SCOPE_MOVES_GROUPER`][placer.configs.WARM_SCOPE_MOVES_GROUPER]) and ``restart_after``
     [`WARM_RESTART_AFTER`][placer.configs.WARM_RESTART_AFTER], and for the softmax learners and the 2017 placer ``layer_descent``
     [`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT], ``unit_moves`` [`WARM_UNIT_MOVES`][placer.configs.WARM_UNIT_MOVES],
     ``adaptive_shares`` [`WARM_ADAPTIVE_SHARES`][placer.configs.WARM_ADAPTIVE_SHARES] and ``unit_dont_look``
     [`WARM_UNIT_DONT_LOOK`][placer.configs.WARM_UNIT_DONT_LOOK], with kicks at a local optimum ``unit_kick``
-    [`WARM_UNIT_KICK`][placer.configs.WARM_UNIT_KICK], and for EAGLE the same descent, don't-look bits and kicks with
-    ``unit_moves`` [`WARM_UNIT_MOVES_EAGLE`][placer.configs.WARM_UNIT_MOVES_EAGLE] over the co-location groups
+    [`WARM_UNIT_KICK`][placer.configs.WARM_UNIT_KICK], and for the grouper + placer learners (EAGLE, EAGLE-CE, the
+    Hierarchical Planner) the same don't-look bits and kicks after a longer descent
+    ([`WARM_LAYER_DESCENT_GROUPER`][placer.configs.WARM_LAYER_DESCENT_GROUPER]), with ``unit_moves``
+    [`WARM_UNIT_MOVES_GROUPER`][placer.configs.WARM_UNIT_MOVES_GROUPER] over the co-location groups
     (``moves_over="groups"``) in fixed shares: the config of the warm-started variant of a learner (``rl_warm``...;
     [`placer.warm`][placer.warm], in no paper); ``local_search_warm`` moves one unit at a time, restarts by
     its own ``patience`` and has none of the others."""
     name = config.__name__.removesuffix("Config") + "WarmConfig"
     fields: dict[str, Any] = {"init": (config.model_fields["init"].annotation, "best_baseline")}
-    scope_moves = (WARM_SCOPE_MOVES_EAGLE if issubclass(config, EagleConfig) else
-                   WARM_SCOPE_MOVES_HIERARCHICAL if issubclass(config, HierarchicalConfig) else WARM_SCOPE_MOVES)
+    grouper = issubclass(config, (EagleConfig, HierarchicalConfig))  # fixed shares, over the co-location groups
+    scope_moves = WARM_SCOPE_MOVES_GROUPER if grouper else WARM_SCOPE_MOVES
     defaults: list[tuple[str, Any]] = []
     if config is not LocalSearchConfig:
         defaults += [("moves_per_sample", WARM_MOVES_PER_SAMPLE), ("scope_moves", scope_moves),
-                     ("restart_after", WARM_RESTART_AFTER)]
-    if issubclass(config, (PostConfig, ReinforceConfig, EagleConfig)):
-        eagle = issubclass(config, EagleConfig)  # EAGLE's: fixed shares, over the co-location groups
-        defaults += [("layer_descent", WARM_LAYER_DESCENT), ("unit_moves", WARM_UNIT_MOVES_EAGLE if eagle else WARM_UNIT_MOVES),
-                     ("moves_over", "groups") if eagle else ("adaptive_shares", WARM_ADAPTIVE_SHARES),
+                     ("restart_after", WARM_RESTART_AFTER),
+                     ("layer_descent", WARM_LAYER_DESCENT_GROUPER if grouper else WARM_LAYER_DESCENT),
+                     ("unit_moves", WARM_UNIT_MOVES_GROUPER if grouper else WARM_UNIT_MOVES),
+                     ("moves_over", "groups") if grouper else ("adaptive_shares", WARM_ADAPTIVE_SHARES),
                      ("unit_dont_look", WARM_UNIT_DONT_LOOK), ("unit_kick", WARM_UNIT_KICK)]
     for field, default in defaults:  # each field as the learner's (its bounds), with the warm default
         info = config.model_fields[field]
@@ -960,7 +960,7 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
                                 f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
                                 f"(``restart_after={WARM_RESTART_AFTER}``)"
-                                + (f", after a descent over whole layers (``layer_descent={WARM_LAYER_DESCENT:g}``)"
+                                + (f", after a descent over whole layers (``layer_descent={dict(defaults).get('layer_descent', 0):g}``)"
                                    f" and with one-group moves (``unit_moves={dict(defaults).get('unit_moves', 0):g}``, drawn among those"
                                    " not tried, ``unit_dont_look``, and kicked at a local optimum, ``unit_kick``),"
                                    + (" in shares that follow what is faster (``adaptive_shares``)" if "adaptive_shares" in fields
