@@ -911,7 +911,10 @@ in fixed shares (the learner's own samples: a tenth). Measured (2,400 placements
 ``attention=after, hidden_size=64, attention_size=16``, the Hierarchical Planner at ``hidden_size=64``;
 docs/results.md "EAGLE's warm one-group moves" and "A longer descent for the grouper + placer learners"): EAGLE on nmt
 ``k80x4`` 1.4708 s at seeds 0-2 against 1.5579 s with scope moves at 0.5 alone (with the shorter descent, 0.125),
-inception_v3 2.2425 s against 2.3215 s; the Hierarchical Planner HIER_FIGURES."""
+inception_v3 2.2425 s against 2.3215 s; the Hierarchical Planner (with the descent of 0.25) on nmt 1.4661 s at seeds 0-2
+against 1.4989 s with ``scope_moves=0.9`` alone (held-out seeds 3-5: 1.5016 s against 1.5378 s), inception_v3 2.2470 s
+against 2.3474 s, rnnlm 0.9468 s against 0.9441 s, the 6.7B decoder 1.8576 s against 1.8586 s, GPT-2 the same. With the
+descent of 0.125 it was not faster (1.5524 s on nmt, seeds 0-2)."""
 
 
 WARM_LAYER_DESCENT_GROUPER = 0.25
@@ -922,7 +925,9 @@ were still at the expert's basin (1.7228 s, against the layer-level optimum's 1.
 Measured (2,400 placements, docs/results.md "A longer descent for the grouper + placer learners"): EAGLE on nmt
 1.4373 s at seeds 0-2 against 1.4708 s at 0.125, over seeds 0-9 a median of 1.4618 s against 1.4755 s and a slowest
 run of 1.5551 s against 1.6276 s; inception_v3 2.2342 s against 2.2425 s, rnnlm 0.9538 s against 0.9502 s, the 6.7B
-decoder 1.8690 s against 1.8714 s, GPT-2 the same (seeds 0-2); HIER_DESCENT."""
+decoder 1.8690 s against 1.8714 s, GPT-2 the same (seeds 0-2); ``eagle_ce_warm`` 1.4373 s on nmt. The Hierarchical Planner
+with EAGLE's moves: 1.4661 s on nmt at 0.25 against 1.5524 s at 0.125 (seeds 0-2; the figures are in
+[`WARM_UNIT_MOVES_GROUPER`][placer.configs.WARM_UNIT_MOVES_GROUPER])."""
 
 
 def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:

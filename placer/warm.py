@@ -43,13 +43,13 @@ incumbent, so a warm-started learner never returns a placement worse than its st
 
 The warm-started variants (``<learner>_warm``; [`placer.configs.warm_config`][placer.configs.warm_config]) start scaled to
 the graph (``moves_per_sample`` 4) and, but ``local_search_warm``, move name scopes of the incumbent
-(``scope_moves`` 0.25; EAGLE's two 0.1, the Hierarchical Planner's 0.9) and restart on it when they stall (``restart_after`` 48:
-[`placer.features.Restarts`][placer.features.Restarts]); the softmax learners', the 2017 placer's and EAGLE's first descend over whole
-layers (``layer_descent`` 0.125) and move single groups of the incumbent too (``unit_moves`` 0.5; EAGLE's 0.8, over
-the co-location groups, ``moves_over="groups"``), drawn among
+(``scope_moves`` 0.25; the grouper + placer learners' 0.1: EAGLE's two and the Hierarchical Planner's) and restart on it
+when they stall (``restart_after`` 48: [`placer.features.Restarts`][placer.features.Restarts]); all of them first descend over whole
+layers (``layer_descent`` 0.125; the grouper + placer learners' 0.25) and move single groups of the incumbent too
+(``unit_moves`` 0.5; the grouper + placer learners' 0.8, over the co-location groups, ``moves_over="groups"``), drawn among
 the moves not yet tried (``unit_dont_look``), with a kick of two neighbouring groups when every one is tried and
 none is faster (``unit_kick`` 2), for the softmax learners and the 2017 placer in shares of policy samples, scope and
-unit moves that follow which kind is faster (``adaptive_shares``; EAGLE's are fixed). Each is a named option of the
+unit moves that follow which kind is faster (``adaptive_shares``; the grouper + placer learners' are fixed). Each is a named option of the
 learner, off in its faithful form.
 
 This module is torch-free (the configs and the CLI read it).
