@@ -920,8 +920,9 @@ descent of 0.125 it was not faster (1.5524 s on nmt, seeds 0-2)."""
 WARM_LAYER_DESCENT_GROUPER = 0.25
 """The ``layer_descent`` of the grouper + placer learners' warm variants (``eagle_warm``, ``eagle_ce_warm``,
 ``hierarchical_warm``): a quarter of the budget (600 of 2,400 placements), twice the softmax learners'
-([`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]). At 300 placements four of ten EAGLE runs on nmt ``k80x4``
-were still at the expert's basin (1.7228 s, against the layer-level optimum's 1.647 s) and ended at 1.611-1.628 s.
+([`WARM_LAYER_DESCENT`][placer.configs.WARM_LAYER_DESCENT]). At 0.125, where the descent ends (placement 300), EAGLE's
+slow seeds on nmt ``k80x4`` (4 and 5, traced) were still in the expert's basin (1.7228 s, against the layer-level
+optimum's 1.647 s) and ended at 1.611-1.628 s; at 0.25, at placement 600, nine runs of ten had left it.
 Measured (2,400 placements, docs/results.md "A longer descent for the grouper + placer learners"): EAGLE on nmt
 1.4373 s at seeds 0-2 against 1.4708 s at 0.125, over seeds 0-9 a median of 1.4618 s against 1.4755 s and a slowest
 run of 1.5551 s against 1.6276 s; inception_v3 2.2342 s against 2.2425 s, rnnlm 0.9538 s against 0.9502 s, the 6.7B

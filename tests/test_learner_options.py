@@ -495,7 +495,7 @@ def test_a_warm_variant_restarts_by_default_but_not_on_ray():
 def test_every_warm_learner_descends_over_layers_first_by_default_but_not_on_ray():
     """``layer_descent`` 0.125 is the default of ``post_warm``, ``ppo_warm``, ``ce_warm``, ``pg_warm`` and
     ``rl_warm`` (measured faster on nmt, even elsewhere), 0.25 of ``eagle_warm``, ``eagle_ce_warm`` and
-    ``hierarchical_warm`` (the grouper + placer learners: at 0.125 four of ten EAGLE runs on nmt left the
+    ``hierarchical_warm`` (the grouper + placer learners: at 0.125 EAGLE's slow runs on nmt left the
     descent at the expert's basin), not of any faithful learner; on Ray the default is left out; its bounds hold."""
     from placer.configs import WARM_LAYER_DESCENT, WARM_LAYER_DESCENT_GROUPER
     from tasks.search import learner_config
