@@ -958,6 +958,7 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
                      ("unit_moves", WARM_UNIT_MOVES_GROUPER if grouper else WARM_UNIT_MOVES),
                      ("moves_over", "groups") if grouper else ("adaptive_shares", WARM_ADAPTIVE_SHARES),
                      ("unit_dont_look", WARM_UNIT_DONT_LOOK), ("unit_kick", WARM_UNIT_KICK)]
+    chosen = dict(defaults)
     for field, default in defaults:  # each field as the learner's (its bounds), with the warm default
         info = config.model_fields[field]
         fields[field] = (Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation, default)
@@ -966,8 +967,8 @@ def warm_config(config: type[LearnerConfig]) -> type[LearnerConfig]:
                                 f"(``moves_per_sample={WARM_MOVES_PER_SAMPLE:g}``), scope moves "
                                 f"(``scope_moves={scope_moves:g}``) and restarts from the incumbent "
                                 f"(``restart_after={WARM_RESTART_AFTER}``)"
-                                + (f", after a descent over whole layers (``layer_descent={dict(defaults).get('layer_descent', 0):g}``)"
-                                   f" and with one-group moves (``unit_moves={dict(defaults).get('unit_moves', 0):g}``, drawn among those"
+                                + (f", after a descent over whole layers (``layer_descent={chosen['layer_descent']:g}``)"
+                                   f" and with one-group moves (``unit_moves={chosen['unit_moves']:g}``, drawn among those"
                                    " not tried, ``unit_dont_look``, and kicked at a local optimum, ``unit_kick``),"
                                    + (" in shares that follow what is faster (``adaptive_shares``)" if "adaptive_shares" in fields
                                       else " over the co-location groups (``moves_over='groups'``), in fixed shares")
